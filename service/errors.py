@@ -1,0 +1,96 @@
+"""API errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+Every 4xx/5xx answer of the service uses this body, so clients (the OpenAI SDKs
+included) can parse it. Raise :class:`APIError` anywhere in a route; the handlers
+installed by :func:`install_error_handlers` render it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "payload_too_large_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
+
+
+class APIError(Exception):
+    """An error answered to the client with ``status`` and an OpenAI-shaped JSON body.
+
+    Args:
+        status: HTTP status code (4xx for client errors, 5xx for ours).
+        message: human-readable explanation of what is wrong.
+        param: the request field at fault, if any (e.g. ``"input"``).
+        code: a stable machine-readable code (e.g. ``"input_too_long"``).
+        type: error type; defaults from ``status``.
+        headers: extra response headers (e.g. ``Retry-After``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body ``{"error": {...}}``."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        """This error as a response."""
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Render :class:`APIError`, validation errors (422), HTTP errors and any unexpected error (500) as JSON."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        msgs = "; ".join(f"{_loc_to_param(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errs[:5])
+        return APIError(422, msgs, param=_loc_to_param(tuple(first.get("loc", ()))), code="invalid_value").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {})).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error").response()

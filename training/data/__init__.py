@@ -1,0 +1,1 @@
+"""Data loaders: STS evaluation sets, the unsupervised corpus and NLI triplets."""
