@@ -1,0 +1,110 @@
+"""Start the real service as a uvicorn subprocess on a free loopback port (for tests and benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    """A running service: its base URL, process and log file."""
+
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (SIGKILL by default: a crash) and wait for the process to end."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0, log_path: Path | None = None) -> None:
+    """Poll ``GET /ready`` until 200, or raise with the server log if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log = log_path.read_text(errors="replace") if log_path else ""
+            raise RuntimeError(f"server exited with {proc.returncode} before ready:\n{log[-4000:]}")
+        try:
+            if httpx.get(f"{url}/ready", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"server at {url} not ready after {timeout}s")
+
+
+@contextmanager
+def run_server(
+    models_dir: Path,
+    *,
+    workdir: Path,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    ready_timeout: float = 180.0,
+) -> Iterator[ServerProcess]:
+    """Run ``python -m service`` on 127.0.0.1 and stop it (SIGTERM, then SIGKILL) afterwards.
+
+    Args:
+        models_dir: the artifact store the server loads from.
+        workdir: where the log file goes (and the default data dir, ``workdir/data``).
+        args: extra CLI flags (e.g. ``["--max-client-batch-size", "8"]``).
+        env: extra environment variables.
+        port: a fixed port (to restart on the same URL); a free one by default.
+    """
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"server-{port}-{int(time.time() * 1000)}.log"
+    cmd = [
+        sys.executable, "-m", "service",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--models-dir", str(models_dir),
+        "--data-dir", str(workdir / "data"),
+        *(args or []),
+    ]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=logf, stderr=subprocess.STDOUT)
+    server = ServerProcess(url, port, proc, log_path)
+    try:
+        wait_ready(url, proc, ready_timeout, log_path)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
