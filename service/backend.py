@@ -1,0 +1,292 @@
+"""One loaded model: ONNX Runtime session + tokenizer + ``artifact_contract.postprocess``.
+
+A :class:`OnnxModel` is a plain object; the service may hold several (see
+``service.registry``). Its methods are synchronous and thread-safe (ONNX
+Runtime sessions and ``tokenizers.Tokenizer`` may be used from several threads);
+the batcher calls them off the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from artifact_contract import (
+    INPUT_NAMES,
+    MODEL_FILE,
+    OUTPUT_NAME,
+    TOKENIZER_FILE,
+    ArtifactError,
+    Manifest,
+    postprocess,
+    validate_artifact,
+)
+
+log = logging.getLogger("service.backend")
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded or failed its checks (ONNX signature, warm-up, canary).
+
+    The message names the artifact directory and what is wrong.
+    """
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Identity of a loaded model, as reported to clients and to collections.
+
+    ``dimension`` is the full embedding width (before any ``dimensions`` truncation);
+    ``max_seq_length`` is in tokens, special tokens included.
+    """
+
+    name: str
+    version: str
+    sha256: str
+    dimension: int
+    max_seq_length: int
+    quantization: str | None = None
+    path: str = ""
+
+    @property
+    def id(self) -> str:
+        """``name:version``, unique among loaded models."""
+        return f"{self.name}:{self.version}"
+
+
+@dataclass
+class Tokenized:
+    """Token ids of one request's inputs, ``ids[i]`` an int64 array of shape ``(len_i,)`` (special tokens included)."""
+
+    ids: list[np.ndarray]
+    lengths: np.ndarray = field(init=False)  # (n,) int64
+
+    def __post_init__(self) -> None:
+        self.lengths = np.fromiter((len(x) for x in self.ids), dtype=np.int64, count=len(self.ids))
+
+
+def choose_providers(requested: list[str]) -> list[str]:
+    """Resolve the ``providers`` setting into an ORT provider list.
+
+    ``["auto"]`` → ``[CUDA, CPU]`` when onnxruntime reports CUDA, else ``[CPU]``
+    (whether CUDA really works is checked when the session is created).
+    Explicit names must be among ``onnxruntime.get_available_providers()``.
+
+    Raises:
+        ModelLoadError: an unknown provider was asked for.
+    """
+    available = ort.get_available_providers()
+    if not requested or requested == ["auto"]:
+        return [CUDA, CPU] if CUDA in available else [CPU]
+    bad = [p for p in requested if p not in available]
+    if bad:
+        raise ModelLoadError(f"providers {bad} not available (available: {available})")
+    return list(requested)
+
+
+class OnnxModel:
+    """A validated, warmed-up artifact ready to embed.
+
+    Args:
+        artifact_dir: directory with ``manifest.json``, ``model.onnx``, ``tokenizer.json``.
+        providers: ORT providers setting (``["auto"]`` or explicit names).
+        intra_op_threads / inter_op_threads: ORT thread counts (0 = ORT default).
+
+    Raises:
+        ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
+            inputs/outputs or output width disagree with the manifest, or the canary
+            embeddings are not reproduced within ``canary.atol``.
+    """
+
+    def __init__(
+        self,
+        artifact_dir: str | os.PathLike,
+        *,
+        providers: list[str] | None = None,
+        intra_op_threads: int = 0,
+        inter_op_threads: int = 0,
+    ) -> None:
+        self.path = Path(artifact_dir)
+        try:
+            self.manifest: Manifest = validate_artifact(self.path)
+        except ArtifactError as e:
+            raise ModelLoadError(str(e)) from e
+        m = self.manifest
+        self.info = ModelInfo(
+            name=m.name,
+            version=m.version,
+            sha256=m.sha256,
+            dimension=m.dimension,
+            max_seq_length=m.max_seq_length,
+            quantization=m.quantization,
+            path=str(self.path),
+        )
+        self._session = self._open_session(providers or ["auto"], intra_op_threads, inter_op_threads)
+        self.providers = self._session.get_providers()
+        self._check_signature()
+        self._tok_trunc, self._tok_full = self._load_tokenizers()
+        self.pad_id = self._pad_id()
+
+    # ---------------------------------------------------------------- loading
+    def _open_session(self, providers: list[str], intra: int, inter: int) -> ort.InferenceSession:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.intra_op_num_threads = intra
+        opts.inter_op_num_threads = inter
+        opts.log_severity_level = 3
+        chosen = choose_providers(providers)
+        model_path = str(self.path / MODEL_FILE)
+        try:
+            sess = ort.InferenceSession(model_path, sess_options=opts, providers=chosen)
+        except Exception as e:  # CUDA libraries present but unusable, corrupt graph, ...
+            if CUDA in chosen and providers in ([], ["auto"]):
+                log.warning("CUDA provider failed (%s); falling back to CPU", e)
+                chosen = [CPU]
+                sess = None
+            else:
+                raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
+        else:
+            if CUDA in chosen and CUDA not in sess.get_providers() and providers in ([], ["auto"]):
+                log.info("CUDA provider not usable here; using CPU")
+        if sess is None:
+            try:
+                sess = ort.InferenceSession(model_path, sess_options=opts, providers=[CPU])
+            except Exception as e:
+                raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
+        return sess
+
+    def _check_signature(self) -> None:
+        ins = {i.name: i for i in self._session.get_inputs()}
+        outs = {o.name: o for o in self._session.get_outputs()}
+        missing = [n for n in INPUT_NAMES if n not in ins]
+        extra = [n for n in ins if n not in INPUT_NAMES]
+        if missing or extra:
+            raise ModelLoadError(
+                f"{self.path}: ONNX inputs are {sorted(ins)}, the contract wants exactly {list(INPUT_NAMES)}"
+            )
+        for n in INPUT_NAMES:
+            if ins[n].type != "tensor(int64)":
+                raise ModelLoadError(f"{self.path}: ONNX input {n!r} is {ins[n].type}, expected tensor(int64)")
+        if OUTPUT_NAME not in outs:
+            raise ModelLoadError(f"{self.path}: ONNX outputs are {sorted(outs)}, expected {OUTPUT_NAME!r}")
+        shape = outs[OUTPUT_NAME].shape
+        if len(shape) != 2:
+            raise ModelLoadError(f"{self.path}: output {OUTPUT_NAME!r} has shape {shape}, expected (batch, dimension)")
+        if isinstance(shape[1], int) and shape[1] != self.manifest.dimension:
+            raise ModelLoadError(
+                f"{self.path}: output {OUTPUT_NAME!r} has {shape[1]} columns, manifest dimension is "
+                f"{self.manifest.dimension}"
+            )
+
+    def _load_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        try:
+            trunc = Tokenizer.from_file(str(self.path / TOKENIZER_FILE))
+            full = Tokenizer.from_file(str(self.path / TOKENIZER_FILE))
+        except Exception as e:
+            raise ModelLoadError(f"{self.path}: cannot load {TOKENIZER_FILE}: {e}") from e
+        # Padding is done by the batcher (to the batch's longest input), never here.
+        trunc.no_padding()
+        full.no_padding()
+        trunc.enable_truncation(max_length=self.manifest.max_seq_length)
+        full.no_truncation()
+        return trunc, full
+
+    def _pad_id(self) -> int:
+        for tok in ("[PAD]", "<pad>"):
+            i = self._tok_trunc.token_to_id(tok)
+            if i is not None:
+                return int(i)
+        return 0
+
+    # ---------------------------------------------------------------- inference
+    def tokenize(self, texts: list[str], truncate: bool = True) -> Tokenized:
+        """Token ids for ``texts`` (no padding).
+
+        With ``truncate=True`` each input is cut to ``max_seq_length`` tokens; with
+        ``truncate=False`` it is not (the caller rejects over-long inputs).
+        """
+        tok = self._tok_trunc if truncate else self._tok_full
+        enc = tok.encode_batch_fast(texts) if hasattr(tok, "encode_batch_fast") else tok.encode_batch(texts)
+        return Tokenized([np.asarray(e.ids, dtype=np.int64) for e in enc])
+
+    def pad(self, ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-pad to the longest sequence: ``(input_ids, attention_mask)``, both int64 ``(batch, max_len)``."""
+        n = len(ids)
+        max_len = max(len(x) for x in ids)
+        input_ids = np.full((n, max_len), self.pad_id, dtype=np.int64)
+        mask = np.zeros((n, max_len), dtype=np.int64)
+        for i, x in enumerate(ids):
+            input_ids[i, : len(x)] = x
+            mask[i, : len(x)] = 1
+        return input_ids, mask
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """The graph's pooled, *unnormalised* output: float32 ``(batch, dimension)``.
+
+        Raises:
+            RuntimeError: ORT failed, or the output is not ``(batch, dimension)``.
+        """
+        out = self._session.run([OUTPUT_NAME], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        if out.ndim != 2 or out.shape != (input_ids.shape[0], self.info.dimension):
+            raise RuntimeError(f"model returned shape {out.shape}, expected ({input_ids.shape[0]}, {self.info.dimension})")
+        return np.asarray(out, dtype=np.float32)
+
+    def embed_sync(self, texts: list[str], normalize: bool = True, dimensions: int | None = None) -> np.ndarray:
+        """Embed ``texts`` in one batch on the calling thread (warm-up, canary, tests).
+
+        Returns float32 ``(len(texts), dimensions or dimension)``.
+        """
+        tok = self.tokenize(texts)
+        return postprocess(self.run(*self.pad(tok.ids)), normalize=normalize, dimensions=dimensions)
+
+    def warm_up(self, batch_size: int = 8) -> float:
+        """Run a short and a ``max_seq_length`` batch once, then check the canary.
+
+        Returns the seconds it took.
+
+        Raises:
+            ModelLoadError: non-finite output, or the canary does not match.
+        """
+        t0 = time.perf_counter()
+        short = ["warm up"] * batch_size
+        long = ["warm " * (self.info.max_seq_length * 2)] * 2
+        for texts in (short, long):
+            e = self.embed_sync(texts)
+            if not np.isfinite(e).all():
+                raise ModelLoadError(f"{self.path}: warm-up produced non-finite embeddings")
+        self.check_canary()
+        return time.perf_counter() - t0
+
+    def check_canary(self) -> float | None:
+        """Re-embed the manifest's canary sentences and compare; returns the max abs diff (None: no canary).
+
+        Raises:
+            ModelLoadError: non-finite embeddings, wrong width, or a difference above ``canary.atol``.
+        """
+        c = self.manifest.canary
+        if c is None:
+            return None
+        got = self.embed_sync(list(c.sentences))
+        want = np.asarray(c.embeddings, dtype=np.float32)
+        if not np.isfinite(got).all():
+            raise ModelLoadError(f"{self.path}: canary embeddings are not finite")
+        if got.shape != want.shape:
+            raise ModelLoadError(f"{self.path}: canary embeddings have shape {got.shape}, manifest has {want.shape}")
+        diff = float(np.abs(got - want).max())
+        if not diff <= c.atol:
+            raise ModelLoadError(
+                f"{self.path}: canary mismatch: max abs diff {diff:.3g} > atol {c.atol} "
+                f"(the model.onnx/tokenizer on disk do not reproduce the exported embeddings)"
+            )
+        return diff

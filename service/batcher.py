@@ -1,0 +1,293 @@
+"""Dynamic batching for one model: one asyncio queue, one worker, inference off the event loop.
+
+Flow of a request (:meth:`Batcher.submit`):
+
+1. admission: more than ``max_queue_size`` requests admitted and unanswered → :class:`QueueFull`;
+2. tokenization in a thread pool (``truncate=False`` and an input over
+   ``max_seq_length`` → :class:`InputTooLong`, nothing is queued);
+3. the request's inputs join the queue; the worker takes a window of queued inputs
+   (oldest requests first, up to ``4 x max_batch_size`` inputs), sorts it by token
+   length and cuts it into batches whose *padded* size ``batch x max_len`` stays
+   within ``max_batch_tokens`` and ``batch <= max_batch_size``. A request's inputs
+   may so be spread over several batches;
+4. each batch is padded to its own longest input and run by ONNX Runtime in a
+   single-thread executor (the event loop never waits on it); rows are scattered
+   back into each request's output array, and its future resolves when all its
+   rows are in.
+
+A failing batch fails only the requests that had inputs in it; the worker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import OnnxModel, Tokenized
+from .metrics import Metrics
+
+log = logging.getLogger("service.batcher")
+
+
+class QueueFull(Exception):
+    """The batcher already holds ``max_queue_size`` unanswered requests."""
+
+
+class InputTooLong(Exception):
+    """An input has more tokens than ``max_seq_length`` and truncation was off.
+
+    Attributes: ``index`` (position in the request), ``n_tokens``, ``max_tokens``.
+    """
+
+    def __init__(self, index: int, n_tokens: int, max_tokens: int) -> None:
+        super().__init__(f"input[{index}] has {n_tokens} tokens, more than the model's maximum of {max_tokens}")
+        self.index, self.n_tokens, self.max_tokens = index, n_tokens, max_tokens
+
+
+class BatchFailed(RuntimeError):
+    """Inference failed for a batch holding some of this request's inputs."""
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher is shutting down and takes no new work."""
+
+
+@dataclass(eq=False)
+class _Job:
+    tokens: Tokenized
+    future: asyncio.Future
+    out: np.ndarray  # (n, dimension) float32, pooled, unnormalised
+    remaining: int
+    next: int = 0  # first input not yet placed in a batch
+    failed: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens.ids)
+
+
+@dataclass
+class SubmitResult:
+    """A request's pooled (unnormalised) float32 ``(n, dimension)`` output and its token counts (n,)."""
+
+    pooled: np.ndarray
+    lengths: np.ndarray = field(repr=False)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+class Batcher:
+    """Queue + worker for one :class:`OnnxModel`.
+
+    Args:
+        model: the loaded model.
+        metrics: where to record queue size, batch sizes and durations.
+        max_batch_tokens: budget of padded tokens (``batch x max_len``) per batch.
+        max_batch_size: most inputs per batch.
+        max_queue_size: most requests admitted and not yet answered.
+        tokenizer_threads: threads tokenizing requests.
+    """
+
+    def __init__(
+        self,
+        model: OnnxModel,
+        metrics: Metrics,
+        *,
+        max_batch_tokens: int,
+        max_batch_size: int,
+        max_queue_size: int,
+        tokenizer_threads: int = 2,
+    ) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.max_queue_size = max_queue_size
+        self._label = model.info.id
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._pending: deque[_Job] = deque()
+        self._admitted = 0
+        self._closing = False
+        self._worker: asyncio.Task | None = None
+        self._tok_pool = ThreadPoolExecutor(tokenizer_threads, thread_name_prefix=f"tok-{model.info.name}")
+        self._infer_pool = ThreadPoolExecutor(1, thread_name_prefix=f"infer-{model.info.name}")
+        self._g_queue = metrics.queue_size.labels(self._label)
+        self._g_queue.set(0)
+
+    # ------------------------------------------------------------------ public
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted and not yet answered."""
+        return self._admitted
+
+    def start(self) -> None:
+        """Start the worker task (call from the running event loop)."""
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"batcher-{self._label}")
+
+    async def submit(self, texts: list[str], *, truncate: bool = True) -> SubmitResult:
+        """Embed ``texts`` (non-empty list of strings); returns pooled, unnormalised rows in input order.
+
+        Raises:
+            QueueFull: ``max_queue_size`` requests are already waiting (answer 429).
+            InputTooLong: ``truncate=False`` and an input exceeds ``max_seq_length`` tokens (answer 413).
+            BatchFailed: inference failed for a batch with some of these inputs (answer 500).
+            BatcherClosed: shutting down (answer 503).
+        """
+        if self._closing:
+            raise BatcherClosed("model is shutting down")
+        if self._admitted >= self.max_queue_size:
+            self.metrics.rejected.labels(self._label, "queue_full").inc()
+            raise QueueFull(f"{self._admitted} requests queued (max_queue_size={self.max_queue_size})")
+        self._admitted += 1
+        self._g_queue.set(self._admitted)
+        try:
+            loop = asyncio.get_running_loop()
+            tokens = await loop.run_in_executor(self._tok_pool, self._tokenize, texts, truncate)
+            if not truncate:
+                limit = self.model.info.max_seq_length
+                over = np.nonzero(tokens.lengths > limit)[0]
+                if len(over):
+                    i = int(over[0])
+                    self.metrics.rejected.labels(self._label, "input_too_long").inc()
+                    raise InputTooLong(i, int(tokens.lengths[i]), limit)
+            job = _Job(tokens, loop.create_future(), np.empty((len(texts), self.model.info.dimension), np.float32),
+                       remaining=len(texts))
+            self._queue.put_nowait(job)
+            try:
+                out = await job.future
+            except asyncio.CancelledError:
+                job.failed = True  # the worker skips its remaining inputs
+                raise
+            return SubmitResult(out, tokens.lengths)
+        finally:
+            self._admitted -= 1
+            self._g_queue.set(self._admitted)
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Stop admitting, let queued work finish (up to ``timeout`` s), stop the worker and thread pools."""
+        self._closing = True
+        deadline = time.monotonic() + timeout
+        while self._admitted > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._worker = None
+        for job in list(self._pending) + _drain(self._queue):
+            if not job.future.done():
+                job.future.set_exception(BatcherClosed("model is shutting down"))
+        self._pending.clear()
+        self._tok_pool.shutdown(wait=False, cancel_futures=True)
+        self._infer_pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ worker
+    def _tokenize(self, texts: list[str], truncate: bool) -> Tokenized:
+        t0 = time.perf_counter()
+        tok = self.model.tokenize(texts, truncate=truncate)
+        self.metrics.tokenization_duration.labels(self._label).observe(time.perf_counter() - t0)
+        return tok
+
+    def _infer(self, ids: list[np.ndarray]) -> np.ndarray:
+        t0 = time.perf_counter()
+        input_ids, mask = self.model.pad(ids)
+        out = self.model.run(input_ids, mask)
+        self.metrics.inference_duration.labels(self._label).observe(time.perf_counter() - t0)
+        self.metrics.batch_size.labels(self._label).observe(input_ids.shape[0])
+        self.metrics.batch_tokens.labels(self._label).observe(input_ids.size)
+        return out
+
+    def _take_window(self) -> list[tuple[_Job, int]]:
+        """Up to ``4 x max_batch_size`` unplaced inputs, oldest requests first."""
+        room = 4 * self.max_batch_size
+        window: list[tuple[_Job, int]] = []
+        while self._pending and room > 0:
+            job = self._pending[0]
+            if job.failed or job.future.done():
+                self._pending.popleft()
+                continue
+            k = min(room, job.n - job.next)
+            window.extend((job, i) for i in range(job.next, job.next + k))
+            job.next += k
+            room -= k
+            if job.next >= job.n:
+                self._pending.popleft()
+        return window
+
+    def _cut(self, window: list[tuple[_Job, int]]) -> list[list[tuple[_Job, int]]]:
+        """Sort by token length and cut into batches within the token and size budgets."""
+        window.sort(key=lambda ji: len(ji[0].tokens.ids[ji[1]]))
+        batches: list[list[tuple[_Job, int]]] = []
+        cur: list[tuple[_Job, int]] = []
+        for item in window:
+            length = len(item[0].tokens.ids[item[1]])  # ascending, so this is the batch's max_len
+            if cur and ((len(cur) + 1) * length > self.max_batch_tokens or len(cur) >= self.max_batch_size):
+                batches.append(cur)
+                cur = []
+            cur.append(item)
+        if cur:
+            batches.append(cur)
+        return batches
+
+    async def _run_batch(self, batch: list[tuple[_Job, int]]) -> None:
+        batch = [(j, i) for j, i in batch if not j.failed and not j.future.done()]
+        if not batch:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            out = await loop.run_in_executor(self._infer_pool, self._infer, [j.tokens.ids[i] for j, i in batch])
+        except Exception as e:  # one bad batch fails its requests, never the worker
+            log.exception("inference failed for a batch of %d inputs", len(batch))
+            for job, _ in batch:
+                job.failed = True
+                if not job.future.done():
+                    job.future.set_exception(BatchFailed(f"inference failed: {type(e).__name__}: {e}"))
+            return
+        for (job, i), row in zip(batch, out):
+            if job.failed or job.future.done():
+                continue
+            job.out[i] = row
+            job.remaining -= 1
+            if job.remaining == 0:
+                job.future.set_result(job.out)
+        self.metrics.inputs.labels(self._label).inc(len(batch))
+
+    async def _run(self) -> None:
+        while True:
+            window: list[tuple[_Job, int]] = []
+            try:
+                if not self._pending:
+                    self._pending.append(await self._queue.get())
+                self._pending.extend(_drain(self._queue))
+                window = self._take_window()
+                for batch in self._cut(list(window)):
+                    await self._run_batch(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # pragma: no cover - defensive: fail this window's requests, keep serving
+                log.exception("batcher worker error; failing %d inputs and continuing", len(window))
+                for job, _ in window:
+                    job.failed = True
+                    if not job.future.done():
+                        job.future.set_exception(BatchFailed(f"batching failed: {type(e).__name__}: {e}"))
+                await asyncio.sleep(0.01)
+
+
+def _drain(q: asyncio.Queue) -> list:
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except asyncio.QueueEmpty:
+            return items

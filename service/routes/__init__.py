@@ -1,0 +1,34 @@
+"""HTTP routes: ``embeddings`` (OpenAI + TEI embed), ``similarity``, ``meta`` (models, info, health, ready, metrics)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request, Response
+
+from ..embedder import Embedder
+from ..errors import APIError
+from ..settings import Settings
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    """Compact JSON without response-model validation (embeddings are large float lists)."""
+    return Response(json.dumps(obj, separators=(",", ":")).encode(), status_code=status, media_type="application/json")
+
+
+def embedder_of(request: Request) -> Embedder:
+    """``app.state.embedder``, or 503 while the service is not ready."""
+    emb = getattr(request.app.state, "embedder", None)
+    if emb is None:
+        raise APIError(503, "service is starting", code="model_not_ready")
+    return emb
+
+
+def check_client_batch(n: int, settings: Settings, param: str) -> None:
+    """413 ``too_many_inputs`` when a request carries more than ``max_client_batch_size`` inputs."""
+    if n > settings.max_client_batch_size:
+        raise APIError(
+            413, f"{n} inputs in one request; the maximum is {settings.max_client_batch_size} (max_client_batch_size)",
+            param=param, code="too_many_inputs",
+        )

@@ -1,0 +1,58 @@
+"""``POST /v1/embeddings`` (OpenAI shape) and ``POST /embed`` (TEI shape)."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+
+from ..schemas import EmbeddingsRequest, EmbedRequest, as_list
+from . import check_client_batch, embedder_of, json_response
+
+router = APIRouter()
+
+
+def b64_row(row: np.ndarray) -> str:
+    """Little-endian float32 bytes of one embedding, base64-encoded (what the OpenAI SDKs decode)."""
+    return base64.b64encode(np.ascontiguousarray(row, dtype="<f4").tobytes()).decode("ascii")
+
+
+@router.post("/v1/embeddings")
+async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Response:
+    """OpenAI embeddings: ``{object:"list", data:[{object:"embedding", embedding, index}], model, usage}``.
+
+    Rows are L2-normalised; ``dimensions`` keeps the first columns and renormalises.
+    ``embedding`` is a float list, or a base64 string of little-endian float32 with
+    ``encoding_format="base64"``. Errors: 404 unknown model, 413 too many inputs,
+    422 invalid input/dimensions, 429 queue full.
+    """
+    texts = as_list(body.input)
+    check_client_batch(len(texts), request.app.state.settings, "input")
+    res = await embedder_of(request).encode(texts, model=body.model, dimensions=body.dimensions, param="input")
+    if body.encoding_format == "base64":
+        data = [{"object": "embedding", "index": i, "embedding": b64_row(r)} for i, r in enumerate(res.embeddings)]
+    else:
+        data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(res.embeddings.tolist())]
+    return json_response({
+        "object": "list",
+        "data": data,
+        "model": res.model.name,
+        "usage": {"prompt_tokens": res.prompt_tokens, "total_tokens": res.prompt_tokens},
+    })
+
+
+@router.post("/embed")
+async def embed(body: EmbedRequest, request: Request) -> Response:
+    """TEI embed: ``[[float]]``, one row per input in order.
+
+    ``normalize=false`` returns the pooled vectors; ``truncate=false`` makes an input over
+    ``max_seq_length`` tokens a 413 naming its token count.
+    """
+    texts = as_list(body.inputs)
+    check_client_batch(len(texts), request.app.state.settings, "inputs")
+    res = await embedder_of(request).encode(
+        texts, model=body.model, truncate=body.truncate, normalize=body.normalize,
+        dimensions=body.dimensions, param="inputs",
+    )
+    return json_response(res.embeddings.tolist())

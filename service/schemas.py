@@ -1,0 +1,104 @@
+"""Request bodies of the HTTP API (pydantic). Responses are built as JSON bytes in the routes.
+
+Input validation errors surface as 422 ``{"error": {..., "param": "<field>", "code": "invalid_value"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+
+def _texts(v: Any) -> Any:
+    """A string or a non-empty list of non-empty strings; wrong types and empties raise ValueError."""
+    if isinstance(v, str):
+        if v == "":
+            raise ValueError("must not be an empty string")
+        return v
+    if isinstance(v, list):
+        if not v:
+            raise ValueError("must not be an empty list")
+        for i, t in enumerate(v):
+            if not isinstance(t, str):
+                raise ValueError(f"item {i} must be a string, got {type(t).__name__}")
+            if t == "":
+                raise ValueError(f"item {i} must not be an empty string")
+        return v
+    raise ValueError(f"must be a string or a list of strings, got {type(v).__name__}")
+
+
+def _sentence(v: Any) -> Any:
+    if not isinstance(v, str):
+        raise ValueError(f"must be a string, got {type(v).__name__}")
+    if v == "":
+        raise ValueError("must not be an empty string")
+    return v
+
+
+Texts = Annotated[str | list[str], BeforeValidator(_texts)]
+Sentence = Annotated[str, BeforeValidator(_sentence)]
+
+
+def as_list(v: str | list[str]) -> list[str]:
+    """``"a"`` → ``["a"]``; lists unchanged."""
+    return [v] if isinstance(v, str) else v
+
+
+class EmbeddingsRequest(BaseModel):
+    """``POST /v1/embeddings`` (OpenAI). ``dimensions`` truncates then L2-renormalises."""
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    input: Texts
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1, strict=True)
+    user: str | None = None
+
+
+class EmbedRequest(BaseModel):
+    """``POST /embed`` (TEI). Returns ``[[float]]``."""
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    inputs: Texts
+    normalize: bool = Field(True, strict=True)
+    truncate: bool = Field(True, strict=True)
+    dimensions: int | None = Field(None, ge=1, strict=True)
+    model: str | None = None
+
+
+class SimilarityInputs(BaseModel):
+    """TEI's nested form ``{"inputs": {"source_sentence", "sentences"}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    source_sentence: Sentence
+    sentences: Annotated[list[Sentence], Field(min_length=1)]
+
+
+class SimilarityRequest(BaseModel):
+    """``POST /similarity``: exactly one of ``source_sentence`` + ``sentences``, ``pairs``, or TEI's ``inputs``.
+
+    Scores are cosine similarities in ``[-1, 1]``: ``sentences[i]`` vs ``source_sentence``,
+    or ``pairs[i][0]`` vs ``pairs[i][1]``.
+    """
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    source_sentence: Sentence | None = None
+    sentences: Annotated[list[Sentence], Field(min_length=1)] | None = None
+    pairs: Annotated[list[Annotated[list[Sentence], Field(min_length=2, max_length=2)]], Field(min_length=1)] | None = None
+    inputs: SimilarityInputs | None = None
+    model: str | None = None
+    truncate: bool = Field(True, strict=True)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "SimilarityRequest":
+        if self.inputs is not None and self.source_sentence is None and self.sentences is None:
+            self.source_sentence, self.sentences = self.inputs.source_sentence, self.inputs.sentences
+        has_src = self.source_sentence is not None or self.sentences is not None
+        if has_src and self.pairs is not None:
+            raise ValueError("give either source_sentence + sentences, or pairs, not both")
+        if has_src and (self.source_sentence is None or self.sentences is None):
+            raise ValueError("source_sentence and sentences go together")
+        if not has_src and self.pairs is None:
+            raise ValueError("give source_sentence + sentences, or pairs")
+        return self

@@ -1,0 +1,77 @@
+"""Service settings: one pydantic-settings model, read from ``EMBED_*`` environment variables.
+
+Precedence (highest first): command-line flags (``python -m service --help``),
+environment variables (``EMBED_MAX_BATCH_TOKENS=8192``), field defaults.
+Every field has a default, so ``Settings()`` always works.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+
+def _split_csv(v: object) -> object:
+    """Accept ``"a,b"`` (env/CLI) as well as a list for list-valued settings."""
+    if isinstance(v, str):
+        v = v.strip()
+        if v.startswith("["):
+            import json
+
+            return json.loads(v)
+        return [p.strip() for p in v.split(",") if p.strip()]
+    return v
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told. Env prefix ``EMBED_``; list fields take comma-separated strings.
+
+    Batching limits are counted in tokens *after* padding to the longest input of a
+    batch (``batch_len x max_len``) and in inputs (sentences).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="EMBED_", extra="ignore", protected_namespaces=())
+
+    host: str = Field("127.0.0.1", description="interface to bind")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port")
+    models_dir: str = Field("models", description="artifact store (models/<name>/ or models/<name>/<version>/)")
+    default_model: str = Field("all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model")
+    data_dir: str = Field("data", description="writable state (collections)")
+    max_batch_tokens: int = Field(16384, gt=0, description="token budget of one inference batch (padded tokens)")
+    max_batch_size: int = Field(64, gt=0, description="most inputs in one inference batch")
+    max_client_batch_size: int = Field(512, gt=0, description="most inputs in one request (more: 413)")
+    max_queue_size: int = Field(1024, gt=0, description="most requests admitted and not yet answered, per model (more: 429)")
+    max_payload_bytes: int = Field(2 * 1024 * 1024, gt=0, description="largest request body in bytes (more: 413)")
+    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads (0 = ORT default)")
+    inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads (0 = ORT default)")
+    providers: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["auto"],
+        description="ORT execution providers in order; 'auto' = CUDA when it works, else CPU",
+    )
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, repr=False, description="accepted 'Authorization: Bearer' keys; empty = no auth"
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log level")
+
+    @field_validator("providers", "api_keys", mode="before")
+    @classmethod
+    def _csv(cls, v: object) -> object:
+        return _split_csv(v)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    def limits(self) -> dict[str, int]:
+        """The request/batching limits, as reported by ``GET /info``."""
+        return {
+            "max_batch_tokens": self.max_batch_tokens,
+            "max_batch_size": self.max_batch_size,
+            "max_client_batch_size": self.max_client_batch_size,
+            "max_queue_size": self.max_queue_size,
+            "max_payload_bytes": self.max_payload_bytes,
+        }
