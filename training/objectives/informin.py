@@ -1,0 +1,130 @@
+"""InforMin-CL (paper 001): contrast + reconstruction, optional MLM auxiliary.
+
+Paper 001, Eq. 8: ``L_R = E[‖z1 − z2‖²]`` between the two positive views
+(written there as the log-likelihood ``−‖z1 − z2‖²`` of a Gaussian
+reconstruction ``Q(z1|z2)``; minimising the squared distance maximises it).
+Eq. 9: ``L = L_C + λ·L_R``, λ = 0.4 by default (paper 001, Table 3); §4.1:
+optionally ``+ β·L_MLM`` (β = 0.1 in the paper's "w/ MLM" rows).
+
+Here ``z`` are the views' sentence embeddings **L2-normalised** (the issue's
+choice: ``‖ẑ1 − ẑ2‖² = 2 − 2 cos`` lies in ``[0, 4]``, on the same scale as the
+cosine InfoNCE it is added to). ``L_C`` is the contrastive term of the run
+(SimCSE's InfoNCE, engineer B's objective); this module supplies ``L_R`` and
+``L_MLM``.
+
+The MLM head (the default encoder has none) is train-only: a BERT prediction
+transform (dense + GELU + LayerNorm) and an output layer **tied** to the
+encoder's word-embedding matrix plus a free bias. It is never exported.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["informin_reconstruction", "TiedMLMHead", "mask_tokens", "mlm_loss"]
+
+
+def informin_reconstruction(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+    """``L_R = mean_i ‖ẑ1_i − ẑ2_i‖²`` with ``ẑ = z / ‖z‖`` (paper 001, Eq. 8, sign flipped to a loss).
+
+    Args:
+        z1, z2: ``(N, D)`` embeddings of the two views of the same N sentences.
+    Returns:
+        scalar tensor in ``[0, 4]`` (squared Euclidean distance on the unit sphere).
+    Raises:
+        ValueError: shapes differ or are not 2-D.
+    """
+    if z1.dim() != 2 or z1.shape != z2.shape:
+        raise ValueError(f"expected two (N, D) tensors of equal shape, got {tuple(z1.shape)}, {tuple(z2.shape)}")
+    return (F.normalize(z1, dim=-1) - F.normalize(z2, dim=-1)).pow(2).sum(-1).mean()
+
+
+class TiedMLMHead(nn.Module):
+    """Train-only masked-LM head whose output layer is tied to the word embeddings.
+
+    ``logits = LN(GELU(W t + b)) @ E^T + c``: token states ``(N, T, H)`` →
+    logits ``(N, T, V)``, where ``E`` ``(V, H)`` is the encoder's input
+    embedding matrix (shared, not copied: gradients of the output layer reach
+    it) and ``c`` ``(V,)`` a free bias.
+
+    Args:
+        word_embeddings: the encoder's ``nn.Embedding`` ``(V, H)``.
+        layer_norm_eps: LayerNorm epsilon (BERT: 1e-12).
+    """
+
+    def __init__(self, word_embeddings: nn.Embedding, layer_norm_eps: float = 1e-12) -> None:
+        super().__init__()
+        v, h = word_embeddings.weight.shape
+        self.dense = nn.Linear(h, h)
+        self.norm = nn.LayerNorm(h, eps=layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(v))
+        # a plain attribute (not a registered submodule): the embedding belongs to the encoder,
+        # so the head's state_dict never duplicates it, and nothing here is exported.
+        object.__setattr__(self, "_tied", word_embeddings)
+
+    @property
+    def tied_weight(self) -> torch.Tensor:
+        """The shared ``(V, H)`` word-embedding matrix."""
+        return self._tied.weight
+
+    def forward(self, token_states: torch.Tensor) -> torch.Tensor:
+        """``(N, T, H)`` → ``(N, T, V)`` logits (or ``(M, H)`` → ``(M, V)``)."""
+        x = self.norm(F.gelu(self.dense(token_states)))
+        return x @ self.tied_weight.T + self.bias
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    special_ids: set[int] | frozenset[int] = frozenset(),
+    prob: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking (Devlin et al. 2019): choose ``prob`` of real, non-special tokens;
+    of those 80% → ``[MASK]``, 10% → random token, 10% unchanged.
+
+    Args:
+        input_ids, attention_mask: ``(N, T)`` int64.
+    Returns:
+        ``(masked_ids, labels)``, both ``(N, T)`` int64; ``labels`` is ``-100``
+        where no prediction is asked. At least one token per batch is chosen
+        (the first eligible one) so the loss is always defined.
+    """
+    ids = input_ids.clone()
+    eligible = attention_mask.bool()
+    for s in special_ids:
+        eligible &= input_ids != s
+    u = torch.rand(ids.shape, generator=generator, device="cpu").to(ids.device)
+    chosen = eligible & (u < prob)
+    if not chosen.any() and eligible.any():
+        first = eligible.flatten().nonzero()[0, 0]
+        chosen.view(-1)[first] = True
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    r = torch.rand(ids.shape, generator=generator, device="cpu").to(ids.device)
+    ids[chosen & (r < 0.8)] = mask_token_id
+    rand_pos = chosen & (r >= 0.8) & (r < 0.9)
+    rnd = torch.randint(vocab_size, ids.shape, generator=generator, device="cpu").to(ids.device)
+    ids[rand_pos] = rnd[rand_pos]
+    return ids, labels
+
+
+def mlm_loss(head: TiedMLMHead, token_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats per masked token) of ``head(token_states)`` against ``labels`` (``-100`` ignored).
+
+    Only the masked positions go through the ``(·, V)`` output layer.
+
+    Args:
+        token_states: ``(N, T, H)`` last hidden states of the masked input.
+        labels: ``(N, T)`` int64.
+    Raises:
+        ValueError: no position is labelled.
+    """
+    sel = labels != -100
+    if not sel.any():
+        raise ValueError("no masked positions to predict")
+    return F.cross_entropy(head(token_states[sel]), labels[sel])

@@ -1,0 +1,161 @@
+"""MSSE (paper 004 §3.2–3.3): dimension-level contrast (DCM) and information compensation (ICM).
+
+Paper 004, Eq. 10: ``L = L_NCE + μ·L_DCM + γ·L_ICM`` (μ = 0.8, γ = 0.2 in its
+Appendix; ``L_NCE`` is the run's InfoNCE, engineer B's SimCSE objective).
+
+**DCM** (Eqs. 2–4). ``H, H⁺ ∈ R^{N×D}`` are the two views' batch embeddings.
+Each column is normalised over the batch (centred, then scaled to unit norm,
+i.e. the column's z-score up to a constant), and ``C_ij`` is the cosine of
+column ``i`` of ``H`` and column ``j`` of ``H⁺`` (Eq. 3): the ``D×D``
+cross-correlation matrix. ``L_DCM = Σ_{i,j} (C_ij − δ_ij)²`` (Eq. 4), a plain
+sum over ``D²`` entries as written (it is large: with ``N < D`` the
+off-diagonal cannot vanish; μ scales it).
+
+**ICM** (Eqs. 8–9). A train-only decoder ``q(s|h)`` reconstructs the input
+tokens from the sentence embedding ``h`` alone: ``L_ICM = −Σ_i Σ_j log P(x_j | h_i)``
+(we average over real tokens instead of summing, so γ does not depend on
+batch size or sentence length). The decoder is non-autoregressive: for each
+position ``j``, ``u_j = LN(GELU(W h + p_j))`` with learned position vectors
+``p_j``, and the vocabulary logits come from an output layer **tied** to the
+encoder's word embeddings (``u_j E^T + c``), since the default encoder has no
+MLM head. Gradients reach the encoder through ``h`` and through ``E``.
+
+Positives: dropout (the second view of the same sentence) or a user pairs
+file (:func:`read_pairs`, e.g. back-translations as in paper 004 §3.1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["dcm_loss", "cross_correlation", "ICMDecoder", "icm_loss", "read_pairs"]
+
+
+def cross_correlation(h: torch.Tensor, h_pos: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``C`` of paper 004, Eq. 3: ``(D, D)`` cosines between batch-normalised columns of ``h`` and ``h_pos``.
+
+    Args:
+        h, h_pos: ``(N, D)``, N ≥ 2.
+    Returns:
+        ``(D, D)`` with entries in ``[−1, 1]`` (Pearson correlation over the batch).
+    Raises:
+        ValueError: shapes differ or N < 2.
+    """
+    if h.shape != h_pos.shape or h.dim() != 2:
+        raise ValueError(f"expected two (N, D) tensors of equal shape, got {tuple(h.shape)}, {tuple(h_pos.shape)}")
+    if h.shape[0] < 2:
+        raise ValueError("DCM needs a batch of at least 2")
+    a = h - h.mean(0, keepdim=True)
+    b = h_pos - h_pos.mean(0, keepdim=True)
+    a = a / a.norm(dim=0, keepdim=True).clamp_min(eps)
+    b = b / b.norm(dim=0, keepdim=True).clamp_min(eps)
+    return a.T @ b
+
+
+def dcm_loss(h: torch.Tensor, h_pos: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+    """``L_DCM = Σ_{i,j} (C_ij − δ_ij)²`` (paper 004, Eq. 4).
+
+    Args:
+        h, h_pos: ``(N, D)`` view embeddings.
+        reduction: ``"sum"`` (paper) or ``"mean"`` (divided by ``D²``).
+    Returns:
+        scalar, ``≥ 0`` (``sum``: at most ``4 D²``).
+    """
+    c = cross_correlation(h, h_pos)
+    eye = torch.eye(c.shape[0], device=c.device, dtype=c.dtype)
+    s = (c - eye).pow(2)
+    if reduction == "sum":
+        return s.sum()
+    if reduction == "mean":
+        return s.mean()
+    raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+
+
+class ICMDecoder(nn.Module):
+    """Train-only decoder ``q(s|h)`` of paper 004 §3.3: sentence embedding → token logits.
+
+    ``(N, D)`` embeddings and a length ``T`` → ``(N, T, V)`` logits, through an
+    output layer tied to ``word_embeddings`` (shared, not copied) plus a bias.
+
+    Args:
+        word_embeddings: the encoder's ``nn.Embedding`` ``(V, H)``.
+        dim: sentence-embedding size D.
+        max_len: longest sequence the position vectors cover.
+    """
+
+    def __init__(self, word_embeddings: nn.Embedding, dim: int, max_len: int = 512, layer_norm_eps: float = 1e-12) -> None:
+        super().__init__()
+        v, hdim = word_embeddings.weight.shape
+        self.proj = nn.Linear(dim, hdim)
+        self.pos = nn.Parameter(torch.randn(max_len, hdim) * 0.02)
+        self.norm = nn.LayerNorm(hdim, eps=layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(v))
+        object.__setattr__(self, "_tied", word_embeddings)  # not a submodule: belongs to the encoder
+
+    @property
+    def tied_weight(self) -> torch.Tensor:
+        """The shared ``(V, H)`` word-embedding matrix."""
+        return self._tied.weight
+
+    def hidden(self, h: torch.Tensor, length: int) -> torch.Tensor:
+        """Per-position decoder states ``(N, T, H)`` from embeddings ``(N, D)``.
+
+        Raises:
+            ValueError: ``length`` exceeds ``max_len``.
+        """
+        if length > self.pos.shape[0]:
+            raise ValueError(f"length {length} > max_len {self.pos.shape[0]}")
+        return self.norm(F.gelu(self.proj(h)[:, None, :] + self.pos[None, :length]))
+
+    def forward(self, h: torch.Tensor, length: int) -> torch.Tensor:
+        """``(N, D)`` → ``(N, T, V)`` logits."""
+        return self.hidden(h, length) @ self.tied_weight.T + self.bias
+
+
+def icm_loss(decoder: ICMDecoder, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+             special_ids: set[int] | frozenset[int] = frozenset()) -> torch.Tensor:
+    """``L_ICM``: mean cross-entropy (nats per token) of reconstructing ``input_ids`` from ``h`` (paper 004, Eq. 9).
+
+    Positions with ``attention_mask == 0`` and tokens in ``special_ids``
+    (e.g. ``[CLS]``, ``[SEP]``) are not predicted. Only the predicted
+    positions go through the ``(·, V)`` output layer.
+
+    Args:
+        h: ``(N, D)`` sentence embeddings (gradient flows back to the encoder).
+        input_ids, attention_mask: ``(N, T)``.
+    Raises:
+        ValueError: no position to predict.
+    """
+    sel = attention_mask.bool()
+    for s in special_ids:
+        sel &= input_ids != s
+    if not sel.any():
+        raise ValueError("no token to reconstruct")
+    states = decoder.hidden(h, input_ids.shape[1])[sel]  # (M, H)
+    logits = states @ decoder.tied_weight.T + decoder.bias
+    return F.cross_entropy(logits, input_ids[sel])
+
+
+def read_pairs(path: str | Path) -> tuple[list[str], list[str]]:
+    """A positives file: one ``sentence<TAB>positive`` per line (e.g. a back-translation).
+
+    Blank lines are skipped.
+
+    Raises:
+        ValueError: a non-blank line without exactly one tab-separated positive (message gives the line number).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    a, b = [], []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            raise ValueError(f"{path}:{n}: expected 'sentence<TAB>positive'")
+        a.append(parts[0].strip())
+        b.append(parts[1].strip())
+    return a, b
