@@ -2,7 +2,7 @@
 
 Artifacts are cached in ``$EMBED_TEST_MODELS_DIR`` (default: the repository's
 ``models/``), so a developer's second run does not re-export. Real data comes
-from ``$EMBED_DATA_DIR`` or ``../shared/data``.
+from ``$SHARED_DATA_DIR`` or ``../shared/data``.
 """
 
 from __future__ import annotations

@@ -128,11 +128,34 @@ class PooledEncoder(_torch().nn.Module):
         return (h * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
 
 
+FALLBACK_SENTENCES = CANARY_SENTENCES + [
+    "Two dogs are running through a field of tall grass.",
+    "The committee postponed its decision until next week.",
+    "She poured the milk into a large glass bowl.",
+    "What is the capital city of Australia?",
+    "Heavy rain caused flooding in several coastal towns overnight.",
+    "He is not sure whether the train leaves at seven or at eight.",
+    "A woman is slicing an onion.",
+    "The results suggest that the treatment reduces symptoms in most patients.",
+    "I loved this film, although the ending felt rushed.",
+    "Researchers measured the temperature of the lake every hour for a month.",
+    "Ok.",
+    "The quick brown fox jumps over the lazy dog while the farmer watches from the porch of the old house.",
+]
+
+
 def parity_sentences(n: int = 256) -> tuple[list[str], str]:
-    """``n`` real sentences (STS-B dev, first unique ones) for the parity check, and their source."""
+    """``n`` real sentences (STS-B dev, first unique ones) for the parity check, and their source.
+
+    Falls back to a fixed list of 16 sentences when the shared data is absent
+    (e.g. inside a Docker build); the manifest's ``parity.source`` says which.
+    """
     from training.data.sts import load_task
 
-    pairs = load_task("STSBenchmark-dev")
+    try:
+        pairs = load_task("STSBenchmark-dev")
+    except (FileNotFoundError, OSError):
+        return list(FALLBACK_SENTENCES), "built-in sentences (shared data not found)"
     uniq = list(dict.fromkeys(pairs.sent1 + pairs.sent2))
     return uniq[:n], f"STS-B dev, first {min(n, len(uniq))} unique sentences"
 

@@ -1,6 +1,6 @@
 """STS benchmark loaders in SentEval's "all" setting (torch-free).
 
-Data root: ``$EMBED_DATA_DIR`` if set, else ``../shared/data`` relative to the
+Data root: ``$SHARED_DATA_DIR`` if set, else ``../shared/data`` relative to the
 repository root (see ``../shared/data/README.md`` for formats).
 
 Pair counts: STS12 3108, STS13 1500, STS14 3750, STS15 3000, STS16 1186,
@@ -43,14 +43,14 @@ class STSPairs:
 
 
 def data_dir() -> Path:
-    """The shared data root: ``$EMBED_DATA_DIR`` or ``<repo>/../shared/data``.
+    """The shared data root: ``$SHARED_DATA_DIR`` or ``<repo>/../shared/data``.
 
     Raises:
         FileNotFoundError: the directory does not exist.
     """
-    d = Path(os.environ.get("EMBED_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+    d = Path(os.environ.get("SHARED_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
     if not d.is_dir():
-        raise FileNotFoundError(f"data directory {d} not found; set EMBED_DATA_DIR")
+        raise FileNotFoundError(f"data directory {d} not found; set SHARED_DATA_DIR")
     return d
 
 
