@@ -1,0 +1,51 @@
+"""Persistent nearest-neighbour collections (issue 3): SQLite is the truth, FAISS is derived.
+
+Layers, bottom up:
+
+* :mod:`.filters`: the payload filter grammar (``{"key": value}``, ``{"key": {"$in": [...]}}``).
+* :mod:`.store`: one SQLite file per collection (ids, texts, payloads, vectors, sequence numbers).
+* :mod:`.index`: FAISS flat / HNSW / IVF-PQ with deletion, filtered search, atomic snapshots.
+* :mod:`.collection`: a store plus its index, with the locking that keeps searches consistent.
+* :mod:`.manager`: every collection under ``<data_dir>/collections/`` and background upkeep.
+* :mod:`.api`: the HTTP routes (Qdrant's names).
+
+The service calls :func:`setup_collections` in its lifespan, then ``await manager.start()``
+and, at shutdown, ``await manager.close()``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .collection import Collection, Hit
+from .filters import FilterError, parse_filter
+from .index import IndexSpec, VectorIndex
+from .manager import CollectionManager, CollectionSettings
+
+__all__ = [
+    "Collection",
+    "CollectionManager",
+    "CollectionSettings",
+    "FilterError",
+    "Hit",
+    "IndexSpec",
+    "VectorIndex",
+    "parse_filter",
+    "setup_collections",
+]
+
+
+def setup_collections(app: Any, settings: Any) -> CollectionManager:
+    """Mount the collection routes on ``app`` and return the (not yet started) manager.
+
+    Collections live in ``<settings.data_dir>/collections/``; tuning comes from
+    ``EMBED_COLLECTIONS_*`` (:class:`CollectionSettings`). The manager is stored on
+    ``app.state.collections``.
+    """
+    from .api import router
+
+    manager = CollectionManager(Path(settings.data_dir) / "collections", CollectionSettings(), app=app)
+    app.include_router(router)
+    app.state.collections = manager
+    return manager

@@ -1,0 +1,178 @@
+"""The collections manager: every collection under ``<data_dir>/collections/``, plus background upkeep.
+
+Blocking work (SQLite, FAISS, files) runs on a dedicated thread pool, never on the
+event loop. A background task trains/rebuilds indexes when due and writes FAISS
+snapshots (after ``snapshot_every`` writes, or ``snapshot_interval_s`` after the
+first unsnapshotted write); :meth:`CollectionManager.close` snapshots what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import re
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ..errors import APIError
+from .collection import Collection, CollectionClosed
+from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
+from .index import fsync_dir
+
+log = logging.getLogger("service.collections")
+T = TypeVar("T")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+class CollectionSettings(BaseSettings):
+    """Collection tuning, from ``EMBED_COLLECTIONS_*`` environment variables (the data dir comes from the service settings)."""
+
+    model_config = SettingsConfigDict(env_prefix="EMBED_COLLECTIONS_", extra="ignore")
+
+    snapshot_every: int = Field(200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written")
+    snapshot_interval_s: float = Field(60.0, gt=0, description="seconds after which pending writes are snapshotted anyway")
+    maintenance_interval_s: float = Field(0.5, gt=0, description="how often the background task checks for due work")
+    exact_filter_threshold: int = Field(20000, ge=0, description="filters matching at most this many points are searched by brute force")
+    max_points_per_request: int = Field(1024, ge=1, description="most points in one upsert (more: 413)")
+    max_top_k: int = Field(1000, ge=1, description="largest top_k of a search")
+    max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
+    worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
+    embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
+
+
+class CollectionManager:
+    """Owns the open collections.
+
+    Args:
+        root: the collections directory (``<data_dir>/collections``).
+        settings: :class:`CollectionSettings`.
+        app: the FastAPI app (for ``app.state.embedder``), or None outside the service.
+    """
+
+    def __init__(self, root: Path, settings: CollectionSettings | None = None, app: Any = None) -> None:
+        self.root = Path(root)
+        self.settings = settings or CollectionSettings()
+        self.app = app
+        self.collections: dict[str, Collection] = {}
+        self._lock = asyncio.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=self.settings.worker_threads, thread_name_prefix="collections")
+        self._task: asyncio.Task | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run blocking ``fn(*args, **kw)`` on the collections thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+
+    # --- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open every collection in ``root`` (loading snapshots and replaying writes) and start upkeep."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for p in sorted(self.root.iterdir()):
+            if p.name.startswith("."):  # unfinished create or delete
+                await self.run(shutil.rmtree, p, True)
+                continue
+            if p.is_dir() and NAME_RE.match(p.name):
+                self.collections[p.name] = await self.run(self._open, p)
+        log.info("collections: %d open under %s", len(self.collections), self.root)
+        self._task = asyncio.create_task(self._upkeep(), name="collections-upkeep")
+
+    def _open(self, path: Path) -> Collection:
+        return Collection.open(path, exact_filter_threshold=self.settings.exact_filter_threshold)
+
+    async def close(self) -> None:
+        """Stop upkeep, snapshot collections with unsnapshotted writes, close them all."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        for c in list(self.collections.values()):
+            try:
+                await self.run(c.snapshot)
+            except Exception:
+                log.exception("collection %s: final snapshot failed (SQLite still has every write)", c.name)
+            await self.run(c.close)
+        self.collections.clear()
+        self._pool.shutdown(wait=True)
+
+    async def _upkeep(self) -> None:
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.maintenance_interval_s)
+            for c in list(self.collections.values()):
+                try:
+                    if c.needs_maintenance():
+                        await self.run(c.maintain)
+                    n = c.changes_since_snapshot()
+                    if n >= s.snapshot_every or (n > 0 and c.seconds_since_snapshot() >= s.snapshot_interval_s):
+                        await self.run(c.snapshot)
+                except CollectionClosed:
+                    pass
+                except Exception:
+                    log.exception("collection %s: background upkeep failed", c.name)
+
+    # --- registry ---------------------------------------------------------------------------------------------------
+    def get(self, name: str) -> Collection:
+        """The open collection ``name``.
+
+        Raises:
+            APIError: 404 ``collection_not_found``.
+        """
+        c = self.collections.get(name)
+        if c is None:
+            raise APIError(404, f"collection {name!r} not found", param="name", code="collection_not_found")
+        return c
+
+    async def create(self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int) -> Collection:
+        """Create collection ``name`` for vectors of ``dimension`` embedded by ``model`` ({name, version, sha256}).
+
+        Raises:
+            APIError: 422 bad name/params/metric; 409 ``collection_exists``.
+        """
+        if not NAME_RE.match(name):
+            raise APIError(422, f"collection name {name!r} must match {NAME_RE.pattern}", param="name", code="invalid_value")
+        try:
+            faiss_metric(metric)
+            spec = IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
+        except IndexConfigError as e:
+            raise APIError(422, str(e), param="params", code="invalid_value") from e
+        async with self._lock:
+            if name in self.collections:
+                raise APIError(409, f"collection {name!r} already exists", param="name", code="collection_exists")
+            try:
+                c = await self.run(Collection.create, self.root / name, spec, model,
+                                   exact_filter_threshold=self.settings.exact_filter_threshold)
+            except FileExistsError as e:
+                raise APIError(409, f"collection {name!r} already exists", param="name", code="collection_exists") from e
+            self.collections[name] = c
+            return c
+
+    async def delete(self, name: str) -> None:
+        """Delete collection ``name`` and its files (waits for running operations on it).
+
+        Raises:
+            APIError: 404 ``collection_not_found``.
+        """
+        async with self._lock:
+            c = self.get(name)
+            del self.collections[name]
+        await self.run(c.close)
+
+        def _remove() -> None:
+            trash = c.path.with_name(f".deleted-{name}-{time.monotonic_ns()}")
+            os.rename(c.path, trash)
+            fsync_dir(c.path.parent)
+            shutil.rmtree(trash, ignore_errors=True)
+
+        await self.run(_remove)

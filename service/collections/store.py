@@ -1,0 +1,298 @@
+"""SQLite storage of one collection: the source of truth.
+
+One file, ``<collection dir>/points.sqlite3``, in WAL mode with ``synchronous=FULL``
+(a commit returns only after the WAL is fsynced, so an acknowledged write survives
+a crash or power loss). Tables:
+
+* ``meta(key, value)``: JSON values — ``config`` (index kind, params, metric),
+  ``model`` (name, version, sha256 of the artifact that embedded the vectors),
+  ``dimension``, ``seq`` (last write's sequence number), ``next_iid``, ``created_at``.
+* ``points(iid, key, text, payload, vector, seq)``: one row per live point. ``key``
+  is the point id as JSON text (``123`` and ``"123"`` are different ids); ``iid`` is
+  the int64 internal id used by FAISS, fresh for every upsert and never reused;
+  ``vector`` is float32 bytes; ``seq`` the write that stored the row.
+* ``removed(iid, seq)``: internal ids deleted or replaced by write ``seq``; replayed
+  over a FAISS snapshot at start and pruned once a durable snapshot covers them.
+
+Every write (an upsert batch or a deletion) takes the next sequence number.
+Texts are kept so a collection can be re-embedded with another model.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .filters import Condition, to_sql
+
+DB_FILE = "points.sqlite3"
+FORMAT = 1
+_CHUNK = 900  # SQL host parameters per IN (...) list
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS points (
+    iid INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS points_seq ON points(seq);
+CREATE TABLE IF NOT EXISTS removed (iid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS removed_seq ON removed(seq);
+"""
+
+
+def encode_id(point_id: int | str) -> str:
+    """The stored key of a point id: its JSON text (``7`` -> ``'7'``, ``"a"`` -> ``'"a"'``)."""
+    return json.dumps(point_id, ensure_ascii=False)
+
+
+def decode_id(key: str) -> int | str:
+    """Inverse of :func:`encode_id`."""
+    return json.loads(key)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=60000")
+    return conn
+
+
+def _chunks(seq: list[Any], n: int = _CHUNK) -> Iterator[list[Any]]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+class Store:
+    """The SQLite file of one collection.
+
+    One writer connection (callers serialise writes) and one reader connection per
+    thread; WAL lets readers run while a write commits.
+
+    Args:
+        path: the collection directory.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.db_path = self.path / DB_FILE
+        self._w = _connect(self.db_path)
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def create(cls, path: Path, meta: dict[str, Any]) -> "Store":
+        """Create the schema in ``path`` (an existing directory) with ``meta`` and seq 0."""
+        store = cls(path)
+        store._w.executescript(_SCHEMA)
+        values = {"format": FORMAT, "seq": 0, "next_iid": 1, "created_at": time.time(), **meta}
+        store._w.execute("BEGIN IMMEDIATE")
+        store._w.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()])
+        store._w.execute("COMMIT")
+        return store
+
+    # --- connections -----------------------------------------------------------------------------
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.db_path)
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """Close every connection (checkpointing the WAL)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._readers_lock:
+            for c in self._readers:
+                try:
+                    c.close()
+                except sqlite3.Error:
+                    pass
+            self._readers.clear()
+        try:
+            self._w.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+        self._w.close()
+
+    # --- meta -----------------------------------------------------------------------------------------
+    def meta(self) -> dict[str, Any]:
+        """All meta values, decoded."""
+        return {k: json.loads(v) for k, v in self._w.execute("SELECT key, value FROM meta")}
+
+    def set_meta(self, **values: Any) -> None:
+        """Set meta values in one durable transaction."""
+        self._w.execute("BEGIN IMMEDIATE")
+        try:
+            self._w.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(k, json.dumps(v)) for k, v in values.items()],
+            )
+            self._w.execute("COMMIT")
+        except BaseException:
+            self._w.execute("ROLLBACK")
+            raise
+
+    # --- writes (caller serialises) -----------------------------------------------------------------
+    def upsert(self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+        """Store points (replacing existing keys) as one durable write.
+
+        Args:
+            keys: encoded point ids (unique within the call).
+            texts: the texts.
+            payloads: JSON object texts.
+            vectors: float32 ``(n, d)``.
+
+        Returns:
+            ``(seq, new_iids, removed_iids)``: the write's sequence number, the internal
+            ids of the stored rows (in input order) and those of the replaced rows.
+        """
+        n = len(keys)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        w = self._w
+        w.execute("BEGIN IMMEDIATE")
+        try:
+            seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
+            next_iid = json.loads(w.execute("SELECT value FROM meta WHERE key='next_iid'").fetchone()[0])
+            old: list[int] = []
+            for part in _chunks(keys):
+                q = f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})"
+                old.extend(r[0] for r in w.execute(q, part))
+            if old:
+                w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
+                for part in _chunks(old):
+                    w.execute(f"DELETE FROM points WHERE iid IN ({','.join('?' * len(part))})", part)
+            iids = np.arange(next_iid, next_iid + n, dtype=np.int64)
+            w.executemany(
+                "INSERT INTO points(iid, key, text, payload, vector, seq) VALUES (?, ?, ?, ?, ?, ?)",
+                [(int(iids[i]), keys[i], texts[i], payloads[i], vectors[i].tobytes(), seq) for i in range(n)],
+            )
+            w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
+            w.execute("UPDATE meta SET value=? WHERE key='next_iid'", (json.dumps(next_iid + n),))
+            w.execute("COMMIT")
+        except BaseException:
+            w.execute("ROLLBACK")
+            raise
+        return seq, iids, np.asarray(old, dtype=np.int64)
+
+    def delete(self, keys: list[str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, np.ndarray]:
+        """Delete points by encoded ``keys`` or by filter ``conditions`` as one durable write.
+
+        Returns:
+            ``(seq, removed_iids)``; seq is the write's sequence number (a write that
+            matched nothing still takes one).
+        """
+        w = self._w
+        w.execute("BEGIN IMMEDIATE")
+        try:
+            seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
+            old: list[int] = []
+            if keys is not None:
+                for part in _chunks(keys):
+                    old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})", part))
+            if conditions:
+                sql, params = to_sql(conditions)
+                old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE {sql}", params))
+            old = sorted(set(old))
+            if old:
+                w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
+                for part in _chunks(old):
+                    w.execute(f"DELETE FROM points WHERE iid IN ({','.join('?' * len(part))})", part)
+            w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
+            w.execute("COMMIT")
+        except BaseException:
+            w.execute("ROLLBACK")
+            raise
+        return seq, np.asarray(old, dtype=np.int64)
+
+    def prune_removed(self, upto_seq: int) -> None:
+        """Forget removals covered by a durable snapshot of ``upto_seq``."""
+        self._w.execute("DELETE FROM removed WHERE seq <= ?", (upto_seq,))
+
+    # --- reads -----------------------------------------------------------------------------------------
+    def count(self, conn: sqlite3.Connection | None = None) -> int:
+        """Live points."""
+        return (conn or self.reader()).execute("SELECT COUNT(*) FROM points").fetchone()[0]
+
+    def seq(self) -> int:
+        """The last write's sequence number."""
+        return json.loads(self.reader().execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0])
+
+    def iter_vectors(self, dimension: int, after_seq: int = 0, chunk: int = 20000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of rows with ``seq > after_seq``."""
+        conn = self.reader()
+        last = 0
+        while True:
+            rows = conn.execute(
+                "SELECT iid, vector FROM points WHERE seq > ? AND iid > ? ORDER BY iid LIMIT ?", (after_seq, last, chunk)
+            ).fetchall()
+            if not rows:
+                return
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dimension)
+            yield ids, vecs
+            last = int(ids[-1])
+
+    def sample_vectors(self, dimension: int, n: int) -> np.ndarray:
+        """Up to ``n`` stored vectors drawn at random, float32 ``(<=n, d)`` (for IVF-PQ training)."""
+        rows = self.reader().execute("SELECT vector FROM points ORDER BY random() LIMIT ?", (n,)).fetchall()
+        return np.frombuffer(b"".join(r[0] for r in rows), dtype=np.float32).reshape(len(rows), dimension)
+
+    def removed_after(self, seq: int) -> np.ndarray:
+        """Internal ids removed by writes after ``seq``, int64."""
+        rows = self.reader().execute("SELECT iid FROM removed WHERE seq > ?", (seq,)).fetchall()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def matching_iids(self, conditions: list[Condition], limit: int | None = None) -> np.ndarray:
+        """Internal ids of points whose payload satisfies ``conditions`` (at most ``limit``), int64."""
+        sql, params = to_sql(conditions)
+        q = f"SELECT iid FROM points WHERE {sql}"
+        if limit is not None:
+            q += f" LIMIT {int(limit)}"
+        rows = self.reader().execute(q, params).fetchall()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def vectors_for(self, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(iids, vectors)`` of the live rows among ``iids`` (order not kept)."""
+        conn = self.reader()
+        out_ids: list[int] = []
+        blobs: list[bytes] = []
+        for part in _chunks([int(i) for i in iids]):
+            for iid, vec in conn.execute(f"SELECT iid, vector FROM points WHERE iid IN ({','.join('?' * len(part))})", part):
+                out_ids.append(iid)
+                blobs.append(vec)
+        return np.asarray(out_ids, dtype=np.int64), np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(out_ids), dimension)
+
+    def rows_for(self, iids: list[int]) -> dict[int, tuple[str, str, str]]:
+        """``{iid: (key, text, payload_json)}`` for the live rows among ``iids``."""
+        conn = self.reader()
+        out: dict[int, tuple[str, str, str]] = {}
+        for part in _chunks(iids):
+            for iid, key, text, payload in conn.execute(
+                f"SELECT iid, key, text, payload FROM points WHERE iid IN ({','.join('?' * len(part))})", part
+            ):
+                out[iid] = (key, text, payload)
+        return out
+
+    def get(self, key: str) -> tuple[int, str, str, bytes] | None:
+        """``(iid, text, payload_json, vector_bytes)`` of the point with encoded ``key``, or None."""
+        return self.reader().execute("SELECT iid, text, payload, vector FROM points WHERE key=?", (key,)).fetchone()
