@@ -128,3 +128,70 @@ def mlm_loss(head: TiedMLMHead, token_states: torch.Tensor, labels: torch.Tensor
     if not sel.any():
         raise ValueError("no masked positions to predict")
     return F.cross_entropy(head(token_states[sel]), labels[sel])
+
+
+# ---------------------------------------------------------------- trainer integration
+from training.objectives import register  # noqa: E402
+from training.objectives.base import Objective, ObjectiveBatch, ObjectiveContext  # noqa: E402
+
+
+@register("informin")
+class InforMinCL(Objective):
+    """InforMin-CL's extra terms (paper 001, Eq. 9 and §4.1): ``{"rec": λ·L_R, "mlm": β·L_MLM}``.
+
+    Combine with the contrastive term ``L_C`` in the config::
+
+        losses:
+          simcse:   {type: simcse, weight: 1.0}
+          informin: {type: informin, weight: 1.0, params: {lam: 0.4, beta: 0.0}}
+
+    ``L_R`` is computed on ``batch.anchor`` / ``batch.positive`` (the two
+    views, 3R-transformed when 3R is on). With ``beta > 0`` a masked copy of
+    the anchor sentences (``mlm_prob`` of the real tokens, BERT's 80/10/10
+    rule) is encoded once more **with gradient** inside the objective and a
+    train-only :class:`TiedMLMHead` predicts the masked tokens. That extra
+    forward is not gradient-cached: its gradient reaches the encoder directly
+    when the trainer back-propagates the total loss (correct with or without
+    ``grad_cache_chunk``, but it holds one full-batch activation graph).
+
+    Params: ``lam`` (λ ≥ 0, default 0.4), ``beta`` (β ≥ 0, default 0: no MLM),
+    ``mlm_prob`` (default 0.15).
+
+    Raises:
+        ValueError: negative λ/β, or ``beta > 0`` without an encoder in the context.
+    """
+
+    def __init__(self, ctx: ObjectiveContext, lam: float = 0.4, beta: float = 0.0, mlm_prob: float = 0.15,
+                 seed: int = 0):
+        super().__init__(ctx)
+        if lam < 0 or beta < 0:
+            raise ValueError(f"lam and beta must be >= 0, got {lam}, {beta}")
+        self.lam, self.beta, self.mlm_prob = float(lam), float(beta), float(mlm_prob)
+        self.mlm_head: TiedMLMHead | None = None
+        if self.beta > 0:
+            if ctx.encoder is None:
+                raise ValueError("informin with beta > 0 needs ctx.encoder (the MLM head is tied to its word embeddings)")
+            self.mlm_head = TiedMLMHead(ctx.encoder.word_embeddings)
+            self.needs_token_states = False
+            self._gen = torch.Generator().manual_seed(seed)
+
+    def forward(self, batch: ObjectiveBatch) -> dict[str, torch.Tensor]:
+        """``{"rec": λ·mean‖ẑ1 − ẑ2‖²}`` plus ``"mlm": β·CE`` when β > 0.
+
+        Raises:
+            RuntimeError: β > 0 and the batch lacks ``encoder`` / ``input_ids["anchor"]``.
+        """
+        out = {"rec": self.lam * informin_reconstruction(batch.anchor, batch.positive)}
+        if self.mlm_head is not None:
+            enc = batch.encoder
+            if enc is None or "anchor" not in batch.input_ids:
+                raise RuntimeError("informin MLM needs batch.encoder and batch.input_ids['anchor']")
+            tok = enc.tokenizer
+            ids, att = batch.input_ids["anchor"], batch.attention_mask["anchor"]
+            masked, labels = mask_tokens(
+                ids, att, mask_token_id=tok.mask_token_id, vocab_size=self.mlm_head.tied_weight.shape[0],
+                special_ids=set(tok.all_special_ids), prob=self.mlm_prob, generator=self._gen,
+            )
+            states = enc(masked, att, return_token_states=True, use_head=False).token_states
+            out["mlm"] = self.beta * mlm_loss(self.mlm_head, states, labels)
+        return out

@@ -159,3 +159,62 @@ def read_pairs(path: str | Path) -> tuple[list[str], list[str]]:
         a.append(parts[0].strip())
         b.append(parts[1].strip())
     return a, b
+
+
+# ---------------------------------------------------------------- trainer integration
+from training.objectives import register  # noqa: E402
+from training.objectives.base import Objective, ObjectiveBatch, ObjectiveContext  # noqa: E402
+
+
+@register("msse")
+class MSSE(Objective):
+    """MSSE's extra terms (paper 004, Eq. 10): ``{"dcm": μ·L_DCM, "icm": γ·L_ICM}``.
+
+    Combine with the InfoNCE term ``L_NCE`` (SimCSE) in the config::
+
+        losses:
+          simcse: {type: simcse, weight: 1.0}
+          msse:   {type: msse, weight: 1.0, params: {mu: 0.8, gamma: 0.2}}
+
+    DCM uses ``batch.anchor`` / ``batch.positive`` (3R-transformed when 3R
+    is on). ICM reconstructs the anchor view's tokens
+    (``batch.input_ids["anchor"]``, padding and special tokens excluded) from
+    ``batch.anchor`` with a train-only :class:`ICMDecoder` tied to the
+    encoder's word embeddings; the decoder is part of this objective, so it is
+    saved in training checkpoints and never exported.
+
+    Params: ``mu`` (μ ≥ 0, 0.8), ``gamma`` (γ ≥ 0, 0.2), ``dcm_reduction``
+    (``"sum"`` as Eq. 4, or ``"mean"``), ``decoder_max_len`` (512).
+
+    Raises:
+        ValueError: negative weights, or ``gamma > 0`` without ``ctx.encoder``.
+    """
+
+    def __init__(self, ctx: ObjectiveContext, mu: float = 0.8, gamma: float = 0.2, dcm_reduction: str = "sum",
+                 decoder_max_len: int = 512):
+        super().__init__(ctx)
+        if mu < 0 or gamma < 0:
+            raise ValueError(f"mu and gamma must be >= 0, got {mu}, {gamma}")
+        if dcm_reduction not in ("sum", "mean"):
+            raise ValueError(f"dcm_reduction must be 'sum' or 'mean', got {dcm_reduction!r}")
+        self.mu, self.gamma, self.dcm_reduction = float(mu), float(gamma), dcm_reduction
+        self.decoder: ICMDecoder | None = None
+        self._special: frozenset[int] = frozenset({ctx.pad_token_id})
+        if self.gamma > 0:
+            if ctx.encoder is None:
+                raise ValueError("msse with gamma > 0 needs ctx.encoder (the decoder is tied to its word embeddings)")
+            self.decoder = ICMDecoder(ctx.encoder.word_embeddings, ctx.hidden_size, decoder_max_len)
+            tok = getattr(ctx.encoder, "tokenizer", None)
+            if tok is not None:
+                self._special = frozenset(tok.all_special_ids) | self._special
+
+    def forward(self, batch: ObjectiveBatch) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        if self.mu > 0:
+            out["dcm"] = self.mu * dcm_loss(batch.anchor, batch.positive, self.dcm_reduction)
+        if self.decoder is not None:
+            if "anchor" not in batch.input_ids:
+                raise RuntimeError("msse ICM needs batch.input_ids['anchor'] / attention_mask['anchor']")
+            out["icm"] = self.gamma * icm_loss(self.decoder, batch.anchor, batch.input_ids["anchor"],
+                                               batch.attention_mask["anchor"], self._special)
+        return out

@@ -86,3 +86,71 @@ def sscl_infonce(
     logits = torch.cat(cols, dim=1) / temperature
     target = torch.arange(h.shape[0], device=h.device)
     return F.cross_entropy(logits, target)
+
+
+# ---------------------------------------------------------------- trainer integration
+from training.objectives import register  # noqa: E402
+from training.objectives.base import Objective, ObjectiveBatch, ObjectiveContext  # noqa: E402
+
+
+@register("sscl")
+class SSCL(Objective):
+    """SSCL loss term (paper 002 §3.2): InfoNCE whose denominator also holds intermediate-layer negatives.
+
+    It *replaces* SimCSE's InfoNCE (it contains the in-batch negatives), so a
+    run uses it instead of the ``simcse`` term::
+
+        losses:
+          sscl: {type: sscl, weight: 1.0, params: {layer: -2, progressive_k: 0, temperature: 0.05}}
+
+    The intermediate representations come from the anchor view's own forward
+    pass (``batch.layers["anchor"]``: same pooling, same train-only head) and
+    go through this step's 3R transform (``batch.transform``) so they live in
+    the same space as the anchor. Gradient flows through them into the lower
+    layers (they are negatives of the final layer, paper 002 §3.2).
+
+    Params: ``temperature`` (τ, 0.05), ``layer`` (−2 = penultimate),
+    ``progressive_k`` (K > 0: the last K intermediate layers, paper 002 §5.2),
+    ``negatives`` (``"self"`` | ``"batch"``, see :func:`sscl_infonce`),
+    ``use_hard_negative`` (supervised batches: also add ``h_j⁻`` columns).
+
+    Raises:
+        ValueError: τ ≤ 0 or a layer outside the encoder.
+    """
+
+    def __init__(self, ctx: ObjectiveContext, temperature: float = 0.05, layer: int = -2,
+                 progressive_k: int = 0, negatives: str = "self", use_hard_negative: bool = True):
+        super().__init__(ctx)
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.layers = sscl_layers(layer, progressive_k)
+        n = ctx.num_layers
+        for l in self.layers:
+            if not (-(n + 1) <= l <= n) or l in (-1, n):
+                raise ValueError(f"layer {l} is not an intermediate layer of a {n}-layer encoder")
+        self.extra_layers = tuple(self.layers)
+        self.temperature = float(temperature)
+        self.negatives = negatives
+        self.use_hard_negative = use_hard_negative
+        self._n_states = n + 1
+
+    def _layer(self, batch: ObjectiveBatch, l: int) -> torch.Tensor:
+        lay = batch.layers.get("anchor", {})
+        if l in lay:
+            return lay[l]
+        alt = l % self._n_states
+        if alt in lay:
+            return lay[alt]
+        raise KeyError(f"layer {l} missing from batch.layers['anchor'] (have {sorted(lay)})")
+
+    def forward(self, batch: ObjectiveBatch) -> torch.Tensor:
+        negs = [batch.transform(self._layer(batch, l)) for l in self.layers]
+        if self.use_hard_negative and batch.hard_negative is not None:
+            a = F.normalize(batch.anchor, dim=-1)
+            pos = a @ F.normalize(batch.positive, dim=-1).T
+            hard = a @ F.normalize(batch.hard_negative, dim=-1).T
+            extra = [(a * F.normalize(n, dim=-1)).sum(-1, keepdim=True) if self.negatives == "self"
+                     else a @ F.normalize(n, dim=-1).T for n in negs]
+            logits = torch.cat([pos, hard, *extra], 1) / self.temperature
+            return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
+        return sscl_infonce(batch.anchor, batch.positive, negs, self.temperature, self.negatives)
