@@ -262,7 +262,10 @@ class OnnxModel:
         short = ["warm up"] * batch_size
         long = ["warm " * (self.info.max_seq_length * 2)] * 2
         for texts in (short, long):
-            e = self.embed_sync(texts)
+            try:
+                e = self.embed_sync(texts)
+            except Exception as err:
+                raise ModelLoadError(f"{self.path}: warm-up inference failed: {type(err).__name__}: {err}") from err
             if not np.isfinite(e).all():
                 raise ModelLoadError(f"{self.path}: warm-up produced non-finite embeddings")
         self.check_canary()
