@@ -1,0 +1,275 @@
+"""The collections storage/index layer without the service: SQLite truth, FAISS derivation, snapshots, filters, locking."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.collections.collection import Collection
+from service.collections.filters import FilterError, matches, parse_filter
+from service.collections.index import IndexConfigError, IndexSpec, normalize_params
+from service.collections.store import Store
+
+D = 32
+MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    x = rng.standard_normal((n, D)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def make(tmp_path: Path, kind: str, metric: str = "cosine", **params) -> Collection:
+    spec = IndexSpec(kind, metric, normalize_params(kind, params, D), D)
+    return Collection.create(tmp_path / f"{kind}-{metric}", spec, MODEL)
+
+
+def brute(q: np.ndarray, X: np.ndarray, ids: list, k: int) -> list:
+    s = X @ q
+    return [ids[i] for i in np.argsort(-s, kind="stable")[:k]]
+
+
+KINDS = [("flat", {}), ("hnsw", {"M": 16, "ef_search": 128}), ("ivf_pq", {"nlist": 8, "m": 8, "min_train_points": 300})]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [[], "x", {}, {"a": [1, 2]}, {"a": {"x": 1}}, {"a": {"$in": []}}, {"a": {"$in": 3}}, {"a": {"$gt": 1}},
+     {"": 1}, {"$a": 1}, {"a..b": 1}, {"a": {"$in": [1], "$eq": 1}}, {"a": {"$in": [[1]]}}, {"a": float("nan")}],
+)
+def test_malformed_filters_rejected(bad):
+    with pytest.raises(FilterError):
+        parse_filter(bad)
+
+
+def test_filter_sql_agrees_with_python(tmp_path):
+    rng = random.Random(0)
+    values = ["a", "b", 1, 2, 2.0, True, False, None, "1"]
+    payloads = []
+    for _ in range(300):
+        p = {k: rng.choice(values) for k in ("x", "y") if rng.random() < 0.8}
+        if rng.random() < 0.3:
+            p["meta"] = {"lang": rng.choice(["en", "de"])}
+        payloads.append(p)
+    c = make(tmp_path, "flat")
+    X = unit(np.random.default_rng(0), len(payloads))
+    c.upsert(list(range(len(payloads))), ["t"] * len(payloads), payloads, X)
+    filters = [{"x": "a"}, {"x": 1}, {"x": 2}, {"x": True}, {"x": None}, {"x": "1"}, {"x": {"$in": ["a", 1, False]}},
+               {"x": "a", "y": {"$in": [True, None]}}, {"meta.lang": "en"}, {"x": {"$eq": False}}]
+    for f in filters:
+        conds = parse_filter(f)
+        want = {i for i, p in enumerate(payloads) if matches(conds, p)}
+        got = {int(i) - 1 for i in c.store.matching_iids(conds)}  # iids are 1.. in insertion order
+        assert got == want, f
+        assert want, f"filter {f} should select something"
+    # type-aware: 1 and True and "1" are different values
+    assert {i for i, p in enumerate(payloads) if p.get("x") is True} != {i for i, p in enumerate(payloads) if p.get("x") == 1 and p.get("x") is not True}
+    c.close()
+
+
+@pytest.mark.parametrize("kind,params", KINDS)
+def test_upsert_replace_delete_filter(tmp_path, kind, params):
+    rng = np.random.default_rng(1)
+    c = make(tmp_path, kind, **params)
+    n = 600
+    X = unit(rng, n)
+    ids = [i if i % 2 else f"s{i}" for i in range(n)]
+    c.upsert(ids, [f"text {i}" for i in range(n)], [{"g": i % 4, "odd": bool(i % 2)} for i in range(n)], X)
+    if kind == "ivf_pq":
+        assert c.needs_maintenance() and not c.index.trained
+        assert c.maintain() == "trained ivf_pq" and c.index.trained
+    assert c.count == n
+    # every point finds itself first
+    for i in range(0, n, 37):
+        h = c.search(X[i : i + 1], 1)[0]
+        assert h[0].id == ids[i] and h[0].text == f"text {i}" and h[0].payload == {"g": i % 4, "odd": bool(i % 2)}
+    # upsert replaces: same id, new vector/text/payload; the old vector no longer finds it
+    new = unit(rng, 1)
+    c.upsert([ids[5]], ["replaced"], [{"g": 99}], new)
+    assert c.count == n
+    h = c.search(new, 1)[0][0]
+    assert h.id == ids[5] and h.text == "replaced" and h.payload == {"g": 99}
+    assert all(x.id != ids[5] for x in c.search(X[5:6], 5)[0])
+    assert c.get(ids[5])["text"] == "replaced"
+    # delete by ids and by filter
+    n_del, _ = c.delete(ids=[ids[7], ids[8], "no-such-id"])
+    assert n_del == 2 and c.count == n - 2
+    for i in (7, 8):
+        assert all(x.id != ids[i] for x in c.search(X[i : i + 1], 10)[0])
+        assert c.get(ids[i]) is None
+    n_del, _ = c.delete(conditions=parse_filter({"g": 3}))
+    assert n_del == len([i for i in range(n) if i % 4 == 3 and i not in (7,)])
+    assert all(x.payload["g"] != 3 for q in c.search(X[:20], 20) for x in q)
+    # filtered search: exact top_k among matching points (small filter -> brute force over stored vectors)
+    live = {ids[i]: X[i] for i in range(n) if i % 4 != 3 and i not in (5, 7, 8)}
+    live[ids[5]] = new[0]
+    match = [i for i in range(n) if ids[i] in live and i % 4 == 1]
+    for qi in range(5):
+        want = brute(X[qi], np.stack([live[ids[i]] for i in match]), [ids[i] for i in match], 10)
+        got = [h.id for h in c.search(X[qi : qi + 1], 10, parse_filter({"g": {"$in": [1]}, "odd": True}))[0]]
+        assert got == want
+    # score_threshold drops weaker hits
+    hits = c.search(X[:1], 50, score_threshold=0.3)[0]
+    assert hits and all(h.score >= 0.3 for h in hits)
+    c.close()
+
+
+def test_broad_filter_uses_index_selector(tmp_path):
+    rng = np.random.default_rng(2)
+    spec = IndexSpec("flat", "cosine", {}, D)
+    c = Collection.create(tmp_path / "sel", spec, MODEL, exact_filter_threshold=10)
+    X = unit(rng, 400)
+    c.upsert(list(range(400)), ["t"] * 400, [{"g": i % 2} for i in range(400)], X)
+    evens = [i for i in range(400) if i % 2 == 0]
+    for qi in range(3):
+        got = [h.id for h in c.search(X[qi : qi + 1], 10, parse_filter({"g": 0}))[0]]
+        assert got == brute(X[qi], X[evens], evens, 10)
+    c.close()
+
+
+@pytest.mark.parametrize("kind,params", KINDS)
+def test_restart_restores_from_snapshot_and_replay(tmp_path, kind, params):
+    rng = np.random.default_rng(3)
+    c = make(tmp_path, kind, **params)
+    X = unit(rng, 500)
+    c.upsert(list(range(500)), [str(i) for i in range(500)], [{"i": i} for i in range(500)], X)
+    if c.needs_maintenance():
+        c.maintain()
+    c.delete(ids=[0, 1, 2])
+    assert c.snapshot() == c.seq
+    # writes after the snapshot: replay must apply them (removals included)
+    Y = unit(rng, 3)
+    c.upsert([3, 600, 601], ["a", "b", "c"], [None, None, None], Y)
+    c.delete(ids=[10])
+    before = [[h.id for h in q] for q in c.search(X[:30], 10)]
+    seq, path = c.seq, c.path
+    c.close()
+    c2 = Collection.open(path)
+    assert c2.seq == seq and c2.count == 500 - 3 - 1 + 2 == c2.index.live
+    assert c2.index.trained == (True)
+    assert [[h.id for h in q] for q in c2.search(X[:30], 10)] == before
+    assert c2.search(Y[:1], 1)[0][0].id == 3
+    assert c2.get(10) is None and c2.get(601)["text"] == "c"
+    c2.close()
+
+
+def test_corrupt_snapshot_rebuilds_from_sqlite(tmp_path):
+    rng = np.random.default_rng(4)
+    c = make(tmp_path, "hnsw")
+    X = unit(rng, 200)
+    c.upsert(list(range(200)), ["t"] * 200, [None] * 200, X)
+    c.snapshot()
+    path = c.path
+    c.close()
+    snap = next(path.glob("index-*.snap"))
+    data = bytearray(snap.read_bytes())
+    data[-100] ^= 0xFF
+    snap.write_bytes(bytes(data))
+    c2 = Collection.open(path)
+    assert c2.count == 200 and c2.search(X[:1], 1)[0][0].id == 0
+    c2.close()
+
+
+def test_hnsw_tombstones_then_rebuild(tmp_path):
+    rng = np.random.default_rng(5)
+    c = make(tmp_path, "hnsw", rebuild_fraction=0.1)
+    X = unit(rng, 300)
+    c.upsert(list(range(300)), ["t"] * 300, [None] * 300, X)
+    c.delete(ids=list(range(20)))
+    assert c.index.n_tombstones == 20 and not c.needs_maintenance()
+    assert all(h.id >= 20 for q in c.search(X[:20], 10) for h in q)
+    c.delete(ids=list(range(20, 40)))
+    assert c.needs_maintenance()
+    assert c.maintain() == "rebuilt hnsw"
+    assert c.index.n_tombstones == 0 and c.index.ntotal == 260 == c.count
+    assert c.search(X[50:51], 1)[0][0].id == 50
+    c.close()
+
+
+def test_l2_and_dot_metrics(tmp_path):
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((100, D)).astype(np.float32)
+    for metric in ("l2", "dot"):
+        c = make(tmp_path, "flat", metric)
+        c.upsert(list(range(100)), ["t"] * 100, [None] * 100, X)
+        q = X[:1] + 0.01
+        h = c.search(q, 3)[0]
+        if metric == "l2":
+            d = np.linalg.norm(X - q, axis=1)
+            assert [x.id for x in h] == list(np.argsort(d)[:3])
+            assert h[0].score == pytest.approx(d.min(), rel=1e-4)
+            assert all(x.score <= d.min() + 1e-5 for x in c.search(q, 10, score_threshold=float(d.min()) + 1e-6)[0])
+        else:
+            assert [x.id for x in h] == list(np.argsort(-(X @ q[0]))[:3])
+        c.close()
+
+
+def test_index_params_validated():
+    with pytest.raises(IndexConfigError):
+        normalize_params("ivf_pq", {"m": 7}, 384)
+    with pytest.raises(IndexConfigError):
+        normalize_params("hnsw", {"M": 2}, 384)
+    with pytest.raises(IndexConfigError):
+        normalize_params("flat", {"M": 16}, 384)
+    with pytest.raises(IndexConfigError):
+        normalize_params("hnsw", {"efSearch": 16}, 384)
+    assert normalize_params("ivf_pq", {"nlist": 4}, 384)["nprobe"] == 4
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_searches_never_see_half_applied_writes(tmp_path, kind):
+    """A writer replaces a group of 50 points in one upsert, repeatedly; concurrent searches
+    asking for every point must see the group at one version only, and (exact flat
+    index) exactly every point."""
+    rng = np.random.default_rng(7)
+    c = make(tmp_path, kind)
+    n, group = 200, list(range(50))
+    X = unit(rng, n)
+    c.upsert(list(range(n)), ["t"] * n, [{"v": 0}] * n, X)
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def writer():
+        v = 0
+        while not stop.is_set() and v < 60:
+            v += 1
+            c.upsert(group, ["t"] * 50, [{"v": v}] * 50, unit(rng, 50))
+
+    def reader():
+        while not stop.is_set():
+            hits = c.search(X[:1], n)[0]
+            vs = {h.payload["v"] for h in hits if h.id in set(group)}
+            if (kind == "flat" and len(hits) != n) or len(vs) != 1:
+                errors.append(f"{len(hits)} hits, group versions {sorted(vs)}")
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    w.join(timeout=120)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors[:5]
+    assert c.count == n and c.index.live == n
+    assert c.index.n_tombstones == (60 * 50 if kind == "hnsw" else 0)
+    c.close()
+
+
+def test_store_counts_and_sequence(tmp_path):
+    c = make(tmp_path, "flat")
+    X = unit(np.random.default_rng(8), 5)
+    s1 = c.upsert([1, 2, 3], ["a", "b", "c"], [None] * 3, X[:3])
+    s2, = [c.delete(ids=[2])[1]]
+    s3 = c.upsert([1], ["a2"], [None], X[3:4])
+    assert s1 < s2 < s3 == c.seq
+    st = Store(c.path)
+    assert st.count() == 2 and st.seq() == s3
+    assert sorted(st.removed_after(0).tolist()) == [1, 2]  # iid of id 2, then the replaced iid of id 1
+    st.close()
+    c.close()
