@@ -1,0 +1,169 @@
+"""The service's loader, batcher and settings in-process, on the real default artifact.
+
+Bad artifacts are real copies of the default one (files symlinked) with one thing
+broken in ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.backend import ModelLoadError, OnnxModel
+from service.batcher import Batcher, BatchFailed, InputTooLong, QueueFull, _Job
+from service.metrics import Metrics
+from tests.server_utils import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "A woman is slicing an onion.",
+    "Three dogs run across a snowy field.",
+    "The stock market fell sharply on Monday after the announcement.",
+    "A child rides a bicycle.",
+]
+
+
+@pytest.fixture(scope="module")
+def model(default_artifact: Path) -> OnnxModel:
+    m = OnnxModel(default_artifact, providers=["CPUExecutionProvider"], intra_op_threads=1, inter_op_threads=1)
+    m.warm_up(batch_size=2)
+    return m
+
+
+def _broken_copy(src: Path, dst: Path, edit) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "manifest.json":
+            os.symlink(f, dst / f.name)
+    manifest = json.loads((src / "manifest.json").read_text())
+    edit(manifest)
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
+
+
+def test_loads_and_passes_canary(model):
+    assert model.providers == ["CPUExecutionProvider"]
+    diff = model.check_canary()
+    if model.manifest.canary is not None:
+        assert diff is not None and diff <= model.manifest.canary.atol
+    e = model.embed_sync(SENTENCES)
+    assert e.shape == (5, 384) and e.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
+
+
+def test_canary_mismatch_refuses_to_load(default_artifact, tmp_path):
+    def edit(m):
+        m["canary"] = {"sentences": SENTENCES[:2], "embeddings": [[0.05] * 384, [-0.05] * 384], "atol": 1e-3}
+
+    bad = _broken_copy(default_artifact, tmp_path / "bad", edit)
+    m = OnnxModel(bad, providers=["CPUExecutionProvider"], intra_op_threads=1)
+    with pytest.raises(ModelLoadError, match="canary mismatch"):
+        m.warm_up(batch_size=1)
+
+
+def test_dimension_mismatch_is_named(default_artifact, tmp_path):
+    def edit(m):
+        m["dimension"] = 256
+        m.pop("canary", None)
+
+    bad = _broken_copy(default_artifact, tmp_path / "bad", edit)
+    with pytest.raises(ModelLoadError, match="384 columns, manifest dimension is 256"):
+        OnnxModel(bad, providers=["CPUExecutionProvider"], intra_op_threads=1)
+
+
+def test_hash_mismatch_is_named(default_artifact, tmp_path):
+    bad = _broken_copy(default_artifact, tmp_path / "bad", lambda m: m.update(sha256="0" * 64))
+    with pytest.raises(ModelLoadError, match="sha256"):
+        OnnxModel(bad, providers=["CPUExecutionProvider"])
+
+
+def test_server_exits_with_clear_error_without_model(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "--port", "0", "--models-dir", str(tmp_path), "--default-model", "nope"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "no artifact 'nope'" in proc.stderr + proc.stdout
+
+
+def test_split_batches_match_one_batch(model):
+    """Tiny budgets force many batches; rows must come back in order and equal a single batch."""
+
+    async def go():
+        b = Batcher(model, Metrics(), max_batch_tokens=64, max_batch_size=2, max_queue_size=8)
+        b.start()
+        try:
+            return await asyncio.gather(b.submit(SENTENCES), b.submit(SENTENCES[::-1]))
+        finally:
+            await b.close()
+
+    r1, r2 = asyncio.run(go())
+    want = model.run(*model.pad(model.tokenize(SENTENCES).ids))
+    np.testing.assert_allclose(r1.pooled, want, atol=1e-4)
+    np.testing.assert_allclose(r2.pooled, want[::-1], atol=1e-4)
+    assert r1.prompt_tokens == int(model.tokenize(SENTENCES).lengths.sum())
+
+
+def test_worker_survives_a_failing_batch(model):
+    """A batch that ONNX Runtime rejects (token id out of the vocabulary) fails its request only."""
+
+    async def go():
+        b = Batcher(model, Metrics(), max_batch_tokens=4096, max_batch_size=8, max_queue_size=8)
+        b.start()
+        try:
+            loop = asyncio.get_running_loop()
+            tok = model.tokenize(["poison"])
+            tok.ids[0][1] = 10**9  # not a token id: the Gather in the graph fails
+            job = _Job(tok, loop.create_future(), np.empty((1, 384), np.float32), remaining=1)
+            b._queue.put_nowait(job)
+            with pytest.raises(BatchFailed, match="inference failed"):
+                await job.future
+            ok = await b.submit(SENTENCES[:2])
+            assert ok.pooled.shape == (2, 384) and np.isfinite(ok.pooled).all()
+            with pytest.raises(InputTooLong) as e:
+                await b.submit(["short", "word " * 400], truncate=False)
+            assert e.value.index == 1 and e.value.n_tokens == 402 and e.value.max_tokens == 256
+        finally:
+            await b.close()
+
+    asyncio.run(go())
+
+
+def test_queue_full(model):
+    async def go():
+        b = Batcher(model, Metrics(), max_batch_tokens=4096, max_batch_size=8, max_queue_size=1)
+        b.start()
+        try:
+            first = asyncio.ensure_future(b.submit(SENTENCES))
+            await asyncio.sleep(0)  # admitted
+            with pytest.raises(QueueFull):
+                await b.submit(SENTENCES[:1])
+            assert (await first).pooled.shape == (5, 384)
+            assert (await b.submit(SENTENCES[:1])).pooled.shape == (1, 384)
+        finally:
+            await b.close()
+
+    asyncio.run(go())
+
+
+def test_flags_override_env(monkeypatch):
+    from service.__main__ import settings_from_args
+
+    monkeypatch.setenv("EMBED_MAX_CLIENT_BATCH_SIZE", "4")
+    monkeypatch.setenv("EMBED_API_KEYS", "a,b")
+    monkeypatch.setenv("EMBED_PROVIDERS", "CPUExecutionProvider")
+    s = settings_from_args(["--max-client-batch-size", "8", "--intra-op-threads", "1"])
+    assert s.max_client_batch_size == 8 and s.intra_op_threads == 1
+    assert s.api_keys == ["a", "b"] and s.providers == ["CPUExecutionProvider"]
+    assert "api_keys" not in repr(s)  # keys never end up in logs
+    with pytest.raises(SystemExit):
+        settings_from_args(["--max-batch-size", "0"])
