@@ -1,0 +1,182 @@
+"""Training configuration: one pydantic-settings object, every field defaulted.
+
+Precedence (highest first): CLI flags > environment variables > YAML config file > defaults.
+
+* YAML: ``python -m training train --config configs/simcse_3r.yaml`` (nested mappings).
+* CLI: dotted keys, ``--lr 5e-5 --three_r.enabled true --losses.simcse.weight 1``
+  (``--key=value`` also works; values are parsed as YAML scalars).
+* Environment: prefix ``EMBED_TRAIN_``, nested delimiter ``__``:
+  ``EMBED_TRAIN_LR=5e-5``, ``EMBED_TRAIN_THREE_R__ENABLED=true``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from training.data.sts import REPO_ROOT
+
+
+class LossTerm(BaseModel):
+    """One named loss term: ``type`` is a registered objective (``training/objectives/<type>.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str = "simcse"
+    weight: float = 1.0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreeRConfig(BaseModel):
+    """3R settings (paper 000 §3; see ``training/three_r.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    variant: Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction",
+                     "static_identification"] = "3r"
+    k: int = Field(6, ge=1, description="pool sentences averaged into h̄ per step")
+    pool_size: int = Field(64, ge=1)
+    n_top_words: int = Field(300, ge=1)
+    pool_max_tokens: int = Field(32, ge=1)
+    pool_min_top_fraction: float = Field(0.8, ge=0, le=1)
+    pool_file: str | None = Field(None, description="user pool, one sentence a line; overrides the miner")
+    pool_mine_max_sentences: int | None = Field(
+        None, description="mine the pool from the first N corpus lines (None: all training sentences)")
+    c_init: float = Field(0.16, description="initial threshold c, in embedding units "
+                          "(all-MiniLM-L6-v2 mean pooling: per-dim batch σ ~0.15-0.28)")
+    learn_c: bool = True
+    c_lr: float = Field(1e-3, gt=0, description="learning rate of c (AdamW, no weight decay, same schedule)")
+    surrogate_temperature: float = Field(0.02, gt=0)
+    refresh_every: int = Field(10, ge=1, description="word-embedding refresh interval (word-based variants)")
+
+
+class DataConfig(BaseModel):
+    """Training data. ``mode`` unsup: ``train_file`` text; sup: ``train_file`` SNLI dir or CSV triplets."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["unsup", "sup"] = "unsup"
+    train_file: str = str(REPO_ROOT.parent / "shared" / "data" / "corpus" / "en_sentences.txt")
+    max_train_samples: int | None = None
+
+
+class TrainSettings(BaseSettings):
+    """Everything a training run needs; see the module docstring for how to override."""
+
+    model_config = SettingsConfigDict(env_prefix="EMBED_TRAIN_", env_nested_delimiter="__", extra="forbid")
+
+    # model
+    model_name_or_path: str = Field("", description="HF/ST directory; empty = default encoder")
+    pooling: Literal["mean", "cls"] | None = Field(None, description="None: from the ST config, else mean")
+    mlp_head: bool | None = Field(None, description="SimCSE train-only MLP head; None: on for cls")
+    max_seq_length: int = Field(32, ge=4)
+    # objective(s)
+    losses: dict[str, LossTerm] = Field(default_factory=lambda: {"simcse": LossTerm()})
+    three_r: ThreeRConfig = Field(default_factory=ThreeRConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    # optimisation
+    batch_size: int = Field(64, ge=2, description="InfoNCE batch (sentences per step)")
+    grad_cache_chunk: int = Field(0, ge=0, description="gradient-caching chunk; 0 = whole batch at once")
+    max_steps: int = Field(0, ge=0, description="0: num_epochs over the data")
+    num_epochs: float = Field(1.0, gt=0)
+    lr: float = Field(3e-5, gt=0)
+    weight_decay: float = 0.0
+    warmup_ratio: float = Field(0.0, ge=0, le=1)
+    warmup_steps: int | None = None
+    max_grad_norm: float | None = None
+    seed: int = 42
+    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
+    device: str | None = None
+    threads: int | None = Field(None, description="torch.set_num_threads on CPU")
+    # evaluation / checkpointing
+    eval_every: int = Field(125, ge=0, description="STS-B dev every N steps (0: only at the end)")
+    eval_max_seq_length: int = Field(128, ge=4, description="truncation for STS evaluation")
+    eval_batch_size: int = 128
+    final_eval: bool = True
+    save_every: int = Field(250, ge=0, description="resumable checkpoint every N steps (0: only at the end)")
+    log_every: int = Field(1, ge=1)
+    output_dir: str = str(REPO_ROOT / "runs" / "default")
+    resume: bool = True
+    # export
+    export: bool = True
+    models_dir: str = str(REPO_ROOT / "models")
+    artifact_name: str = "minilm-simcse"
+    artifact_version: str = "1"
+    progress: bool = True
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+    def recipe(self) -> dict[str, Any]:
+        """The config as a JSON-able dict (the manifest's ``training`` recipe)."""
+        return self.model_dump(mode="json")
+
+
+_YAML_DATA: dict[str, Any] = {}
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_YAML_DATA)
+
+
+def _parse_value(v: str) -> Any:
+    return yaml.safe_load(v) if v != "" else ""
+
+
+def _set_dotted(d: dict, key: str, value: Any) -> None:
+    parts = key.replace("-", "_").split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    d[parts[-1]] = value
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """``["--lr", "1e-4", "--three_r.enabled=true"]`` → nested dict (values as YAML scalars).
+
+    Raises:
+        ValueError: an argument is not ``--key value`` / ``--key=value``.
+    """
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("--"):
+            raise ValueError(f"unexpected argument {a!r}: use --key value")
+        a = a[2:]
+        if "=" in a:
+            k, v = a.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ValueError(f"--{a} needs a value")
+            k, v = a, args[i + 1]
+            i += 2
+        _set_dotted(out, k, _parse_value(v))
+    return out
+
+
+def load_settings(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainSettings:
+    """Build :class:`TrainSettings` from a YAML file, environment and overrides (CLI).
+
+    Raises:
+        FileNotFoundError: the config file is missing. pydantic.ValidationError: a bad or unknown key.
+    """
+    global _YAML_DATA
+    data: dict[str, Any] = {}
+    if config_file:
+        data = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{config_file}: top level must be a mapping")
+    _YAML_DATA = data
+    try:
+        return TrainSettings(**(overrides or {}))
+    finally:
+        _YAML_DATA = {}

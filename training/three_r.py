@@ -1,0 +1,298 @@
+"""3R: Redundant Representation Reduction (paper 000, §3, Eqs. 3–5, Table 3 variants).
+
+Per training step:
+
+1. h̄ (D,): the mean embedding of k sentences sampled from a *redundant pool* (§3.1),
+   encoded without gradient (dropout off, same pooling and train-only head as the loss sees).
+2. σ^d = population standard deviation of dimension d over the batch's N embeddings
+   (Eq. 3; computed on the anchor view h_i, detached). S = {d : σ^d < c} (§3.2).
+3. ĥ^d = h^d − h̄^d for d ∈ S, ĥ^d = h^d otherwise (Eq. 5), applied to every embedding the
+   loss sees (h_i, h_i⁺, h_j⁺, h_j⁻), which then enter InfoNCE (Eq. 4).
+
+The threshold c is a learnable scalar. The mask is hard in the forward pass,
+``m_d = 1[σ^d < c]``, and its gradient is that of the sigmoid surrogate
+``sigmoid((c − σ^d) / β)`` (straight-through estimator; β = ``surrogate_temperature``),
+so ∂L/∂c = Σ_d ∂L/∂m_d · sigmoid'((c − σ^d)/β) / β. σ is treated as a statistic (no gradient).
+
+Table 3 variants (``variant``):
+
+* ``3r`` — the method above.
+* ``dynamic_mask`` — ĥ^d = 0 for d ∈ S (no subtraction; h̄ unused, pool not encoded).
+* ``overall_subtraction`` — ĥ = h − h̄ on all dimensions (no identification; c unused).
+* ``token_subtraction`` — h̄ = mean embedding of the top-300 words themselves (each word
+  encoded as a one-word sentence), instead of the redundant-sentence pool.
+* ``static_identification`` — σ from the top-300 word embeddings instead of the batch
+  (the same S for every batch between refreshes).
+
+Word-based statistics (last two variants) are re-encoded every ``refresh_every`` steps.
+
+Redundant pool: the paper has an LLM write 64 sentences from the corpus's top-300 words
+(each used ≥ 2 times). No LLM runs here: :func:`mine_redundant_pool` mines them from the
+training corpus instead (see its docstring).
+
+Inference: 3R is a *training-time* regulariser. The paper uses it "during the contrastive
+fine-tuning process" (§3.3) and evaluates the fine-tuned SimCSE encoder like any SimCSE model
+(Gao et al.'s evaluation code, §4.1); h̄ depends on a random pool sample and S on the batch,
+neither of which exists for a single query at inference. So the exported encoder is the
+plain fine-tuned encoder + pooling, with 3R off (no h̄, no c, no mask) — see ``docs/results.md``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+Variant = Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification"]
+VARIANTS: tuple[str, ...] = ("3r", "dynamic_mask", "overall_subtraction", "token_subtraction",
+                             "static_identification")
+
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+
+
+def words(sentence: str) -> list[str]:
+    """Lower-cased alphabetic words of a sentence (the unit of the frequency count)."""
+    return _WORD.findall(sentence.lower())
+
+
+def top_words(sentences: Iterable[str], n: int = 300) -> list[str]:
+    """The ``n`` most frequent words of a corpus (paper 000 §3.1 step 1), most frequent first."""
+    c: Counter[str] = Counter()
+    for s in sentences:
+        c.update(words(s))
+    return [w for w, _ in c.most_common(n)]
+
+
+def mine_redundant_pool(
+    sentences: Sequence[str],
+    n_top_words: int = 300,
+    pool_size: int = 64,
+    max_tokens: int = 32,
+    min_top_fraction: float = 0.8,
+    min_uses: int = 2,
+    seed: int = 0,
+    count_tokens: Callable[[str], int] | None = None,
+) -> tuple[list[str], list[str], dict]:
+    """Mine a redundant-sentence pool from a corpus (replaces the paper's LLM, §3.1 steps 2–3).
+
+    Candidates: sentences with at most ``max_tokens`` tokens (``count_tokens``; default: word
+    count) whose words are at least ``min_top_fraction`` top-``n_top_words`` words. A greedy set
+    cover then picks, ``pool_size`` times, the candidate covering the most still-needed top-word
+    uses (each top word is needed ``min_uses`` times; ties broken at random with ``seed``). Once
+    every top word is covered, the rest of the pool is filled with the candidates of highest
+    top-word fraction. If ``pool_size`` is too small to cover every word, coverage is partial
+    and reported.
+
+    Returns:
+        ``(pool, top, stats)``: the pool sentences, the top words, and
+        ``{"n_candidates", "covered_words", "fully_covered", "mean_top_fraction"}``.
+
+    Raises:
+        ValueError: no sentence qualifies as a candidate.
+    """
+    top = top_words(sentences, n_top_words)
+    top_idx = {w: i for i, w in enumerate(top)}
+    rng = np.random.default_rng(seed)
+    cands: list[tuple[str, np.ndarray, float]] = []
+    seen: set[str] = set()
+    for s in sentences:
+        ws = words(s)
+        if not ws or s in seen:
+            continue
+        if len(ws) > max_tokens:
+            continue
+        ids = [top_idx[w] for w in ws if w in top_idx]
+        frac = len(ids) / len(ws)
+        if frac < min_top_fraction:
+            continue
+        if (count_tokens(s) if count_tokens else len(s.split())) > max_tokens:
+            continue
+        seen.add(s)
+        cands.append((s, np.bincount(ids, minlength=len(top)) if ids else np.zeros(len(top), int), frac))
+    if not cands:
+        raise ValueError("no candidate sentence for the redundant pool: relax max_tokens/min_top_fraction")
+    counts = np.stack([c[1] for c in cands])  # (n_cand, n_top)
+    need = np.full(len(top), min_uses)
+    chosen: list[int] = []
+    available = np.ones(len(cands), bool)
+    while len(chosen) < min(pool_size, len(cands)) and need.max() > 0:
+        gain = np.minimum(counts, need).sum(1).astype(float)
+        gain[~available] = -1
+        best = np.flatnonzero(gain == gain.max())
+        if gain.max() <= 0:
+            break
+        i = int(rng.choice(best))
+        chosen.append(i)
+        available[i] = False
+        need = np.maximum(need - counts[i], 0)
+    if len(chosen) < pool_size:
+        fracs = np.array([c[2] for c in cands])
+        fracs = fracs + rng.random(len(fracs)) * 1e-6
+        fracs[~available] = -1
+        for i in np.argsort(-fracs)[: pool_size - len(chosen)]:
+            if fracs[i] >= 0:
+                chosen.append(int(i))
+    pool = [cands[i][0] for i in chosen]
+    covered = int(((min_uses - need) >= min_uses).sum())
+    stats = {
+        "n_candidates": len(cands),
+        "covered_words": covered,
+        "n_top_words": len(top),
+        "fully_covered": bool(need.max() == 0),
+        "mean_top_fraction": float(np.mean([cands[i][2] for i in chosen])),
+    }
+    return pool, top, stats
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Non-empty stripped lines of a UTF-8 text file."""
+    return [l.strip() for l in Path(path).read_text(encoding="utf-8").splitlines() if l.strip()]
+
+
+# ---------------------------------------------------------------------------------------
+# Pure tensor functions (Eqs. 3 and 5), tested on hand-computed tensors.
+# ---------------------------------------------------------------------------------------
+
+def batch_sigma(h: torch.Tensor) -> torch.Tensor:
+    """Eq. 3: population standard deviation per dimension, ``(N, D) -> (D,)`` (divides by N)."""
+    return h.std(dim=0, unbiased=False)
+
+
+def redundant_mask(sigma: torch.Tensor, c: torch.Tensor, surrogate_temperature: float = 0.02) -> torch.Tensor:
+    """Straight-through mask of redundant dimensions S = {d : σ^d < c} (§3.2).
+
+    Forward: ``1[σ^d < c]`` (float, ``(D,)``). Backward: gradient of
+    ``sigmoid((c − σ^d) / surrogate_temperature)`` with respect to c (and σ if it requires grad).
+
+    Raises:
+        ValueError: ``surrogate_temperature`` ≤ 0.
+    """
+    if surrogate_temperature <= 0:
+        raise ValueError("surrogate_temperature must be > 0")
+    soft = torch.sigmoid((c - sigma) / surrogate_temperature)
+    hard = (sigma < c).to(soft.dtype)
+    return hard + soft - soft.detach()
+
+
+def reduce_redundancy(h: torch.Tensor, hbar: torch.Tensor, mask: torch.Tensor | None,
+                      mode: str = "subtract") -> torch.Tensor:
+    """Eq. 5 and its Table-3 alternatives, ``(M, D) -> (M, D)``.
+
+    mode ``subtract``: ĥ = h − mask ⊙ h̄ (3R, token subtraction, static identification);
+    ``zero``: ĥ = h ⊙ (1 − mask) (dynamic mask); ``all``: ĥ = h − h̄ (overall subtraction, mask ignored).
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    if mode == "subtract":
+        return h - mask * hbar
+    if mode == "zero":
+        return h * (1.0 - mask)
+    if mode == "all":
+        return h - hbar
+    raise ValueError(f"unknown 3R reduction mode {mode!r}")
+
+
+@dataclass
+class ThreeRStep:
+    """This step's 3R statistics: h̄ ``(D,)`` (or None), σ ``(D,)``, and the mask ``(D,)`` (or None)."""
+
+    hbar: torch.Tensor | None
+    sigma: torch.Tensor | None
+    mask: torch.Tensor | None
+    mode: str
+
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """Apply Eq. 5 (or the variant) to embeddings ``(M, D)``."""
+        hbar = self.hbar if self.hbar is not None else torch.zeros_like(h[0])
+        return reduce_redundancy(h, hbar.to(h.dtype), self.mask, self.mode)
+
+
+class ThreeR(nn.Module):
+    """The 3R module: holds the learnable threshold c, the pool and the variant.
+
+    Args:
+        pool: the redundant sentences (§3.1); may be empty for ``dynamic_mask``.
+        top: the top-frequency words (used by ``token_subtraction`` / ``static_identification``).
+        k: pool sentences sampled per step (paper: 6).
+        c_init: initial threshold c (in the units of the embedding values).
+        learn_c: c trainable (straight-through); False keeps it fixed (paper Table 8).
+        surrogate_temperature: β of the sigmoid surrogate.
+        variant: one of :data:`VARIANTS`.
+        refresh_every: steps between re-encoding the top words (word-based variants).
+        seed: for the per-step pool sample (``default_rng([seed, step])``: resumable).
+
+    Raises:
+        ValueError: unknown variant, k < 1, or an empty pool/word list the variant needs.
+    """
+
+    def __init__(self, pool: Sequence[str], top: Sequence[str], *, k: int = 6, c_init: float = 0.16,
+                 learn_c: bool = True, surrogate_temperature: float = 0.02, variant: str = "3r",
+                 refresh_every: int = 10, seed: int = 0):
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown 3R variant {variant!r}; one of {VARIANTS}")
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        if variant in ("3r", "overall_subtraction", "static_identification") and not pool:
+            raise ValueError(f"3R variant {variant!r} needs a non-empty redundant pool")
+        if variant in ("token_subtraction", "static_identification") and not top:
+            raise ValueError(f"3R variant {variant!r} needs the top-frequency words")
+        self.pool = list(pool)
+        self.top = list(top)
+        self.k = min(k, len(self.pool)) if self.pool else k
+        self.variant = variant
+        self.surrogate_temperature = surrogate_temperature
+        self.refresh_every = max(1, refresh_every)
+        self.seed = seed
+        self.c = nn.Parameter(torch.tensor(float(c_init)), requires_grad=learn_c and variant != "overall_subtraction")
+        self._word_emb: torch.Tensor | None = None
+        self._word_emb_step = -1
+        self.last_seconds = 0.0
+
+    @property
+    def mode(self) -> str:
+        return {"dynamic_mask": "zero", "overall_subtraction": "all"}.get(self.variant, "subtract")
+
+    def sample_pool(self, step: int) -> list[str]:
+        """The k pool sentences used at ``step`` (deterministic in seed and step)."""
+        rng = np.random.default_rng([self.seed, step])
+        idx = rng.choice(len(self.pool), size=self.k, replace=False)
+        return [self.pool[i] for i in idx]
+
+    def _word_embeddings(self, encoder, step: int) -> torch.Tensor:
+        if self._word_emb is None or step - self._word_emb_step >= self.refresh_every:
+            self._word_emb = encoder.encode_tensor(self.top, use_head=True)
+            self._word_emb_step = step
+        return self._word_emb
+
+    def prepare(self, encoder, anchor: torch.Tensor, step: int) -> ThreeRStep:
+        """Compute this step's h̄, σ and mask.
+
+        Args:
+            encoder: the :class:`training.encoder.SentenceEncoder` (used without gradient).
+            anchor: ``(N, D)`` the batch's anchor embeddings h_i (only their values are used).
+            step: optimisation step (selects the pool sample).
+        """
+        t0 = time.perf_counter()
+        hbar = sigma = None
+        if self.variant in ("3r", "overall_subtraction", "static_identification"):
+            hbar = encoder.encode_tensor(self.sample_pool(step), use_head=True).mean(0)
+        elif self.variant == "token_subtraction":
+            hbar = self._word_embeddings(encoder, step).mean(0)
+        if self.variant == "static_identification":
+            sigma = batch_sigma(self._word_embeddings(encoder, step))
+        elif self.variant != "overall_subtraction":
+            sigma = batch_sigma(anchor.detach().float())
+        mask = None
+        if sigma is not None:
+            mask = redundant_mask(sigma.to(anchor.device), self.c, self.surrogate_temperature)
+        self.last_seconds = time.perf_counter() - t0
+        return ThreeRStep(hbar.to(anchor.device) if hbar is not None else None, sigma, mask, self.mode)
