@@ -54,9 +54,18 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, repr=False, description="accepted 'Authorization: Bearer' keys; empty = no auth"
     )
+    admin_api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, repr=False,
+        description="keys for /admin routes; empty = the api_keys; neither set = admin routes disabled (403)",
+    )
+    model_control: Literal["explicit", "poll"] = Field(
+        "explicit", description="'explicit': models change only through /admin routes; 'poll': also watch models_dir "
+        "and activate a newly published, newer version of the active model",
+    )
+    model_poll_interval_s: float = Field(2.0, gt=0, description="seconds between scans of models_dir in poll mode")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log level")
 
-    @field_validator("providers", "api_keys", mode="before")
+    @field_validator("providers", "api_keys", "admin_api_keys", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split_csv(v)
