@@ -1,12 +1,14 @@
 """FastAPI application factory: :func:`create_app`.
 
-Lifespan: load and warm up ``settings.default_model`` (a failure aborts start-up
+Lifespan: load and warm up the persisted active model (``<data_dir>/active_model.json``,
+see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
 with the loader's message), then start ``service.collections`` if that package
 is present, then mark the app ready. At shutdown: not ready, collections closed,
 batchers drained.
 
 ``app.state`` holds ``settings`` (:class:`Settings`), ``metrics`` (:class:`Metrics`),
-``registry`` (:class:`ModelRegistry`), ``embedder`` (:class:`Embedder`, see
+``registry`` (:class:`ModelRegistry`), ``model_control`` (:class:`ModelControl`),
+``reembedder`` (``service.collections.reembed.Reembedder`` or None), ``embedder`` (:class:`Embedder`, see
 ``service.embedder`` for its stable interface), ``collections`` (the collections
 manager or None) and ``ready`` (bool).
 """
@@ -23,8 +25,9 @@ from .embedder import Embedder
 from .errors import install_error_handlers
 from .metrics import Metrics
 from .middleware import ServiceMiddleware
-from .registry import ModelRegistry, load_model
-from .routes import embeddings, meta, similarity
+from .model_control import ModelControl
+from .registry import ModelRegistry
+from .routes import admin, embeddings, meta, similarity
 from .settings import Settings
 
 log = logging.getLogger("service")
@@ -39,28 +42,44 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
     registry = ModelRegistry(metrics)
+    control = ModelControl(settings, registry, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.ready = False
         app.state.collections = None
-        registry.add(await load_model(settings, metrics, settings.default_model), activate=True)
+        await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
         try:
             from service.collections import setup_collections  # another package; optional
         except ImportError:
             setup_collections = None
         manager = None
+        reembedder = None
         try:
             if setup_collections is not None:
                 manager = setup_collections(app, settings)
                 await manager.start()
                 app.state.collections = manager
+                try:
+                    from service.collections.reembed import Reembedder  # collections follow the active model
+                except ImportError:
+                    Reembedder = None
+                if Reembedder is not None:
+                    reembedder = Reembedder(app, manager, control)
+                    await reembedder.start()
+                    app.state.reembedder = reembedder
             app.state.ready = True
             log.info("ready: model %s, limits %s", registry.active.info.id, settings.limits())
             yield
         finally:
             app.state.ready = False
+            await control.close()
+            if reembedder is not None:
+                try:
+                    await reembedder.close()
+                except Exception:
+                    log.exception("stopping re-embedding failed")
             if manager is not None:
                 try:
                     await manager.close()
@@ -72,13 +91,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.registry = registry
+    app.state.model_control = control
+    app.state.reembedder = None
     app.state.embedder = None
     app.state.ready = False
     install_error_handlers(app)
     app.include_router(embeddings.router)
     app.include_router(similarity.router)
     app.include_router(meta.router)
-    app.add_middleware(
-        ServiceMiddleware, metrics=metrics, api_keys=settings.api_keys, max_payload_bytes=settings.max_payload_bytes
-    )
+    app.include_router(admin.router)
+    # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.routes.admin)
+    keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
+    app.add_middleware(ServiceMiddleware, metrics=metrics, api_keys=keys, max_payload_bytes=settings.max_payload_bytes)
     return app
