@@ -12,9 +12,10 @@ from ..errors import APIError
 from ..settings import Settings
 
 
-def json_response(obj: Any, status: int = 200) -> Response:
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """Compact JSON without response-model validation (embeddings are large float lists)."""
-    return Response(json.dumps(obj, separators=(",", ":")).encode(), status_code=status, media_type="application/json")
+    return Response(json.dumps(obj, separators=(",", ":")).encode(), status_code=status, media_type="application/json",
+                    headers=headers)
 
 
 def embedder_of(request: Request) -> Embedder:
