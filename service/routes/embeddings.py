@@ -13,6 +13,11 @@ from . import check_client_batch, embedder_of, json_response
 router = APIRouter()
 
 
+def model_headers(info) -> dict[str, str]:
+    """``X-Model: name:version`` and ``X-Model-Sha256``: which model made the embeddings of this response."""
+    return {"X-Model": info.id, "X-Model-Sha256": info.sha256}
+
+
 def b64_row(row: np.ndarray) -> str:
     """Little-endian float32 bytes of one embedding, base64-encoded (what the OpenAI SDKs decode)."""
     return base64.b64encode(np.ascontiguousarray(row, dtype="<f4").tobytes()).decode("ascii")
@@ -20,7 +25,10 @@ def b64_row(row: np.ndarray) -> str:
 
 @router.post("/v1/embeddings")
 async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Response:
-    """OpenAI embeddings: ``{object:"list", data:[{object:"embedding", embedding, index}], model, usage}``.
+    """OpenAI embeddings: ``{object:"list", data:[{object:"embedding", embedding, index}], model, model_version, usage}``.
+
+    ``model`` is the name of the model that made the embeddings, ``model_version`` its version (also
+    in the ``X-Model: name:version`` header, which ``/embed`` sends too).
 
     Rows are L2-normalised; ``dimensions`` keeps the first columns and renormalises.
     ``embedding`` is a float list, or a base64 string of little-endian float32 with
@@ -38,8 +46,9 @@ async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Respon
         "object": "list",
         "data": data,
         "model": res.model.name,
+        "model_version": res.model.version,
         "usage": {"prompt_tokens": res.prompt_tokens, "total_tokens": res.prompt_tokens},
-    })
+    }, headers=model_headers(res.model))
 
 
 @router.post("/embed")
@@ -55,4 +64,4 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
         texts, model=body.model, truncate=body.truncate, normalize=body.normalize,
         dimensions=body.dimensions, param="inputs",
     )
-    return json_response(res.embeddings.tolist())
+    return json_response(res.embeddings.tolist(), headers=model_headers(res.model))
