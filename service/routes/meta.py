@@ -23,9 +23,14 @@ def manifest_summary(lm: LoadedModel) -> dict[str, Any]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
-    """OpenAI model list; each entry also carries ``version``, ``active`` and the ``manifest``."""
+    """OpenAI model list of the *loaded* models; each entry also carries ``version``, ``active`` and the ``manifest``.
+
+    ``available`` lists every artifact in ``models_dir`` (loaded or not):
+    ``{id: "name:version", name, version, path, loaded, active, load_error}`` (see ``service.model_control``).
+    """
     reg = request.app.state.registry
     act = reg.active
+    control = getattr(request.app.state, "model_control", None)
     data = [{
         "id": lm.info.name,
         "object": "model",
@@ -35,7 +40,10 @@ async def list_models(request: Request) -> Response:
         "active": lm is act,
         "manifest": manifest_summary(lm),
     } for lm in reg.all()]
-    return json_response({"object": "list", "data": data})
+    body = {"object": "list", "data": data}
+    if control is not None:
+        body["available"] = control.available()
+    return json_response(body)
 
 
 @router.get("/info")
