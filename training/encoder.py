@@ -151,7 +151,12 @@ class SentenceEncoder(nn.Module):
         self.source = path
         self.pooling: Pooling = pooling or read_st_pooling(path) or "mean"
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, local_files_only=True)
+        if (Path(path) / "sparse_structure.json").is_file():  # physically pruned (training/sparse, issue 5)
+            from training.sparse.prune import load_pruned
+
+            self.model = load_pruned(path)
+        else:
+            self.model = AutoModel.from_pretrained(path, local_files_only=True)
         self.max_seq_length = max_seq_length
         #: the inference-time truncation length written to ``sentence_bert_config.json`` (the base
         #: model's own value, else 128); training truncates at ``max_seq_length``.
@@ -282,6 +287,9 @@ class SentenceEncoder(nn.Module):
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(d)
+        structure = Path(self.source) / "sparse_structure.json"
+        if structure.is_file():  # pruned shapes travel with the weights (training/sparse, issue 5)
+            (d / structure.name).write_bytes(structure.read_bytes())
         self.tokenizer.save_pretrained(d)
         modules = [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
