@@ -38,6 +38,14 @@ class CollectionClosed(RuntimeError):
     """The collection was deleted or closed while an operation waited."""
 
 
+class ModelChanged(RuntimeError):
+    """The collection's model, or its re-embedding target, changed since the caller embedded; embed again and retry."""
+
+
+def _same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ("name", "version", "sha256"))
+
+
 class RWLock:
     """A writer-preferring readers-writer lock (threads)."""
 
@@ -121,6 +129,9 @@ class Collection:
         self._wmutex = threading.Lock()
         self._closed = False
         self.last_error: str | None = None
+        # re-embedding towards another model (issue 6, see .reembed): a Shadow while running, and its status
+        self.shadow: Any = None
+        self.reembed_status: dict[str, Any] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     @classmethod
@@ -228,7 +239,17 @@ class Collection:
             v = v / np.where(norms > 0, norms, 1)
         return np.ascontiguousarray(v, dtype=np.float32)
 
-    def upsert(self, ids: list[int | str], texts: list[str], payloads: list[dict[str, Any] | None], vectors: np.ndarray) -> int:
+    def upsert(
+        self,
+        ids: list[int | str],
+        texts: list[str],
+        payloads: list[dict[str, Any] | None],
+        vectors: np.ndarray,
+        *,
+        model: dict[str, Any] | None = None,
+        shadow_model: dict[str, Any] | None = None,
+        shadow_vectors: np.ndarray | None = None,
+    ) -> int:
         """Insert or replace points; returns once the write is durable and searchable.
 
         Args:
@@ -236,15 +257,20 @@ class Collection:
             texts: their texts.
             payloads: JSON-object payloads (None = ``{}``).
             vectors: float32 ``(n, dimension)`` (normalised here for cosine).
+            model: the model (``{name, version, sha256}``) that made ``vectors``; checked against the
+                collection's under the write lock (None: not checked, and refused while re-embedding).
+            shadow_model, shadow_vectors: while a re-embedding runs, the same texts embedded by its
+                target model, float32 ``(n, target dimension)``; written to the shadow too.
 
         Returns:
             the write's sequence number.
 
         Raises:
             CollectionClosed: the collection was deleted.
+            ModelChanged: the vectors given are not from the collection's model, or a re-embedding
+                runs and its target's vectors are missing (embed again and retry).
             ValueError: vector shape mismatch.
         """
-        vecs = self._prepare(vectors)
         last: dict[str, int] = {}
         for i, pid in enumerate(ids):
             last[encode_id(pid)] = i
@@ -252,14 +278,23 @@ class Collection:
         keys = list(last.keys())
         texts_ = [texts[i] for i in order]
         payloads_ = [json.dumps(payloads[i] or {}, ensure_ascii=False, allow_nan=False) for i in order]
-        vecs = vecs[order]
         with self._wmutex:
             self._check_open()
+            if model is not None and not _same_model(model, self.model):
+                if not _same_model(shadow_model, self.model):
+                    raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
+                vectors, shadow_model, shadow_vectors = shadow_vectors, None, None  # a swap happened meanwhile
+            shadow = self.shadow
+            if shadow is not None and (shadow_vectors is None or not _same_model(shadow_model, shadow.model)):
+                raise ModelChanged(f"collection {self.name} is being re-embedded with {shadow.model}")
+            vecs = self._prepare(vectors)[order]
             with self._rw.write():
                 seq, new_iids, old_iids = self.store.upsert(keys, texts_, payloads_, vecs)
                 self._seq = seq
                 self._count += len(new_iids) - len(old_iids)
                 self._apply(lambda: (self.index.remove(old_iids), self.index.add(new_iids, vecs)))
+            if shadow is not None:
+                shadow.write(new_iids, np.asarray(shadow_vectors, dtype=np.float32)[order])
         return seq
 
     def delete(self, ids: list[int | str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, int]:
@@ -340,6 +375,7 @@ class Collection:
         score_threshold: float | None = None,
         with_payload: bool = True,
         with_text: bool = True,
+        model: dict[str, Any] | None = None,
     ) -> list[list[Hit]]:
         """Nearest points of each query.
 
@@ -350,13 +386,17 @@ class Collection:
                 top_k are the best among the matching points.
             score_threshold: drop results scoring below it (cosine/dot) or farther than it (l2).
             with_payload, with_text: include them in the hits.
+            model: the model that embedded ``queries``; if given and no longer the collection's
+                (a re-embedding swapped meanwhile), :class:`ModelChanged` is raised.
 
         Returns:
             one list of :class:`Hit` per query, best first.
         """
-        q = self._prepare(queries)
         with self._rw.read():
             self._check_open()
+            if model is not None and not _same_model(model, self.model):
+                raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
+            q = self._prepare(queries)
             allowed = None
             exact = None
             if conditions:
@@ -448,6 +488,7 @@ class Collection:
             },
             "trained": idx.trained,
             "model": self.model,
+            "reembedding": self.reembed_status,
             "sequence": self._seq,
             "snapshot_sequence": self._snapshot_seq,
             "created_at": self.created_at,
