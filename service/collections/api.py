@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_v
 
 from ..errors import APIError
 from ..routes import json_response
-from .collection import Collection, CollectionClosed, Hit
+from .collection import Collection, CollectionClosed, Hit, ModelChanged
 from .filters import FilterError, parse_filter
 from .manager import CollectionManager
 
@@ -121,8 +121,9 @@ def _closed(name: str) -> APIError:
     return APIError(404, f"collection {name!r} not found (deleted)", param="name", code="collection_not_found")
 
 
-async def _embed(request: Request, c: Collection, texts: list[str], chunk: int) -> np.ndarray:
-    """Embed ``texts`` with the model that embedded the collection: float32 ``(n, d)``.
+async def _embed(request: Request, c: Collection, texts: list[str], chunk: int,
+                 model: dict[str, Any] | None = None) -> np.ndarray:
+    """Embed ``texts`` with ``model`` (default: the model that embedded the collection): float32 ``(n, d)``.
 
     Raises:
         APIError: 409 ``model_unavailable`` when that exact model (name, version, sha256) is not loaded.
@@ -130,17 +131,18 @@ async def _embed(request: Request, c: Collection, texts: list[str], chunk: int) 
     emb = getattr(request.app.state, "embedder", None)
     if emb is None:
         raise APIError(503, "service is starting", code="model_not_ready")
-    model_id = f"{c.model['name']}:{c.model['version']}"
+    want = model or c.model
+    model_id = f"{want['name']}:{want['version']}"
     try:
         lm = emb.resolve(model_id)
     except APIError as e:
         raise APIError(
-            409, f"collection {c.name!r} was embedded with {model_id} (sha256 {c.model['sha256'][:12]}...), which is not loaded",
+            409, f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded",
             code="model_unavailable",
         ) from e
-    if lm.info.sha256 != c.model["sha256"]:
-        raise APIError(409, f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection's vectors come from "
-                       f"{c.model['sha256'][:12]}...", code="model_unavailable")
+    if lm.info.sha256 != want["sha256"]:
+        raise APIError(409, f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs "
+                       f"{want['sha256'][:12]}...", code="model_unavailable")
     parts = []
     for i in range(0, len(texts), chunk):
         res = await emb.encode(texts[i : i + chunk], model=lm, param="points")
@@ -200,12 +202,23 @@ async def upsert_points(name: str, body: UpsertPoints, request: Request) -> Resp
     if len(body.points) > m.settings.max_points_per_request:
         raise APIError(413, f"{len(body.points)} points in one request; the maximum is {m.settings.max_points_per_request}",
                        param="points", code="too_many_points")
-    vectors = await _embed(request, c, [p.text for p in body.points], m.settings.embed_chunk)
-    try:
-        seq = await m.run(c.upsert, [p.id for p in body.points], [p.text for p in body.points],
-                          [p.payload for p in body.points], vectors)
-    except CollectionClosed:
-        raise _closed(name)
+    texts = [p.text for p in body.points]
+    for attempt in range(_RETRIES):
+        # while a re-embedding runs (issue 6) the texts are embedded by both models and written to both
+        model, shadow = dict(c.model), c.shadow
+        smodel = dict(shadow.model) if shadow is not None else None
+        vectors = await _embed(request, c, texts, m.settings.embed_chunk, model=model)
+        svectors = await _embed(request, c, texts, m.settings.embed_chunk, model=smodel) if smodel else None
+        try:
+            seq = await m.run(c.upsert, [p.id for p in body.points], texts, [p.payload for p in body.points], vectors,
+                              model=model, shadow_model=smodel, shadow_vectors=svectors)
+            break
+        except CollectionClosed:
+            raise _closed(name)
+        except ModelChanged as e:
+            if attempt == _RETRIES - 1:
+                raise APIError(503, f"collection {name!r} changed model during the write; retry ({e})",
+                               code="model_changed", headers={"Retry-After": "1"}) from e
     return json_response({"status": "completed", "upserted": len(body.points), "sequence": seq})
 
 
@@ -244,9 +257,24 @@ async def get_point(name: str, point_id: str, request: Request, with_vector: boo
 
 
 # --- search -------------------------------------------------------------------------------------------------------
+_RETRIES = 3  # embeddings made just before a re-embedding swap (issue 6) are redone with the new model
+
+
 async def _run_searches(request: Request, name: str, searches: list[SearchRequest], param: str) -> list[list[dict[str, Any]]]:
+    for attempt in range(_RETRIES):
+        try:
+            return await _run_searches_once(request, name, searches, param)
+        except ModelChanged as e:
+            if attempt == _RETRIES - 1:
+                raise APIError(503, f"collection {name!r} changed model during the search; retry ({e})",
+                               code="model_changed", headers={"Retry-After": "1"}) from e
+    raise AssertionError("unreachable")
+
+
+async def _run_searches_once(request: Request, name: str, searches: list[SearchRequest], param: str) -> list[list[dict[str, Any]]]:
     m = manager_of(request)
     c = m.get(name)
+    model = dict(c.model)
     d = c.spec.dimension
     plans = []
     texts: list[str] = []
@@ -270,13 +298,14 @@ async def _run_searches(request: Request, name: str, searches: list[SearchReques
             if not np.all(np.isfinite(v)) or (c.spec.metric == "cosine" and not np.any(v)):
                 raise APIError(422, "query vector must be finite (and non-zero for cosine)", param=f"{pre}query", code="invalid_value")
             plans.append((s, conditions, v))
-    qvecs = await _embed(request, c, texts, m.settings.embed_chunk) if texts else None
+    qvecs = await _embed(request, c, texts, m.settings.embed_chunk, model=model) if texts else None
 
     def _search_all() -> list[list[dict[str, Any]]]:
         out = []
         for s, conditions, q in plans:
             vec = qvecs[q] if isinstance(q, int) else q
-            hits = c.search(vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text)[0]
+            hits = c.search(vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text,
+                            model=model)[0]
             out.append([_hit_json(h, s.with_payload, s.with_text) for h in hits])
         return out
 
