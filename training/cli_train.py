@@ -6,6 +6,11 @@ Every field of :class:`training.config.TrainSettings` can be set in the YAML fil
     python -m training train --config configs/simcse_3r.yaml --max_steps 200 --three_r.c_init 0.2
 
 ``--print-config`` prints the resolved settings and exits.
+
+``--publish DIR`` (e.g. ``--publish models/``) exports the trained model as the next version of
+``artifact_name`` in ``DIR`` (``DIR/<artifact_name>/<max existing numeric version + 1>/``, unless
+``--artifact_version`` is given); a running service activates it with
+``POST /admin/models/<artifact_name>/activate``, or by itself with ``--model-control poll``.
 """
 
 from __future__ import annotations
@@ -13,9 +18,19 @@ from __future__ import annotations
 import json
 import sys
 
+from pathlib import Path
+
 from training.config import load_settings, parse_overrides
 
-USAGE = "usage: python -m training train [--config FILE] [--print-config] [--<field>[.<sub>] VALUE ...]"
+USAGE = ("usage: python -m training train [--config FILE] [--publish MODELS_DIR] [--print-config] "
+         "[--<field>[.<sub>] VALUE ...]")
+
+
+def next_version(models_dir: str | Path, name: str) -> str:
+    """One more than the largest numeric version directory in ``models_dir/name/`` ("1" when there is none)."""
+    d = Path(models_dir) / name
+    nums = [int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()] if d.is_dir() else []
+    return str(max(nums, default=0) + 1)
 
 
 def main(argv: list[str]) -> int:
@@ -26,6 +41,7 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0
     config = None
+    publish = None
     show = False
     rest: list[str] = []
     i = 0
@@ -40,6 +56,12 @@ def main(argv: list[str]) -> int:
         elif a.startswith("--config="):
             config = a.split("=", 1)[1]
             i += 1
+        elif a == "--publish" or a.startswith("--publish="):
+            if a == "--publish" and i + 1 >= len(argv):
+                print("--publish needs a models directory\n" + USAGE, file=sys.stderr)
+                return 2
+            publish = argv[i + 1] if a == "--publish" else a.split("=", 1)[1]
+            i += 2 if a == "--publish" else 1
         elif a == "--print-config":
             show = True
             i += 1
@@ -47,10 +69,15 @@ def main(argv: list[str]) -> int:
             rest.append(a)
             i += 1
     try:
-        cfg = load_settings(config, parse_overrides(rest))
+        overrides = parse_overrides(rest)
+        if publish is not None:
+            overrides.update(models_dir=str(publish), export=True)
+        cfg = load_settings(config, overrides)
     except (ValueError, FileNotFoundError) as e:
         print(f"config error: {e}\n{USAGE}", file=sys.stderr)
         return 2
+    if publish is not None and "artifact_version" not in overrides:
+        cfg.artifact_version = next_version(publish, cfg.artifact_name)
     if show:
         print(json.dumps(cfg.recipe(), indent=2))
         return 0
