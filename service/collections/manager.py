@@ -2,8 +2,9 @@
 
 Blocking work (SQLite, FAISS, files) runs on a dedicated thread pool, never on the
 event loop. A background task trains/rebuilds indexes when due and writes FAISS
-snapshots (after ``snapshot_every`` writes, or ``snapshot_interval_s`` after the
-first unsnapshotted write); :meth:`CollectionManager.close` snapshots what changed.
+snapshots (after ``snapshot_every`` writes, ``snapshot_interval_s`` after the
+last snapshot if anything changed, and right after a training or rebuild);
+:meth:`CollectionManager.close` snapshots what changed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ class CollectionSettings(BaseSettings):
     max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
     worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
+    faiss_threads: int = Field(1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads; "
+                               "more oversubscribes the CPU shared with ONNX Runtime)")
+
+
+def _init_worker(faiss_threads: int) -> None:
+    """Pool thread start: cap FAISS's OpenMP threads (a per-thread OpenMP setting)."""
+    import faiss
+
+    faiss.omp_set_num_threads(faiss_threads)
 
 
 class CollectionManager:
@@ -64,7 +74,12 @@ class CollectionManager:
         self.app = app
         self.collections: dict[str, Collection] = {}
         self._lock = asyncio.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=self.settings.worker_threads, thread_name_prefix="collections")
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.settings.worker_threads,
+            thread_name_prefix="collections",
+            initializer=_init_worker,
+            initargs=(self.settings.faiss_threads,),
+        )
         self._task: asyncio.Task | None = None
 
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -112,8 +127,8 @@ class CollectionManager:
             await asyncio.sleep(s.maintenance_interval_s)
             for c in list(self.collections.values()):
                 try:
-                    if c.needs_maintenance():
-                        await self.run(c.maintain)
+                    if c.needs_maintenance() and await self.run(c.maintain):
+                        await self.run(c.snapshot)  # persist the expensive result (trained codebooks, rebuilt graph)
                     n = c.changes_since_snapshot()
                     if n >= s.snapshot_every or (n > 0 and c.seconds_since_snapshot() >= s.snapshot_interval_s):
                         await self.run(c.snapshot)

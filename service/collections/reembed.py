@@ -300,8 +300,14 @@ class Reembedder:
             t.cancel()
         if same_model(c.model, target):
             if sh is not None:
+                c.reembed_status = {**(c.reembed_status or {}), "state": "cancelled", "finished_at": time.time(),
+                                    "error": f"the active model is {model_id(target)} again, which the collection uses"}
                 self.tasks[c.name] = asyncio.create_task(self._detach(c, sh, drop=True))
             return
+        # visible at once (the activate call answers after this), replaced by the Shadow's own status when it starts
+        c.reembed_status = {"state": "running", "target_model": target, "dimension": info.dimension, "done": 0,
+                            "total": c.count, "rate_per_s": None, "started_at": time.time(), "finished_at": None,
+                            "error": None}
         self.tasks[c.name] = asyncio.create_task(self._run(c, info, target, t), name=f"reembed-{c.name}")
 
     async def _detach(self, c: Collection, sh: Shadow, drop: bool) -> None:
