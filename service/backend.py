@@ -101,6 +101,7 @@ class OnnxModel:
         artifact_dir: directory with ``manifest.json``, ``model.onnx``, ``tokenizer.json``.
         providers: ORT providers setting (``["auto"]`` or explicit names).
         intra_op_threads / inter_op_threads: ORT thread counts (0 = ORT default).
+        spinning: ORT's ``session.intra_op.allow_spinning`` (busy-wait between ops).
 
     Raises:
         ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
@@ -115,6 +116,7 @@ class OnnxModel:
         providers: list[str] | None = None,
         intra_op_threads: int = 0,
         inter_op_threads: int = 0,
+        spinning: bool = False,
     ) -> None:
         self.path = Path(artifact_dir)
         try:
@@ -131,20 +133,22 @@ class OnnxModel:
             quantization=m.quantization,
             path=str(self.path),
         )
-        self._session = self._open_session(providers or ["auto"], intra_op_threads, inter_op_threads)
+        self._session = self._open_session(providers or ["auto"], intra_op_threads, inter_op_threads, spinning)
         self.providers = self._session.get_providers()
         self._check_signature()
         self._tok_trunc, self._tok_full = self._load_tokenizers()
         self.pad_id = self._pad_id()
 
     # ---------------------------------------------------------------- loading
-    def _open_session(self, providers: list[str], intra: int, inter: int) -> ort.InferenceSession:
+    def _open_session(self, providers: list[str], intra: int, inter: int, spinning: bool) -> ort.InferenceSession:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.intra_op_num_threads = intra
         opts.inter_op_num_threads = inter
         opts.log_severity_level = 3
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
         chosen = choose_providers(providers)
         model_path = str(self.path / MODEL_FILE)
         try:

@@ -62,6 +62,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
             inter_op_threads=settings.inter_op_threads,
+            spinning=settings.ort_spinning,
         )
         secs = m.warm_up(batch_size=min(8, settings.max_batch_size))
         log.info("loaded %s from %s on %s (warm-up %.2fs)", m.info.id, ref.path, m.providers, secs)
