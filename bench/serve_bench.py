@@ -136,6 +136,7 @@ def main() -> None:
     ap.add_argument("--encoding", choices=["base64", "float"], default="base64")
     ap.add_argument("--intra-op-threads", type=int, default=2)
     ap.add_argument("--inter-op-threads", type=int, default=1)
+    ap.add_argument("--inference-workers", type=int, default=1, help="server flag: batches run at once")
     ap.add_argument("--ort-spinning", action="store_true", help="let ORT threads spin-wait (server flag)")
     ap.add_argument("--max-batch-size", type=int, default=64)
     ap.add_argument("--max-batch-tokens", type=int, default=16384)
@@ -164,6 +165,7 @@ def main() -> None:
             "--max-batch-size", str(args.max_batch_size),
             "--max-batch-tokens", str(args.max_batch_tokens),
             "--ort-spinning", str(args.ort_spinning).lower(),
+            "--inference-workers", str(args.inference_workers),
             "--log-level", "warning",
         ]
         with tempfile.TemporaryDirectory() as wd:
@@ -176,7 +178,7 @@ def main() -> None:
     print()
     print(f"workload: {args.requests} requests x {args.batch} STS-B test sentences; "
           f"server: intra_op_threads={args.intra_op_threads} inter_op_threads={args.inter_op_threads} "
-          f"ort_spinning={args.ort_spinning} max_batch_size={args.max_batch_size} max_batch_tokens={args.max_batch_tokens}")
+          f"inference_workers={args.inference_workers} ort_spinning={args.ort_spinning} max_batch_size={args.max_batch_size} max_batch_tokens={args.max_batch_tokens}")
     print("| run | sentences/s | p50 ms | p99 ms | vs best ST fp32 |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:

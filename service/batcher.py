@@ -10,10 +10,12 @@ Flow of a request (:meth:`Batcher.submit`):
    length and cuts it into batches whose *padded* size ``batch x max_len`` stays
    within ``max_batch_tokens`` and ``batch <= max_batch_size``. A request's inputs
    may so be spread over several batches;
-4. each batch is padded to its own longest input and run by ONNX Runtime in a
-   single-thread executor (the event loop never waits on it); rows are scattered
-   back into each request's output array, and its future resolves when all its
-   rows are in.
+4. each batch is padded to its own longest input and run by ONNX Runtime in an
+   executor of ``inference_workers`` threads (the event loop never waits on it; with
+   several workers, that many batches run at once, each on ``intra_op_threads``);
+   rows are scattered back into each request's output array, and its future
+   resolves when all its rows are in. A window is formed only when a worker is
+   free, so requests that arrive meanwhile join the next, fuller window.
 
 A failing batch fails only the requests that had inputs in it; the worker goes on.
 """
@@ -94,6 +96,7 @@ class Batcher:
         max_batch_size: most inputs per batch.
         max_queue_size: most requests admitted and not yet answered.
         tokenizer_threads: threads tokenizing requests.
+        inference_workers: batches run concurrently (threads calling the ORT session).
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class Batcher:
         max_batch_size: int,
         max_queue_size: int,
         tokenizer_threads: int = 2,
+        inference_workers: int = 1,
     ) -> None:
         self.model = model
         self.metrics = metrics
@@ -118,7 +122,9 @@ class Batcher:
         self._closing = False
         self._worker: asyncio.Task | None = None
         self._tok_pool = ThreadPoolExecutor(tokenizer_threads, thread_name_prefix=f"tok-{model.info.name}")
-        self._infer_pool = ThreadPoolExecutor(1, thread_name_prefix=f"infer-{model.info.name}")
+        self._infer_pool = ThreadPoolExecutor(inference_workers, thread_name_prefix=f"infer-{model.info.name}")
+        self._slots = asyncio.Semaphore(inference_workers)
+        self._running: set[asyncio.Task] = set()
         self._g_queue = metrics.queue_size.labels(self._label)
         self._g_queue.set(0)
 
@@ -185,6 +191,8 @@ class Batcher:
             except (asyncio.CancelledError, Exception):
                 pass
             self._worker = None
+        for t in list(self._running):
+            t.cancel()
         for job in list(self._pending) + _drain(self._queue):
             if not job.future.done():
                 job.future.set_exception(BatcherClosed("model is shutting down"))
@@ -263,20 +271,41 @@ class Batcher:
                 job.future.set_result(job.out)
         self.metrics.inputs.labels(self._label).inc(len(batch))
 
+    async def _run_batch_in_slot(self, batch: list[tuple[_Job, int]]) -> None:
+        try:
+            await self._run_batch(batch)
+        finally:
+            self._slots.release()
+
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             window: list[tuple[_Job, int]] = []
+            held = False
             try:
                 if not self._pending:
                     self._pending.append(await self._queue.get())
+                await self._slots.acquire()  # form the window only once a worker is free
+                held = True
                 self._pending.extend(_drain(self._queue))
                 window = self._take_window()
-                for batch in self._cut(list(window)):
-                    await self._run_batch(batch)
+                for k, batch in enumerate(self._cut(list(window))):
+                    if k > 0:
+                        await self._slots.acquire()
+                        held = True
+                    task = loop.create_task(self._run_batch_in_slot(batch))
+                    held = False  # the task releases the slot
+                    self._running.add(task)
+                    task.add_done_callback(self._running.discard)
+                if held:  # empty window (all its requests were cancelled)
+                    self._slots.release()
+                    held = False
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # pragma: no cover - defensive: fail this window's requests, keep serving
                 log.exception("batcher worker error; failing %d inputs and continuing", len(window))
+                if held:
+                    self._slots.release()
                 for job, _ in window:
                     job.failed = True
                     if not job.future.done():

@@ -74,6 +74,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
         max_batch_tokens=settings.max_batch_tokens,
         max_batch_size=settings.max_batch_size,
         max_queue_size=settings.max_queue_size,
+        inference_workers=settings.inference_workers,
     )
     batcher.start()
     return LoadedModel(model, batcher)

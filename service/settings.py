@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(2 * 1024 * 1024, gt=0, description="largest request body in bytes (more: 413)")
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads (0 = ORT default)")
     inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads (0 = ORT default)")
+    inference_workers: int = Field(
+        1, ge=1, le=64, description="inference batches run at once per model (each uses intra_op_threads)"
+    )
     ort_spinning: bool = Field(
         False, description="let ORT worker threads spin-wait between ops (helps on dedicated cores, hurts on shared ones)"
     )

@@ -95,11 +95,13 @@ def test_server_exits_with_clear_error_without_model(tmp_path):
     assert "no artifact 'nope'" in proc.stderr + proc.stdout
 
 
-def test_split_batches_match_one_batch(model):
-    """Tiny budgets force many batches; rows must come back in order and equal a single batch."""
+@pytest.mark.parametrize("workers", [1, 3])
+def test_split_batches_match_one_batch(model, workers):
+    """Tiny budgets force many batches (run ``workers`` at a time); rows must come back in order."""
 
     async def go():
-        b = Batcher(model, Metrics(), max_batch_tokens=64, max_batch_size=2, max_queue_size=8)
+        b = Batcher(model, Metrics(), max_batch_tokens=64, max_batch_size=2, max_queue_size=8,
+                    inference_workers=workers)
         b.start()
         try:
             return await asyncio.gather(b.submit(SENTENCES), b.submit(SENTENCES[::-1]))
