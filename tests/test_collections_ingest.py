@@ -59,7 +59,7 @@ def test_ingest_text_and_jsonl_with_resume(default_artifact: Path, tmp_path: Pat
         hit = c.post("/collections/docs/search", json={"query": sentences[123], "top_k": 1}).json()[0]
         assert hit["text"] == sentences[123]
         # 3. JSONL with string ids and payloads into a new collection
-        p = _ingest(str(jsonl_file), "--collection", "docs_json", "--url", s.url, "--create")
+        p = _ingest(str(jsonl_file), "--collection", "docs_json", "--url", s.url, "--create", "--state-file", str(tmp_path / "st1.json"))
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert c.get("/collections/docs_json").json()["count"] == 50
