@@ -293,10 +293,12 @@ class ModelControl:
                 log.info("unloaded %s", m.info.id)
             return [m.info.id for m in targets]
 
-    async def rescan(self) -> dict[str, Any]:
-        """Re-read ``models_dir``: forget failures of artifacts that changed or vanished; in poll mode, and
-        whenever a version of the active model's name appeared since the last scan and is newer than the
-        active one, load and activate it (a failure is recorded, never raised).
+    async def rescan(self, activate_new: bool | None = None) -> dict[str, Any]:
+        """Re-read ``models_dir``: forget failures of artifacts that changed or vanished, and report what appeared.
+
+        With ``activate_new`` (default: ``model_control == "poll"``), a version of the active model's name
+        that appeared since the last scan and is newer than the active one is loaded and activated (the
+        newest that loads; a failure is recorded and reported, never raised).
 
         Returns:
             ``{"available": [ids], "new": [ids], "activated": id or None, "errors": {id: message}}``.
@@ -311,7 +313,9 @@ class ModelControl:
         activated = None
         errors: dict[str, str] = {}
         act = self.registry.active
-        if act is not None:
+        if activate_new is None:
+            activate_new = self.settings.model_control == "poll"
+        if act is not None and activate_new:
             candidates = sorted((now[k][0] for k in new if now[k][0].name == act.info.name
                                  and version_key(now[k][0].version) > version_key(act.info.version)
                                  and k not in self.failures),

@@ -125,6 +125,9 @@ def _references(artifact_dir: Path, texts: list[str]) -> dict[str, np.ndarray]:
 
 def test_swap_under_concurrent_load(client, server, env, sentences):
     v2 = publish(sliced_artifact, env["src"], models_dir=env["models"], version="2", dim=256)
+    r = client.post("/admin/models/reload", headers=ADMIN)  # explicit mode: reported, not activated
+    assert r.status_code == 200 and f"{NAME}:2" in r.json()["new"] and r.json()["activated"] is None, r.text
+    assert _active(client) == f"{NAME}:1"
     refs = {"1": _references(env["models"] / NAME / "1", sentences), "2": _references(v2, sentences)}
     stop = threading.Event()
     swapped_at: list[float] = []

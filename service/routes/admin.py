@@ -7,7 +7,8 @@
                                         swap atomically; collections start re-embedding
 ``POST /admin/models/{name}/unload``    body ``{"version": ...}`` optional (default: every non-active
                                         loaded version of ``name``)
-``POST /admin/models/reload``           rescan ``models_dir`` (in poll mode the watcher does this too)
+``POST /admin/models/reload``           rescan ``models_dir``: list what appeared (poll mode: also activate
+                                        a newly published newer version, as the watcher does)
 =====================================  =============================================================
 
 Auth: ``Authorization: Bearer <key>`` with a key of ``admin_api_keys``, or of ``api_keys``
@@ -97,7 +98,11 @@ def _map(e: Exception) -> APIError:
 
 @router.post("/models/reload")
 async def reload_models(request: Request) -> Response:
-    """Rescan ``models_dir``; answers ``{available, new, activated, errors}`` (see ``ModelControl.rescan``)."""
+    """Rescan ``models_dir``; answers ``{available, new, activated, errors}`` (see ``ModelControl.rescan``).
+
+    In ``explicit`` mode nothing is loaded or activated; in ``poll`` mode a newly published, newer
+    version of the active model is activated, as the watcher would.
+    """
     _check_admin(request)
     return json_response(await control_of(request).rescan())
 
