@@ -80,7 +80,8 @@ def choose_providers(requested: list[str]) -> list[str]:
 
     ``["auto"]`` → ``[CUDA, CPU]`` when onnxruntime reports CUDA, else ``[CPU]``
     (whether CUDA really works is checked when the session is created).
-    Explicit names must be among ``onnxruntime.get_available_providers()``.
+    Explicit names (or the aliases ``cpu``, ``cuda``, ``tensorrt``) must be among
+    ``onnxruntime.get_available_providers()``.
 
     Raises:
         ModelLoadError: an unknown provider was asked for.
@@ -88,6 +89,8 @@ def choose_providers(requested: list[str]) -> list[str]:
     available = ort.get_available_providers()
     if not requested or requested == ["auto"]:
         return [CUDA, CPU] if CUDA in available else [CPU]
+    aliases = {"cpu": CPU, "cuda": CUDA, "tensorrt": "TensorrtExecutionProvider"}
+    requested = [aliases.get(p.lower(), p) for p in requested]
     bad = [p for p in requested if p not in available]
     if bad:
         raise ModelLoadError(f"providers {bad} not available (available: {available})")
@@ -161,8 +164,11 @@ class OnnxModel:
             else:
                 raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
         else:
-            if CUDA in chosen and CUDA not in sess.get_providers() and providers in ([], ["auto"]):
-                log.info("CUDA provider not usable here; using CPU")
+            if CUDA in chosen and CUDA not in sess.get_providers():
+                if providers in ([], ["auto"]):
+                    log.info("CUDA provider not usable here; using CPU")
+                else:
+                    log.warning("asked for %s but ONNX Runtime runs on %s", chosen, sess.get_providers())
         if sess is None:
             try:
                 sess = ort.InferenceSession(model_path, sess_options=opts, providers=[CPU])
