@@ -6,7 +6,8 @@ sentence-transformers config, else mean) or an ONNX artifact directory (``model.
 
 Options: ``--tasks STS12,STSBenchmark-dev`` (default: the seven test tasks + mean),
 ``--max-seq-length N`` (default 128 for torch, the manifest's for ONNX), ``--batch-size N``,
-``--align-uniform`` (also Wang & Isola alignment/uniformity on STS-B), ``--json FILE``.
+``--align-uniform`` (also Wang & Isola alignment/uniformity on STS-B), ``--json FILE``,
+``--limit N`` (a fixed random subsample of N pairs per task: quick checks only).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--align-uniform", action="store_true")
     ap.add_argument("--json", default=None, help="also write the scores to this JSON file")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--limit", type=int, default=None,
+                    help="fixed random subsample of N pairs per task (quick checks; not headline numbers)")
     a = ap.parse_args(argv)
     if a.threads:
         import torch
@@ -41,9 +44,9 @@ def main(argv: list[str]) -> int:
         print(f"error: {a.model} is not a directory", file=sys.stderr)
         return 2
     enc = encode_fn_for(a.model, a.max_seq_length, a.batch_size)
-    scores = evaluate_sts(enc, [t for t in a.tasks.split(",") if t])
-    extra = alignment_uniformity(enc) if a.align_uniform else {}
-    print(f"model: {a.model}")
+    scores = evaluate_sts(enc, [t for t in a.tasks.split(",") if t], limit=a.limit)
+    extra = alignment_uniformity(enc, limit=a.limit) if a.align_uniform else {}
+    print(f"model: {a.model}" + (f"  (random subsample of {a.limit} pairs per task)" if a.limit else ""))
     print(format_table(scores, extra))
     if a.json:
         with open(a.json, "w") as f:

@@ -95,6 +95,9 @@ class TrainSettings(BaseSettings):
     eval_max_seq_length: int = Field(128, ge=4, description="truncation for STS evaluation")
     eval_batch_size: int = 128
     final_eval: bool = True
+    final_eval_tasks: list[str] | None = Field(None, description="None: the seven test tasks (+ mean)")
+    eval_limit: int | None = Field(None, ge=1, description="a fixed random subsample of N pairs per task "
+                                   "(smoke tests, CPU benchmarks); scores are then recorded with an '@N' suffix")
     save_every: int = Field(250, ge=0, description="resumable checkpoint every N steps (0: only at the end)")
     log_every: int = Field(1, ge=1)
     output_dir: str = str(REPO_ROOT / "runs" / "default")
@@ -104,6 +107,8 @@ class TrainSettings(BaseSettings):
     models_dir: str = str(REPO_ROOT / "models")
     artifact_name: str = "minilm-simcse"
     artifact_version: str = "1"
+    export_evaluate: Literal["none", "dev", "all"] = Field(
+        "dev", description="export_artifact's own STS evaluation of the ONNX graph (overrides same-named scores)")
     progress: bool = True
 
     @classmethod

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from training.data.sts import TEST_TASKS, cosine_spearman, load_task
+from training.data.sts import TEST_TASKS, STSPairs, cosine_spearman, load_task
 
 EncodeFn = Callable[[Sequence[str]], np.ndarray]  # sentences -> (N, D) float32
 
@@ -28,10 +28,20 @@ def _unique_encode(encode: EncodeFn, sentences: Iterable[str]) -> dict[str, np.n
     return {s: emb[i] for i, s in enumerate(uniq)}
 
 
-def evaluate_sts(encode: EncodeFn, tasks: Sequence[str] = tuple(TEST_TASKS), with_mean: bool = True) -> dict[str, float]:
+def subsample(d: STSPairs, limit: int | None, seed: int = 0) -> STSPairs:
+    """A fixed random subsample of ``limit`` pairs (``default_rng(seed)``, original order kept); all if None."""
+    if not limit or limit >= len(d):
+        return d
+    idx = np.sort(np.random.default_rng(seed).choice(len(d), size=limit, replace=False))
+    return STSPairs(d.name, [d.sent1[i] for i in idx], [d.sent2[i] for i in idx], d.scores[idx])
+
+
+def evaluate_sts(encode: EncodeFn, tasks: Sequence[str] = tuple(TEST_TASKS), with_mean: bool = True,
+                 limit: int | None = None) -> dict[str, float]:
     """Spearman ×100 per task (each distinct sentence encoded once). Adds ``"mean"`` over ``tasks``
-    when ``with_mean`` and ``tasks`` are the seven test tasks."""
-    data = {t: load_task(t) for t in tasks}
+    when ``with_mean`` and ``tasks`` are the seven test tasks. ``limit``: a fixed random subsample of N
+    pairs per task (:func:`subsample`; for smoke tests and CPU benchmarks, never for headline numbers)."""
+    data = {t: subsample(load_task(t), limit) for t in tasks}
     table = _unique_encode(encode, (s for d in data.values() for s in (*d.sent1, *d.sent2)))
     scores = {}
     for t, d in data.items():
@@ -47,12 +57,13 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def alignment_uniformity(encode: EncodeFn, task: str = "STSBenchmark", pos_threshold: float = 4.0) -> dict[str, float]:
+def alignment_uniformity(encode: EncodeFn, task: str = "STSBenchmark", pos_threshold: float = 4.0,
+                         limit: int | None = None) -> dict[str, float]:
     """Wang & Isola (2020) alignment (α=2) and uniformity (t=2) on ``task`` (see module docstring).
 
-    Returns ``{"alignment": float, "uniformity": float}``.
+    ``limit``: a fixed random subsample of N pairs (:func:`subsample`). Returns ``{"alignment": float, "uniformity": float}``.
     """
-    d = load_task(task)
+    d = subsample(load_task(task), limit)
     table = _unique_encode(encode, (*d.sent1, *d.sent2))
     pos = d.scores > pos_threshold
     a = _normalize(np.stack([table[s] for s, p in zip(d.sent1, pos) if p]).astype(np.float64))

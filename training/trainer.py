@@ -38,6 +38,7 @@ from torch import nn
 
 from training.config import TrainSettings
 from training.data.train_data import load_sentences, load_triplets
+from training.data.sts import TEST_TASKS
 from training.encoder import EncoderOutput, SentenceEncoder, default_model_path
 from training.evaluation import alignment_uniformity, evaluate_sts, format_table
 from training.objectives import ObjectiveBatch, ObjectiveContext, build_objective
@@ -302,7 +303,7 @@ class Trainer:
 
     def evaluate_dev(self) -> float:
         """STS-B dev Spearman ×100 with the current weights."""
-        return evaluate_sts(self.encode_fn(), ["STSBenchmark-dev"])["STSBenchmark-dev"]
+        return evaluate_sts(self.encode_fn(), ["STSBenchmark-dev"], limit=self.cfg.eval_limit)["STSBenchmark-dev"]
 
     def _log(self, rec: dict[str, Any]) -> None:
         with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as f:
@@ -454,10 +455,12 @@ class Trainer:
             from training.evaluation import torch_encode_fn
 
             enc = torch_encode_fn(str(best_dir), cfg.eval_max_seq_length, cfg.eval_batch_size)
-            scores.update(evaluate_sts(enc))
-            results.update(alignment_uniformity(enc))
-            results["scores"] = scores
+            tasks = cfg.final_eval_tasks or list(TEST_TASKS)
+            scores.update(evaluate_sts(enc, tasks, limit=cfg.eval_limit))
+            results.update(alignment_uniformity(enc, limit=cfg.eval_limit))
             print(format_table(scores, {k: results[k] for k in ("alignment", "uniformity")}))
+        if cfg.eval_limit:  # partial evaluations are labelled, never passed off as full-task scores
+            scores = {f"{k}@{cfg.eval_limit}": v for k, v in scores.items()}
         results["scores"] = scores
         (self.out / "results.json").write_text(json.dumps(results, indent=2))
         self.plot()
@@ -475,6 +478,7 @@ class Trainer:
                 str(best_dir), str(art_dir), name=cfg.artifact_name, version=cfg.artifact_version,
                 base_model=DEFAULT_BASE_MODEL if not cfg.model_name_or_path else cfg.model_name_or_path,
                 training=recipe, scores={k: round(float(v), 4) for k, v in scores.items()},
+                evaluate=cfg.export_evaluate,
             )
             results["artifact"] = str(art_dir)
             (self.out / "results.json").write_text(json.dumps(results, indent=2))

@@ -1,0 +1,44 @@
+"""STS loaders and the untrained default encoder against ../shared/data/README.md's reference.
+
+The reference eval (7 tasks + STS-B dev, max 128 tokens) runs once per module, through the
+``python -m training eval`` entry point (``training.cli_eval.main``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from training.data.sts import load_task
+
+COUNTS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
+          "STSBenchmark": 1379, "SICKRelatedness": 4927}
+REFERENCE = {"STS12": 72.37, "STS13": 80.60, "STS14": 75.59, "STS15": 85.39, "STS16": 78.99,
+             "STSBenchmark": 82.03, "SICKRelatedness": 77.15, "mean": 78.87, "STSBenchmark-dev": 86.72}
+
+
+@pytest.mark.parametrize("task,n", COUNTS.items())
+def test_sts_loader_counts(task, n):
+    d = load_task(task)
+    assert len(d) == n == len(d.sent1) == len(d.sent2)
+
+
+@pytest.fixture(scope="module")
+def reference_scores(tmp_path_factory):
+    from training.cli_eval import main
+    from training.encoder import default_model_path
+
+    torch.set_num_threads(2)
+    out = tmp_path_factory.mktemp("ref") / "scores.json"
+    tasks = ",".join([*COUNTS, "STSBenchmark-dev"])
+    assert main(["--model", default_model_path(), "--tasks", tasks, "--max-seq-length", "128",
+                 "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("task", list(REFERENCE))
+def test_untrained_default_encoder_reproduces_reference(reference_scores, task):
+    assert reference_scores[task] == pytest.approx(REFERENCE[task], abs=0.05)

@@ -1,0 +1,95 @@
+"""3R (paper 000, Eqs. 3-5) on hand-computed tensors, the Table 3 variants, and the pool miner."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from training.three_r import (ThreeR, batch_sigma, mine_redundant_pool, redundant_mask, reduce_redundancy,
+                              top_words)
+
+H = torch.tensor([[1.0, 2.0, 0.0], [3.0, 2.0, 1.0]])  # N=2, D=3
+HBAR = torch.tensor([10.0, 20.0, 30.0])
+
+
+def test_sigma_is_population_std_eq3():
+    # per-dim means (2, 2, 0.5); deviations (±1, 0, ±0.5); population std divides by N=2
+    assert torch.allclose(batch_sigma(H), torch.tensor([1.0, 0.0, 0.5]))
+
+
+def test_redundant_set_and_reduction_eq5():
+    sigma = batch_sigma(H)
+    mask = redundant_mask(sigma, torch.tensor(0.75))
+    assert mask.tolist() == [0.0, 1.0, 1.0]  # S = {d : sigma_d < c} = {1, 2}
+    out = reduce_redundancy(H, HBAR, mask, "subtract")
+    assert out.tolist() == [[1.0, -18.0, -30.0], [3.0, -18.0, -29.0]]
+    # a dimension with sigma exactly equal to c is not redundant (strict <)
+    assert redundant_mask(sigma, torch.tensor(0.5)).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_table3_variants_on_hand_tensors():
+    mask = torch.tensor([0.0, 1.0, 1.0])
+    assert reduce_redundancy(H, HBAR, mask, "zero").tolist() == [[1.0, 0.0, 0.0], [3.0, 0.0, 0.0]]
+    assert reduce_redundancy(H, HBAR, mask, "all").tolist() == [[-9.0, -18.0, -30.0], [-7.0, -18.0, -29.0]]
+    with pytest.raises(ValueError):
+        reduce_redundancy(H, HBAR, mask, "bogus")
+
+
+def test_gradient_reaches_c_through_sigmoid_surrogate():
+    beta = 0.5
+    c = torch.tensor(0.75, requires_grad=True)
+    sigma = batch_sigma(H)
+    w = torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]])
+    out = reduce_redundancy(H, HBAR, redundant_mask(sigma, c, beta), "subtract")
+    (out * w).sum().backward()
+    # dL/dm_d = sum_i w_id * (-hbar_d); dm_d/dc = s(1-s)/beta with s = sigmoid((c - sigma_d)/beta)
+    expected = 0.0
+    for d, sd in enumerate([1.0, 0.0, 0.5]):
+        s = 1.0 / (1.0 + math.exp(-(0.75 - sd) / beta))
+        expected += (w[0, d].item() + w[1, d].item()) * (-HBAR[d].item()) * s * (1 - s) / beta
+    assert c.grad is not None
+    assert c.grad.item() == pytest.approx(expected, rel=1e-5)
+    # forward stays hard (exact subtraction), whatever the surrogate
+    assert out[0, 1].item() == -18.0
+
+
+def test_dynamic_mask_gradient_uses_embedding_values():
+    c = torch.tensor(0.75, requires_grad=True)
+    out = reduce_redundancy(H, HBAR, redundant_mask(batch_sigma(H), c, 1.0), "zero")
+    out.sum().backward()
+    s = [1.0 / (1.0 + math.exp(-(0.75 - sd))) for sd in (1.0, 0.0, 0.5)]
+    expected = sum(-(H[0, d] + H[1, d]).item() * s[d] * (1 - s[d]) for d in range(3))
+    assert c.grad.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_three_r_module_validates_and_samples_deterministically():
+    pool = [f"sentence number {i}" for i in range(10)]
+    tr = ThreeR(pool, ["the"], k=6, seed=3)
+    a, b = tr.sample_pool(5), tr.sample_pool(5)
+    assert a == b and len(set(a)) == 6
+    assert tr.sample_pool(6) != a
+    with pytest.raises(ValueError):
+        ThreeR(pool, [], variant="nope")
+    with pytest.raises(ValueError):
+        ThreeR([], ["the"], variant="3r")
+    assert not ThreeR(pool, ["the"], variant="overall_subtraction").c.requires_grad
+
+
+def test_pool_miner_covers_top_words_and_respects_limits():
+    corpus = (["the cat sat on the mat", "a dog and a cat", "the dog was on a mat", "cat and dog and mat",
+               "the mat was a cat", "zebra quokka axolotl narwhal"] * 3
+              + ["one two three four five six seven eight nine ten eleven twelve the cat"])
+    top = top_words(corpus, 8)
+    pool, top2, stats = mine_redundant_pool(corpus, n_top_words=8, pool_size=6, max_tokens=7,
+                                            min_top_fraction=0.8, seed=0)
+    assert top == top2 and len(pool) == len(set(pool)) and 0 < len(pool) <= 6
+    assert all(len(s.split()) <= 7 for s in pool)
+    assert "zebra quokka axolotl narwhal" not in pool
+    words = [w for s in pool for w in s.split()]
+    if stats["fully_covered"]:
+        assert all(words.count(w) >= 2 for w in top)
+    assert stats["covered_words"] == sum(words.count(w) >= 2 for w in top)
+    with pytest.raises(ValueError):
+        mine_redundant_pool(["zebra quokka"] * 3 + ["a b"], n_top_words=1, min_top_fraction=1.0, max_tokens=1)
