@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def encoder():
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     return SentenceEncoder("", max_seq_length=24)
 

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.timeout(600)
 def base(default_model_dir):
     from transformers import AutoModel, AutoTokenizer
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(str(default_model_dir))
     model = AutoModel.from_pretrained(str(default_model_dir)).eval()
     return model, tok
