@@ -54,10 +54,11 @@ class ThreeRConfig(BaseModel):
 
 
 class DataConfig(BaseModel):
-    """Training data. ``mode`` unsup: ``train_file`` text; sup: ``train_file`` SNLI dir or CSV triplets."""
+    """Training data. ``mode`` unsup: ``train_file`` text; sup: ``train_file`` SNLI dir or CSV triplets;
+    pairs: ``train_file`` of ``sentence<TAB>positive`` lines (e.g. back-translations, paper 004 §3.1; issue 5)."""
 
     model_config = ConfigDict(extra="forbid")
-    mode: Literal["unsup", "sup"] = "unsup"
+    mode: Literal["unsup", "sup", "pairs"] = "unsup"
     train_file: str = str(REPO_ROOT.parent / "shared" / "data" / "corpus" / "en_sentences.txt")
     max_train_samples: int | None = None
 

@@ -88,6 +88,10 @@ class Trainer:
             self.data: list = load_triplets(cfg.data.train_file)
             if cfg.data.max_train_samples:
                 self.data = self.data[: cfg.data.max_train_samples]
+        elif cfg.data.mode == "pairs":  # (anchor, positive) from a user file (issue 5, MSSE positives)
+            from training.objectives.msse import read_pairs
+
+            self.data = list(zip(*read_pairs(cfg.data.train_file)))[: cfg.data.max_train_samples or None]
         else:
             self.data = load_sentences(cfg.data.train_file, cfg.data.max_train_samples)
         self.steps_per_epoch = len(self.data) // cfg.batch_size
@@ -151,7 +155,7 @@ class Trainer:
         pool_path, top_path = self.out / "redundant_pool.txt", self.out / "top_words.txt"
         if pool_path.is_file() and top_path.is_file() and self.cfg.resume:
             return read_lines(pool_path), read_lines(top_path)
-        if self.supervised:
+        if self.supervised or self.cfg.data.mode == "pairs":
             corpus = [s for tr in self.data for s in tr]
         else:
             corpus = list(self.data)
@@ -190,6 +194,8 @@ class Trainer:
         if self.supervised:
             return {"anchor": [t[0] for t in items], "positive": [t[1] for t in items],
                     "hard_negative": [t[2] for t in items]}
+        if self.cfg.data.mode == "pairs":
+            return {"anchor": [t[0] for t in items], "positive": [t[1] for t in items]}
         return {"anchor": list(items), "positive": list(items)}
 
     def _encode(self, tok: dict[str, torch.Tensor], sl: slice) -> EncoderOutput:
