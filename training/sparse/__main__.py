@@ -66,6 +66,22 @@ def cmd_prune(args) -> int:
     return 0
 
 
+def _subsample_scores(artifact: Path, which: str, limit: int, threads: int) -> dict:
+    """STS on the exported ONNX graph over ``training.evaluation.subsample``'s fixed N pairs per task
+    (the CPU-bench protocol of bench/train_bench.py); ``mean`` over the seven test tasks when ``which == "all"``."""
+    import numpy as np
+
+    from training.data.sts import TEST_TASKS
+    from training.evaluation import evaluate_sts, onnx_encode_fn
+
+    enc = onnx_encode_fn(str(artifact), threads=threads)
+    tasks = ["STSBenchmark-dev"] + (list(TEST_TASKS) if which == "all" else [])
+    sc = evaluate_sts(enc, tasks, with_mean=False, limit=limit)
+    if which == "all":
+        sc["mean"] = float(np.mean([sc[t] for t in TEST_TASKS]))
+    return sc
+
+
 def cmd_sweep(args) -> int:
     import torch
 
@@ -111,17 +127,22 @@ def cmd_sweep(args) -> int:
             model_dir = finetune_pruned(pruned_dir, out / tag / "finetune", config_file=args.finetune_config,
                                         overrides=ov)
         name = f"{args.name_prefix}-{tag}"
-        man = export_pruned(model_dir, models_dir / name / "1", name=name, evaluate=args.eval,
+        man = export_pruned(model_dir, models_dir / name / "1", name=name,
+                            evaluate="none" if args.eval_limit else args.eval,
                             training={"method": "SparseCSE (paper 003)", "sparsity": s,
                                       "finetune_config": args.finetune_config, "overrides": ov,
                                       "lam": args.lam, "min_gold": args.min_gold})
+        scores = dict(man.scores)
+        if args.eval_limit and args.eval != "none":
+            scores = _subsample_scores(models_dir / name / "1", args.eval, args.eval_limit, args.ort_threads)
         stats = artifact_stats(models_dir / name / "1", model_dir, sents, threads=args.ort_threads)
         row = {"sparsity": s, "artifact": name,
                "head_sparsity": st.head_sparsity if st else 0.0,
                "neuron_sparsity": st.neuron_sparsity if st else 0.0,
                "heads_per_layer": [len(h) for h in st.heads] if st else None,
                "ffn_per_layer": [len(n) for n in st.neurons] if st else None,
-               **stats, "scores": man.scores, "seconds": time.perf_counter() - t1}
+               **stats, "scores": scores, "eval_limit": args.eval_limit or None,
+               "seconds": time.perf_counter() - t1}
         rows.append(row)
         with open(out / "sweep.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -169,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--models-dir", default=str(REPO_ROOT / "models"))
     sp.add_argument("--name-prefix", default="minilm-sparsecse")
     sp.add_argument("--eval", choices=["none", "dev", "all"], default="dev", help="STS measured on the exported ONNX")
+    sp.add_argument("--eval-limit", type=int, default=0,
+                    help="fixed random subsample of N pairs per task (as bench/train_bench.py); 0: full tasks")
     sp.add_argument("--throughput-sentences", type=int, default=512)
     sp.add_argument("--ort-threads", type=int, default=1)
     sp.add_argument("--threads", type=int, default=None, help="torch threads")
