@@ -30,11 +30,11 @@ def reference_scores(tmp_path_factory):
     from training.cli_eval import main
     from training.encoder import default_model_path
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("ref") / "scores.json"
     tasks = ",".join([*COUNTS, "STSBenchmark-dev"])
     assert main(["--model", default_model_path(), "--tasks", tasks, "--max-seq-length", "128",
-                 "--json", str(out)]) == 0
+                 "--json", str(out), "--threads", "1"]) == 0
     return json.loads(out.read_text())
 
 

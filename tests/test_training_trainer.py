@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(600)
 
 def _cfg(tmp_path, **kw):
     base = {"batch_size": 8, "max_steps": 4, "data": {"max_train_samples": 96}, "output_dir": str(tmp_path),
-            "export": False, "final_eval": False, "resume": False, "progress": False, "threads": 2,
+            "export": False, "final_eval": False, "resume": False, "progress": False, "threads": 1,
             "eval_every": 0, "save_every": 0, "eval_limit": 16,
             "three_r": {"enabled": True, "pool_size": 8, "k": 3, "n_top_words": 50, "pool_min_top_fraction": 0.5}}
     for k, v in kw.items():
@@ -31,7 +31,7 @@ def _cfg(tmp_path, **kw):
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     return Trainer(_cfg(tmp_path_factory.mktemp("gc")))
 
 
@@ -92,7 +92,7 @@ def test_three_r_prepare_uses_pool_mean_and_batch_sigma(trainer):
 
 
 def test_resume_reproduces_uninterrupted_run(tmp_path):
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     a = Trainer(_cfg(tmp_path / "a", max_steps=4))
     a.run()
     b = Trainer(_cfg(tmp_path / "b", max_steps=4))

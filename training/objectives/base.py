@@ -53,9 +53,10 @@ What an objective receives (:class:`ObjectiveBatch`)
 * ``transform``: ``(M, D) -> (M, D)``, this step's 3R transform (identity when 3R is off);
   it uses this step's σ, S and h̄ and passes gradient to the learnable threshold c.
 * ``encoder``: the :class:`training.encoder.SentenceEncoder` (``encoder.word_embeddings``
-  for tied output layers). Do not run extra encoder forwards with gradient here: with
-  gradient caching (batch > chunk) only the tensors in the batch carry gradient to the
-  encoder. Parameters of the objective itself (decoders, heads) train normally.
+  for tied output layers). An extra encoder forward with gradient inside an objective
+  (e.g. an MLM pass) is allowed: its gradient goes straight to the parameters, also under
+  gradient caching, but it is not chunked (its memory is the full batch's) and its dropout
+  masks are its own. Parameters of the objective itself (decoders, heads) train normally.
 * ``step``: the optimisation step (0-based).
 
 Train-only parameters of an objective are saved in the training checkpoint, never in
