@@ -122,9 +122,40 @@ def run_baseline(out: Path, threads: int, limit: int | None) -> dict:
     return rec
 
 
+def measure_overhead(out: Path, steps: int, threads: int) -> dict:
+    """3R's time overhead, interleaved in one process so machine load affects both alike:
+    alternate SimCSE steps with 3R off and on (same model, batch 64), median seconds per step."""
+    import torch
+
+    from training.config import load_settings
+    from training.trainer import Trainer
+
+    torch.set_num_threads(threads)
+    cfg = load_settings(None, {"batch_size": 64, "max_steps": 2 * steps, "three_r": {"enabled": True},
+                               "output_dir": str(out / "overhead"), "export": False, "progress": False,
+                               "resume": False, "threads": threads})
+    tr = Trainer(cfg)
+    three_r = tr.three_r
+    t_off, t_on, t_3r = [], [], []
+    for i in range(2 * steps + 2):  # first two steps: warm-up, discarded
+        tr.three_r = three_r if i % 2 else None
+        logs = tr.train_step(i)
+        if i >= 2:
+            (t_on if i % 2 else t_off).append(logs["time/step"])
+            if i % 2:
+                t_3r.append(logs["time/three_r"])
+    rec = {"setting": "overhead", "seed": 0, "batch_size": 64, "steps": steps, "returncode": 0,
+           "median_step_seconds_simcse": float(np.median(t_off)), "median_step_seconds_3r": float(np.median(t_on)),
+           "median_three_r_seconds": float(np.median(t_3r)), "threads": threads,
+           "command": f"python bench/train_bench.py --out {out} --overhead {steps}"}
+    return rec
+
+
 def report(out: Path) -> str:
     recs = [json.loads(l) for l in (out / "runs.jsonl").read_text().splitlines() if l.strip()]
     recs = [r for r in recs if r.get("returncode") == 0]
+    over = [r for r in recs if r["setting"] == "overhead"]
+    recs = [r for r in recs if r["setting"] != "overhead"]
     short = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
     lines = ["| setting | seeds | " + " | ".join(short.get(t, t) for t in TASKS)
              + " | mean ± std | STS-B dev | align | unif | c final | steps/s | 3R s/step |",
@@ -157,6 +188,11 @@ def report(out: Path) -> str:
         if r["setting"] == "simcse" or r["batch_size"] != 64:
             lines.append(f"| {r['setting']} | {r['batch_size']} | {r['seed']} | {r['steps']} | {r['loss_first']:.3g} | "
                          f"{r['loss_last']:.3g} | {r['loss_mean_last5']:.3g} | {r['steps_per_second']:.3f} |")
+    for r in over:
+        lines += ["", f"3R overhead (interleaved, {r['steps']} steps each, {r['threads']} thread(s)): median "
+                  f"{r['median_step_seconds_simcse']:.2f} s/step SimCSE vs {r['median_step_seconds_3r']:.2f} s/step "
+                  f"SimCSE+3R ({100 * (r['median_step_seconds_3r'] / r['median_step_seconds_simcse'] - 1):+.1f}%); "
+                  f"3R's own work (pool encode, sigma, mask) {r['median_three_r_seconds']:.3f} s/step"]
     return "\n".join(lines)
 
 
@@ -174,11 +210,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="fixed random subsample of N pairs per STS task (0: full suite)")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="passed to every train command")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--overhead", type=int, default=0, metavar="STEPS",
+                    help="only measure 3R's time overhead (interleaved steps) and exit")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.report:
         print(report(out))
+        return 0
+    if a.overhead:
+        rec = measure_overhead(out, a.overhead, a.threads)
+        _append(out, rec)
+        print(json.dumps(rec))
         return 0
     done = _done(out)
     if ("none", -1, 0) not in done:
