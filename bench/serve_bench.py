@@ -11,7 +11,7 @@ nor a poor thread count can flatter the service).
 
 Example (the command recorded in docs/performance.md)::
 
-    .venv/bin/python bench/serve_bench.py --clients 4 --batch 32 --requests 100 --intra-op-threads 1
+    .venv/bin/python bench/serve_bench.py --clients 4 --batch 32 --requests 100
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
 """
@@ -142,12 +142,16 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=150)
     ap.add_argument("--batch", type=int, default=32, help="sentences per request (and ST encode batch_size)")
     ap.add_argument("--encoding", choices=["base64", "float"], default="base64")
-    ap.add_argument("--intra-op-threads", type=int, default=2)
-    ap.add_argument("--inter-op-threads", type=int, default=1)
-    ap.add_argument("--inference-workers", type=int, default=1, help="server flag: batches run at once")
+    from service.settings import Settings
+
+    d = Settings()  # server flags default to the service's own defaults
+    ap.add_argument("--intra-op-threads", type=int, default=d.intra_op_threads)
+    ap.add_argument("--inter-op-threads", type=int, default=d.inter_op_threads)
+    ap.add_argument("--batch-overhead-tokens", type=int, default=d.batch_overhead_tokens, help="server flag")
+    ap.add_argument("--inference-workers", type=int, default=d.inference_workers, help="server flag")
     ap.add_argument("--ort-spinning", action="store_true", help="let ORT threads spin-wait (server flag)")
-    ap.add_argument("--max-batch-size", type=int, default=64)
-    ap.add_argument("--max-batch-tokens", type=int, default=16384)
+    ap.add_argument("--max-batch-size", type=int, default=d.max_batch_size)
+    ap.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
     ap.add_argument("--st-threads", default="1,2", help="torch thread counts to try for the baseline (best is used)")
     ap.add_argument("--st-repeats", type=int, default=1, help="timed encodes per thread count, before and after")
     ap.add_argument("--st-omp-wait-policy", default="PASSIVE",
@@ -179,6 +183,7 @@ def main() -> None:
             "--max-batch-tokens", str(args.max_batch_tokens),
             "--ort-spinning", str(args.ort_spinning).lower(),
             "--inference-workers", str(args.inference_workers),
+            "--batch-overhead-tokens", str(args.batch_overhead_tokens),
             "--log-level", "warning",
         ]
         with tempfile.TemporaryDirectory() as wd:
@@ -198,7 +203,7 @@ def main() -> None:
     print()
     print(f"workload: {args.requests} requests x {args.batch} STS-B test sentences; "
           f"server: intra_op_threads={args.intra_op_threads} inter_op_threads={args.inter_op_threads} "
-          f"inference_workers={args.inference_workers} ort_spinning={args.ort_spinning} max_batch_size={args.max_batch_size} max_batch_tokens={args.max_batch_tokens}")
+          f"inference_workers={args.inference_workers} batch_overhead_tokens={args.batch_overhead_tokens} ort_spinning={args.ort_spinning} max_batch_size={args.max_batch_size} max_batch_tokens={args.max_batch_tokens}")
     print("| run | sentences/s | p50 ms | p99 ms | vs best ST fp32 |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:

@@ -6,10 +6,13 @@ Flow of a request (:meth:`Batcher.submit`):
 2. tokenization in a thread pool (``truncate=False`` and an input over
    ``max_seq_length`` → :class:`InputTooLong`, nothing is queued);
 3. the request's inputs join the queue; the worker takes a window of queued inputs
-   (oldest requests first, up to ``4 x max_batch_size`` inputs), sorts it by token
-   length and cuts it into batches whose *padded* size ``batch x max_len`` stays
-   within ``max_batch_tokens`` and ``batch <= max_batch_size``. A request's inputs
-   may so be spread over several batches;
+   (oldest requests first, up to ``max(256, 4 x max_batch_size)`` inputs), sorts it by token
+   length and cuts it into contiguous batches whose *padded* size ``batch x max_len``
+   stays within ``max_batch_tokens`` and ``batch <= max_batch_size``, choosing the cut
+   points that minimise ``sum(padded tokens) + batch_overhead_tokens x n_batches``
+   (dynamic programming over the sorted window: a long input does not drag short ones
+   up to its length, and equal lengths share a batch). A request's inputs may so be
+   spread over several batches;
 4. each batch is padded to its own longest input and run by ONNX Runtime in an
    executor of ``inference_workers`` threads (the event loop never waits on it; with
    several workers, that many batches run at once, each on ``intra_op_threads``);
@@ -35,6 +38,9 @@ from .backend import OnnxModel, Tokenized
 from .metrics import Metrics
 
 log = logging.getLogger("service.batcher")
+
+#: Smallest window of queued inputs sorted together (more inputs sorted = less padding).
+WINDOW_MIN = 256
 
 
 class QueueFull(Exception):
@@ -97,6 +103,7 @@ class Batcher:
         max_queue_size: most requests admitted and not yet answered.
         tokenizer_threads: threads tokenizing requests.
         inference_workers: batches run concurrently (threads calling the ORT session).
+        batch_overhead_tokens: fixed cost of one batch, in padded-token equivalents, used to cut windows.
     """
 
     def __init__(
@@ -109,12 +116,14 @@ class Batcher:
         max_queue_size: int,
         tokenizer_threads: int = 2,
         inference_workers: int = 1,
+        batch_overhead_tokens: int = 64,
     ) -> None:
         self.model = model
         self.metrics = metrics
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
+        self.batch_overhead_tokens = batch_overhead_tokens
         self._label = model.info.id
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._pending: deque[_Job] = deque()
@@ -217,8 +226,8 @@ class Batcher:
         return out
 
     def _take_window(self) -> list[tuple[_Job, int]]:
-        """Up to ``4 x max_batch_size`` unplaced inputs, oldest requests first."""
-        room = 4 * self.max_batch_size
+        """Up to ``max(256, 4 x max_batch_size)`` unplaced inputs, oldest requests first."""
+        room = max(WINDOW_MIN, 4 * self.max_batch_size)
         window: list[tuple[_Job, int]] = []
         while self._pending and room > 0:
             job = self._pending[0]
@@ -234,19 +243,32 @@ class Batcher:
         return window
 
     def _cut(self, window: list[tuple[_Job, int]]) -> list[list[tuple[_Job, int]]]:
-        """Sort by token length and cut into batches within the token and size budgets."""
+        """Sort by token length; cut into batches minimising padded tokens + ``batch_overhead_tokens`` per batch.
+
+        Batches are contiguous runs of the sorted window, each within ``max_batch_size`` inputs and
+        ``max_batch_tokens`` padded tokens (a single input may exceed the latter). Returned shortest first.
+        """
+        if not window:
+            return []
         window.sort(key=lambda ji: len(ji[0].tokens.ids[ji[1]]))
-        batches: list[list[tuple[_Job, int]]] = []
-        cur: list[tuple[_Job, int]] = []
-        for item in window:
-            length = len(item[0].tokens.ids[item[1]])  # ascending, so this is the batch's max_len
-            if cur and ((len(cur) + 1) * length > self.max_batch_tokens or len(cur) >= self.max_batch_size):
-                batches.append(cur)
-                cur = []
-            cur.append(item)
-        if cur:
-            batches.append(cur)
-        return batches
+        lengths = np.fromiter((len(j.tokens.ids[i]) for j, i in window), dtype=np.int64, count=len(window))
+        n = len(window)
+        best = np.zeros(n + 1, dtype=np.float64)
+        start = np.zeros(n + 1, dtype=np.int64)
+        for end in range(1, n + 1):
+            lo = max(0, end - self.max_batch_size)
+            sizes = end - np.arange(lo, end)  # batch = window[i:end], padded to lengths[end - 1]
+            padded = sizes * lengths[end - 1]
+            cost = best[lo:end] + padded + self.batch_overhead_tokens
+            cost[(padded > self.max_batch_tokens) & (sizes > 1)] = np.inf
+            k = int(np.argmin(cost))
+            best[end], start[end] = cost[k], lo + k
+        cuts = []
+        end = n
+        while end > 0:
+            cuts.append((int(start[end]), end))
+            end = int(start[end])
+        return [window[a:b] for a, b in reversed(cuts)]
 
     async def _run_batch(self, batch: list[tuple[_Job, int]]) -> None:
         batch = [(j, i) for j, i in batch if not j.failed and not j.future.done()]

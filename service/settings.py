@@ -41,12 +41,18 @@ class Settings(BaseSettings):
     default_model: str = Field("all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model")
     data_dir: str = Field("data", description="writable state (collections)")
     max_batch_tokens: int = Field(16384, gt=0, description="token budget of one inference batch (padded tokens)")
-    max_batch_size: int = Field(64, gt=0, description="most inputs in one inference batch")
+    max_batch_size: int = Field(
+        16, gt=0, description="most inputs in one inference batch (16 measured best on CPU; raise it on a GPU)"
+    )
     max_client_batch_size: int = Field(512, gt=0, description="most inputs in one request (more: 413)")
     max_queue_size: int = Field(1024, gt=0, description="most requests admitted and not yet answered, per model (more: 429)")
     max_payload_bytes: int = Field(2 * 1024 * 1024, gt=0, description="largest request body in bytes (more: 413)")
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads (0 = ORT default)")
     inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads (0 = ORT default)")
+    batch_overhead_tokens: int = Field(
+        16, ge=0, description="fixed cost of one inference batch in padded-token equivalents; windows are cut "
+        "into batches minimising padded tokens + this per batch (0: as many batches as it takes to pad nothing)"
+    )
     inference_workers: int = Field(
         1, ge=1, le=64, description="inference batches run at once per model (each uses intra_op_threads)"
     )

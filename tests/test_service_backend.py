@@ -169,3 +169,28 @@ def test_flags_override_env(monkeypatch):
     assert "api_keys" not in repr(s)  # keys never end up in logs
     with pytest.raises(SystemExit):
         settings_from_args(["--max-batch-size", "0"])
+
+
+@pytest.mark.parametrize("max_batch_size,max_batch_tokens,overhead", [(16, 16384, 16), (64, 16384, 64), (8, 200, 0)])
+def test_cut_minimises_padding_within_limits(model, max_batch_size, max_batch_tokens, overhead):
+    """Real STS-B lengths: every input placed once, limits held, less padding than fixed-size chunks."""
+    from training.data.sts import load_task
+
+    s = load_task("STSBenchmark")
+    texts = list(dict.fromkeys(s.sent1))[:256]
+    tok = model.tokenize(texts)
+    b = Batcher.__new__(Batcher)  # only the cutting policy, no queue or threads
+    b.max_batch_size, b.max_batch_tokens, b.batch_overhead_tokens = max_batch_size, max_batch_tokens, overhead
+    job = _Job(tok, None, None, remaining=len(texts))
+    batches = b._cut([(job, i) for i in range(len(texts))])
+    placed = sorted(i for batch in batches for _, i in batch)
+    assert placed == list(range(len(texts)))
+    lens = tok.lengths
+    for batch in batches:
+        padded = len(batch) * max(lens[i] for _, i in batch)
+        assert len(batch) <= max_batch_size and (padded <= max_batch_tokens or len(batch) == 1)
+    cost = sum(len(bt) * max(lens[i] for _, i in bt) + overhead for bt in batches)
+    srt = np.sort(lens)
+    fixed = sum(len(c) * c.max() + overhead for c in np.array_split(srt, -(-len(srt) // max_batch_size)))
+    assert cost <= fixed
+    assert sum(len(bt) * max(lens[i] for _, i in bt) for bt in batches) < 1.15 * lens.sum()
