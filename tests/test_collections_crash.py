@@ -51,7 +51,7 @@ with httpx.Client(base_url=url, timeout=30) as c:
 '''
 
 
-@pytest.mark.parametrize("kind", ["hnsw"])
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
 def test_sigkill_mid_stream_loses_no_acknowledged_write(default_artifact: Path, tmp_path: Path, kind: str):
     port = free_port()
     env = {"EMBED_COLLECTIONS_SNAPSHOT_EVERY": "7", "EMBED_COLLECTIONS_MAINTENANCE_INTERVAL_S": "0.1"}
