@@ -8,6 +8,7 @@ made every few writes here, so the restart exercises snapshot load + replay.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -54,7 +55,7 @@ with httpx.Client(base_url=url, timeout=30) as c:
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
 def test_sigkill_mid_stream_loses_no_acknowledged_write(default_artifact: Path, tmp_path: Path, kind: str):
     port = free_port()
-    env = {"EMBED_COLLECTIONS_SNAPSHOT_EVERY": "7", "EMBED_COLLECTIONS_MAINTENANCE_INTERVAL_S": "0.1"}
+    env = {"EMBED_COLLECTIONS_SNAPSHOT_EVERY": "25", "EMBED_COLLECTIONS_MAINTENANCE_INTERVAL_S": "0.1"}
     acks = tmp_path / "acks.jsonl"
     coll_dir = tmp_path / "data" / "collections" / "crash"
     with run_server(default_artifact.parent, workdir=tmp_path, port=port, env=env) as s:
@@ -62,9 +63,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_write(default_artifact: Path, 
         writer = subprocess.Popen([sys.executable, "-c", WRITER, s.url, "crash", str(acks)], cwd=REPO_ROOT)
         try:
             deadline = time.monotonic() + 120
-            while True:  # let it run until enough writes are acknowledged and a snapshot exists
-                n_acked = len(acks.read_text().splitlines()) if acks.exists() else 0
-                if n_acked >= 60 and list(coll_dir.glob("index-*.snap")):
+            while True:  # run until enough writes are acknowledged, some of them after the latest snapshot
+                n_acked = len(acks.read_text().splitlines()) if acks.exists() else 0  # = writes = sequence numbers
+                snaps = [int(p.name[6:26]) for p in coll_dir.glob("index-*.snap")]
+                if n_acked >= 60 and snaps and n_acked - max(snaps) >= 5:
                     break
                 assert writer.poll() is None, "writer stopped early"
                 assert time.monotonic() < deadline, f"only {n_acked} acknowledged writes in 120s"
@@ -91,6 +93,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_write(default_artifact: Path, 
                 n_sql = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
                 rows = {json.loads(k): np.frombuffer(v, dtype=np.float32) for k, v in db.execute("SELECT key, vector FROM points")}
             assert info["count"] == n_sql == len(rows)
+            # restored from a snapshot plus replay of the later writes, not by the rebuild-from-SQLite fallback
+            load = [ln for ln in s.log().splitlines() if "collection crash:" in ln and " points, " in ln]
+            m = re.search(r"snapshot seq (\d+) \+ replay of (\d+) removals, (\d+) rows", load[0]) if load else None
+            assert m and int(m.group(3)) > 0, load
             assert info["index"]["vectors"] - info["index"]["tombstones"] == n_sql
             # acknowledged upserts are stored, acknowledged deletes are gone; at most the one
             # unacknowledged in-flight batch (8 points) may additionally be present

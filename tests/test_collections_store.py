@@ -140,7 +140,8 @@ def test_restart_restores_from_snapshot_and_replay(tmp_path, kind, params):
     if c.needs_maintenance():
         c.maintain()
     c.delete(ids=[0, 1, 2])
-    assert c.snapshot() == c.seq
+    snap_seq = c.snapshot()
+    assert snap_seq == c.seq
     # writes after the snapshot: replay must apply them (removals included)
     Y = unit(rng, 3)
     c.upsert([3, 600, 601], ["a", "b", "c"], [None, None, None], Y)
@@ -149,6 +150,8 @@ def test_restart_restores_from_snapshot_and_replay(tmp_path, kind, params):
     seq, path = c.seq, c.path
     c.close()
     c2 = Collection.open(path)
+    assert c2.info()["snapshot_sequence"] == snap_seq  # loaded from the snapshot (not the rebuild fallback) ...
+    assert c2.changes_since_snapshot() == 2  # ... and replayed the two writes after it
     assert c2.seq == seq and c2.count == 500 - 3 - 1 + 2 == c2.index.live
     assert c2.index.trained == (True)
     assert [[h.id for h in q] for q in c2.search(X[:30], 10)] == before
@@ -170,6 +173,7 @@ def test_corrupt_snapshot_rebuilds_from_sqlite(tmp_path):
     data[-100] ^= 0xFF
     snap.write_bytes(bytes(data))
     c2 = Collection.open(path)
+    assert c2.info()["snapshot_sequence"] == 0  # snapshot rejected, rebuilt from SQLite
     assert c2.count == 200 and c2.search(X[:1], 1)[0][0].id == 0
     c2.close()
 
