@@ -77,6 +77,18 @@ class Settings(BaseSettings):
     model_poll_interval_s: float = Field(2.0, gt=0, description="seconds between scans of models_dir in poll mode")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log level")
 
+    # Collections (nearest-neighbour search); env EMBED_COLLECTIONS_*, flags --collections-*
+    collections_snapshot_every: int = Field(200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written")
+    collections_snapshot_interval_s: float = Field(60.0, gt=0, description="seconds after which pending writes are snapshotted anyway")
+    collections_maintenance_interval_s: float = Field(0.5, gt=0, description="how often the background task checks for due work")
+    collections_exact_filter_threshold: int = Field(20000, ge=0, description="filters matching at most this many points are searched by brute force")
+    collections_max_points_per_request: int = Field(1024, ge=1, description="most points in one upsert (more: 413)")
+    collections_max_top_k: int = Field(1000, ge=1, description="largest top_k of a search")
+    collections_max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
+    collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
+    collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
+    collections_faiss_threads: int = Field(1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads)")
+
     @field_validator("providers", "api_keys", "admin_api_keys", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:

@@ -40,12 +40,12 @@ def setup_collections(app: Any, settings: Any) -> CollectionManager:
     """Mount the collection routes on ``app`` and return the (not yet started) manager.
 
     Collections live in ``<settings.data_dir>/collections/``; tuning comes from
-    ``EMBED_COLLECTIONS_*`` (:class:`CollectionSettings`). The manager is stored on
+    the service settings' ``collections_*`` fields (:class:`CollectionSettings`). The manager is stored on
     ``app.state.collections``.
     """
     from .api import router
 
-    manager = CollectionManager(Path(settings.data_dir) / "collections", CollectionSettings(), app=app)
+    manager = CollectionManager(Path(settings.data_dir) / "collections", CollectionSettings(settings), app=app)
     app.include_router(router)
     app.state.collections = manager
     return manager

@@ -20,8 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..errors import APIError
 from .collection import Collection, CollectionClosed
@@ -34,22 +32,23 @@ T = TypeVar("T")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
-class CollectionSettings(BaseSettings):
-    """Collection tuning, from ``EMBED_COLLECTIONS_*`` environment variables (the data dir comes from the service settings)."""
+class CollectionSettings:
+    """The collection tuning knobs: a view of the service :class:`~service.settings.Settings`' ``collections_*`` fields.
 
-    model_config = SettingsConfigDict(env_prefix="EMBED_COLLECTIONS_", extra="ignore")
+    ``CollectionSettings(settings).snapshot_every`` is ``settings.collections_snapshot_every``
+    (flag ``--collections-snapshot-every``, env ``EMBED_COLLECTIONS_SNAPSHOT_EVERY``).
+    One settings object per package: the fields and their defaults live in ``service/settings.py``.
+    """
 
-    snapshot_every: int = Field(200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written")
-    snapshot_interval_s: float = Field(60.0, gt=0, description="seconds after which pending writes are snapshotted anyway")
-    maintenance_interval_s: float = Field(0.5, gt=0, description="how often the background task checks for due work")
-    exact_filter_threshold: int = Field(20000, ge=0, description="filters matching at most this many points are searched by brute force")
-    max_points_per_request: int = Field(1024, ge=1, description="most points in one upsert (more: 413)")
-    max_top_k: int = Field(1000, ge=1, description="largest top_k of a search")
-    max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
-    worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
-    embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
-    faiss_threads: int = Field(1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads; "
-                               "more oversubscribes the CPU shared with ONNX Runtime)")
+    def __init__(self, settings: Any = None) -> None:
+        from ..settings import Settings
+
+        self._settings = settings if settings is not None else Settings()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._settings, f"collections_{name}")
 
 
 def _init_worker(faiss_threads: int) -> None:
