@@ -1,0 +1,30 @@
+"""README.md stays true: its first two commands, CI calling the test one, and every setting documented."""
+
+from __future__ import annotations
+
+import re
+
+from service.settings import Settings
+from tests.server_utils import REPO_ROOT
+
+README = (REPO_ROOT / "README.md").read_text()
+
+
+def test_first_commands_and_ci() -> None:
+    block = re.search(r"```bash\n(.*?)```", README, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands[:2] == ["make serve", "make test"]
+    ci = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))]
+    assert ci == ["make test"]
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert re.search(r"^serve:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+
+
+def test_every_setting_is_documented() -> None:
+    for name, field in Settings.model_fields.items():
+        row = re.search(rf"^\| `{name}` \| `([^`]*)` \|", README, re.M)
+        assert row, f"setting {name} missing from README's settings table"
+        default = field.get_default(call_default_factory=True)
+        default = ",".join(default) or "(empty)" if isinstance(default, list) else str(default)
+        assert row.group(1) == default, f"README says {name}={row.group(1)}, code says {default}"
