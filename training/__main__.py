@@ -9,6 +9,7 @@ COMMANDS = {
     "export": ("training.export", "export an HF/sentence-transformers encoder to an ONNX artifact"),
     "train": ("training.cli_train", "train with SimCSE (+3R and relatives) from a config file"),
     "eval": ("training.cli_eval", "evaluate a model directory or ONNX artifact on the STS suite"),
+    "sparse": ("training.sparse.__main__", "SparseCSE: importance scores, pruning, sparsity sweep (issue 5)"),
 }
 
 
