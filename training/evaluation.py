@@ -102,44 +102,17 @@ def torch_encode_fn(model_dir: str, max_seq_length: int = 128, batch_size: int =
 
 def onnx_encode_fn(artifact_dir: str, max_seq_length: int | None = None, batch_size: int = 128,
                    threads: int | None = None) -> EncodeFn:
-    """Encode with an ONNX artifact: onnxruntime (CPU) + ``tokenizers`` + :func:`artifact_contract.postprocess`.
+    """Encode with an ONNX artifact (:class:`training.onnx_encoder.OnnxArtifactEncoder`: onnxruntime on CPU,
+    ``tokenizers``, :func:`artifact_contract.postprocess` with the manifest's ``normalize``).
 
     ``max_seq_length`` defaults to the manifest's. Raises ``ArtifactError`` for an invalid artifact.
     """
-    import onnxruntime as ort
-    from tokenizers import Tokenizer
+    from artifact_contract import validate_artifact
+    from training.onnx_encoder import OnnxArtifactEncoder
 
-    from artifact_contract import MODEL_FILE, OUTPUT_NAME, TOKENIZER_FILE, postprocess, validate_artifact
-
-    d = Path(artifact_dir)
-    man = validate_artifact(d)
-    L = max_seq_length or man.max_seq_length
-    tok = Tokenizer.from_file(str(d / TOKENIZER_FILE))
-    tok.enable_truncation(max_length=L)
-    pad_id = tok.padding["pad_id"] if tok.padding else (tok.token_to_id("[PAD]") or 0)
-    pad_tok = tok.padding["pad_token"] if tok.padding else "[PAD]"
-    tok.enable_padding(pad_id=pad_id, pad_token=pad_tok)
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(str(d / MODEL_FILE), so, providers=["CPUExecutionProvider"])
-    names = {i.name for i in sess.get_inputs()}
-
-    def encode(sents: Sequence[str]) -> np.ndarray:
-        order = np.argsort([-len(s) for s in sents], kind="stable")
-        out = np.zeros((len(sents), man.dimension), dtype=np.float32)
-        for i in range(0, len(sents), batch_size):
-            idx = order[i:i + batch_size]
-            encs = tok.encode_batch([sents[j] for j in idx])
-            feeds = {"input_ids": np.array([e.ids for e in encs], dtype=np.int64),
-                     "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64)}
-            if "token_type_ids" in names:
-                feeds["token_type_ids"] = np.array([e.type_ids for e in encs], dtype=np.int64)
-            pooled = sess.run([OUTPUT_NAME], {k: v for k, v in feeds.items() if k in names})[0]
-            out[idx] = postprocess(pooled, normalize=man.normalize)
-        return out
-
-    return encode
+    man = validate_artifact(artifact_dir)
+    enc = OnnxArtifactEncoder(artifact_dir, intra_op_threads=threads or 0, max_seq_length=max_seq_length)
+    return lambda sents: enc.encode(list(sents), batch_size=batch_size, normalize=man.normalize)
 
 
 def encode_fn_for(path: str, max_seq_length: int | None = 128, batch_size: int = 128) -> EncodeFn:

@@ -227,7 +227,7 @@ def _save_tokenizer(tokenizer, out: Path, max_len: int) -> None:
 
 
 def _stsb_dev(encoder) -> float:
-    from training.data.sts import evaluate_sts
+    from training.evaluation import evaluate_sts
 
     return evaluate_sts(encoder.encode, ["STSBenchmark-dev"])["STSBenchmark-dev"]
 
@@ -295,7 +295,8 @@ def export_module(
     enc = OnnxArtifactEncoder(out, max_seq_length=max_seq_length)
     all_scores = dict(scores or {})
     if evaluate != "none":
-        from training.data.sts import TEST_TASKS, evaluate_sts
+        from training.data.sts import TEST_TASKS
+        from training.evaluation import evaluate_sts
 
         tasks = ["STSBenchmark-dev"] + (TEST_TASKS if evaluate == "all" else [])
         all_scores.update(evaluate_sts(enc.encode, tasks))

@@ -128,28 +128,3 @@ def cosine_spearman(emb1: np.ndarray, emb2: np.ndarray, gold: np.ndarray) -> flo
     cos = (a * b).sum(axis=1)
     return float(spearmanr(cos, gold).correlation * 100.0)
 
-
-def evaluate_sts(encode, tasks: list[str] | None = None, root: Path | None = None) -> dict[str, float]:
-    """Spearman x100 of cosine similarity per task, plus ``mean`` over the seven test tasks when all ran.
-
-    Args:
-        encode: callable ``list[str] -> np.ndarray (n, d)``; embeddings need not be normalised.
-        tasks: task names (default :data:`TEST_TASKS`); ``STSBenchmark-dev`` is allowed
-            but never enters the mean.
-
-    Returns:
-        ``{task: spearman, ..., "mean": ...}`` ("mean" only when every test task ran).
-    """
-    tasks = list(tasks or TEST_TASKS)
-    scores: dict[str, float] = {}
-    for task in tasks:
-        pairs = load_task(task, root)
-        uniq = list(dict.fromkeys(pairs.sent1 + pairs.sent2))
-        emb = np.asarray(encode(uniq), dtype=np.float32)
-        row = {s: i for i, s in enumerate(uniq)}
-        e1 = emb[[row[s] for s in pairs.sent1]]
-        e2 = emb[[row[s] for s in pairs.sent2]]
-        scores[task] = cosine_spearman(e1, e2, pairs.scores)
-    if all(t in scores for t in TEST_TASKS):
-        scores["mean"] = float(np.mean([scores[t] for t in TEST_TASKS]))
-    return scores
