@@ -199,3 +199,9 @@ def test_pruned_artifact_smaller_and_matches(pruned, base, default_artifact, tmp
     removed_bytes = 4 * (count_parameters(base[0]) - count_parameters(pm))
     assert removed_bytes > 12_000_000
     assert 0.9 * removed_bytes < dense - small < 1.1 * removed_bytes
+    # the generic exporter (python -m training export) recognises a pruned directory too
+    from training.export import export_artifact
+
+    man2 = export_artifact(d, tmp_path / "art2", name="sparse-test-generic", evaluate="none")
+    assert man2.parity.max_abs_diff <= 1e-4
+    assert abs(os.path.getsize(tmp_path / "art2" / MODEL_FILE) - small) < 0.02 * small

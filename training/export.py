@@ -387,8 +387,13 @@ def export_artifact(
     pooling = pooling or st_pool or "mean"
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     max_seq_length = int(max_seq_length or st_len or min(int(tokenizer.model_max_length), 512))
-    # Eager attention traces to a graph ONNX Runtime fuses; it matches SDPA to ~1e-6 (parity checks it).
-    encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    from training.sparse.prune import STRUCTURE_FILE, load_pruned
+
+    if (model_dir / STRUCTURE_FILE).is_file():  # a SparseCSE model with per-layer head/FFN sizes
+        encoder = load_pruned(model_dir).float().eval()
+    else:
+        # Eager attention traces to a graph ONNX Runtime fuses; it matches SDPA to ~1e-6 (parity checks it).
+        encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
     if base_model is None:
         base_model = DEFAULT_BASE_MODEL if model_dir.resolve() == default_model_dir().resolve() else str(model_dir)
     module = PooledEncoder(encoder, pooling)
