@@ -88,6 +88,7 @@ class Settings(BaseSettings):
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
     collections_faiss_threads: int = Field(1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads)")
+    collections_reembed_rate: float = Field(0.0, ge=0, description="most points per second a background re-embedding embeds (0 = unlimited); bounds its cost to live traffic during a model swap")
 
     @field_validator("providers", "api_keys", "admin_api_keys", mode="before")
     @classmethod

@@ -46,7 +46,9 @@ def env(default_artifact, tmp_path_factory):
     versioned_copy(default_artifact, models, NAME, "1")
     stage = root / "stage"
     sliced_artifact(default_artifact, stage, NAME, "2", 256)
-    args = ["--default-model", NAME, "--admin-api-keys", "admin-secret", "--log-level", "warning"]
+    # a bounded re-embedding rate (points/s) makes the writes below overlap it on any machine
+    args = ["--default-model", NAME, "--admin-api-keys", "admin-secret", "--log-level", "warning",
+            "--collections-reembed-rate", str(REEMBED_RATE)]
     return {"root": root, "models": models, "stage": stage, "args": args}
 
 
@@ -75,6 +77,9 @@ def _same_results(a: list[dict], b: list[dict], tol: float = 1e-4) -> bool:
             if y["id"] not in ties_a and j < len(a) - 1 or ties_a != ties_b and j < len(a) - 1:
                 return False
     return True
+
+
+REEMBED_RATE = 150
 
 
 def test_collection_follows_the_active_model(env, data):
@@ -126,7 +131,7 @@ def test_collection_follows_the_active_model(env, data):
             assert time.monotonic() < deadline, st
             time.sleep(0.5)
         assert (st["model"]["version"], st["dimension"], st["count"]) == ("2", 256, len(final))
-        assert st["reembedding"]["rate_per_s"] > 0
+        assert 0 < st["reembedding"]["rate_per_s"] <= REEMBED_RATE * 1.15  # collections_reembed_rate is honoured
 
         # a fresh collection built with the new model from the same final points
         assert c.put("/collections/fresh", json={"index": "flat", "metric": "cosine"}).status_code == 200

@@ -362,10 +362,15 @@ class Reembedder:
                 st["done"] += len(rows)
                 st["total"] = max(c.count, st["done"])
                 el = time.monotonic() - t0
+                rate = float(self.manager.settings.reembed_rate or 0.0)
+                if rate > 0 and (slack := (st["done"] - n0) / rate - el) > 0:
+                    await asyncio.sleep(slack)  # collections_reembed_rate: leave the CPU to live traffic
+                    el = time.monotonic() - t0
                 st["rate_per_s"] = round((st["done"] - n0) / el, 2) if el > 0 else None
             el = time.monotonic() - t0
+            own = sh.status["done"] - n0  # points this task embedded (live upserts write the shadow themselves)
             sh.status.update(state="completed", done=c.count, total=c.count, finished_at=time.time(),
-                             seconds=round(el, 3), rate_per_s=round((c.count - n0) / el, 2) if el > 0 else None)
+                             seconds=round(el, 3), rate_per_s=round(own / el, 2) if el > 0 else None)
             sh.close()
         except asyncio.CancelledError:
             if sh is not None:
