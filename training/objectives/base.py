@@ -71,6 +71,8 @@ their gradient to the encoder flows through the tensors of :class:`ObjectiveBatc
 
 from __future__ import annotations
 
+import abc
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Union
 
@@ -118,7 +120,7 @@ class ObjectiveBatch:
     step: int = 0
 
 
-class Objective(nn.Module):
+class Objective(nn.Module, abc.ABC):
     """Base class of a loss term (see the module docstring for the full contract).
 
     Class attributes (may be overridden per instance in ``__init__``):
@@ -137,6 +139,6 @@ class Objective(nn.Module):
         super().__init__()
         self.ctx_hidden_size = ctx.hidden_size
 
-    def forward(self, batch: ObjectiveBatch) -> LossOutput:  # pragma: no cover - abstract
+    @abc.abstractmethod
+    def forward(self, batch: ObjectiveBatch) -> LossOutput:
         """Return a scalar loss tensor, or a dict of named scalar sub-terms (summed by the trainer)."""
-        raise NotImplementedError

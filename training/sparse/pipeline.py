@@ -176,10 +176,12 @@ def export_pruned(
     evaluate: Literal["none", "dev", "all"] = "dev",
     base_model: str = "sentence-transformers/all-MiniLM-L6-v2",
 ):
-    """Export a (pruned or plain) encoder directory to an ONNX artifact via :func:`training.export.export_module`.
+    """Export a (pruned or plain) encoder directory to an ONNX artifact, recording its sparse structure.
 
-    Pooling and max_seq_length come from the directory's sentence-transformers
-    files (default mean / 128). Only the encoder and pooling are exported.
+    A thin wrapper over :func:`training.export.export_artifact` (which loads pruned
+    directories itself): pooling from the directory's sentence-transformers files
+    (default mean), max_seq_length from them (default 128), and the kept heads/neurons
+    added to the manifest's ``training`` recipe. Only the encoder and pooling are exported.
 
     Returns:
         the artifact's :class:`artifact_contract.Manifest`.
@@ -187,20 +189,15 @@ def export_pruned(
     Raises:
         training.export.ExportError: parity failure.
     """
-    from transformers import AutoTokenizer
-
-    from training.export import PooledEncoder, export_module, read_st_config
+    from training.export import export_artifact, read_st_config
 
     d = Path(model_dir)
-    pooling, max_len = read_st_config(d)
-    model = load_pruned(d)
-    tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    _, max_len = read_st_config(d)
     rec = dict(training or {})
     if (d / STRUCTURE_FILE).is_file():
         rec["sparse_structure"] = json.loads((d / STRUCTURE_FILE).read_text())
-    return export_module(PooledEncoder(model, pooling or "mean"), tok, artifact_dir, name=name, version=version,
-                         base_model=base_model, pooling=pooling or "mean", max_seq_length=int(max_len or 128),
-                         training=rec, scores=scores, evaluate=evaluate)
+    return export_artifact(d, artifact_dir, name=name, version=version, base_model=base_model,
+                           max_seq_length=int(max_len or 128), training=rec, scores=scores, evaluate=evaluate)
 
 
 def onnx_throughput(artifact_dir: str | Path, sentences: Sequence[str], *, batch_size: int = 32, threads: int = 1,
