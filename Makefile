@@ -28,6 +28,8 @@ serve: install artifact
 	$(BIN)/python -m service --host $(HOST) --port $(PORT) --models-dir $(MODELS_DIR) --default-model $(MODEL)
 
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
 clean:

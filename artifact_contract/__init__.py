@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from artifact_contract.fsio import atomic_write_text
 
 MANIFEST_FILE = "manifest.json"
 MODEL_FILE = "model.onnx"
@@ -191,28 +192,15 @@ def validate_artifact(artifact_dir: str | os.PathLike, check_hash: bool = True) 
                     f"{d}: canary embedding has {len(row)} dimensions, manifest dimension is {m.dimension}"
                 )
         if len(m.canary.embeddings) != len(m.canary.sentences):
-            raise ArtifactError(f"{d}: canary has {len(m.canary.sentences)} sentences but "
-                                f"{len(m.canary.embeddings)} embeddings")
+            raise ArtifactError(
+                f"{d}: canary has {len(m.canary.sentences)} sentences but {len(m.canary.embeddings)} embeddings"
+            )
     return m
 
 
 def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
-    """Write ``manifest.json`` atomically (temporary file, fsync, rename)."""
-    d = Path(artifact_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    payload = manifest.model_dump_json(indent=2)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".manifest.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, d / MANIFEST_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return d / MANIFEST_FILE
+    """Write ``manifest.json`` atomically and durably (see :mod:`artifact_contract.fsio`)."""
+    return atomic_write_text(Path(artifact_dir) / MANIFEST_FILE, manifest.model_dump_json(indent=2))
 
 
 def now_utc() -> datetime:

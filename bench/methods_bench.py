@@ -46,8 +46,10 @@ def report(out: Path) -> str:
     ok = [r for r in recs if r.get("returncode") == 0 and r.get("scores")]
     short = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
     cols = train_bench.TASKS + ["mean", "STSBenchmark-dev"]
-    lines = ["| setting | seeds | " + " | ".join(short.get(t, t) for t in cols) + " | loss step 0 → last | steps/s |",
-             "|---|---|" + "---|" * len(cols) + "---|---|"]
+    lines = [
+        "| setting | seeds | " + " | ".join(short.get(t, t) for t in cols) + " | loss step 0 → last | steps/s |",
+        "|---|---|" + "---|" * len(cols) + "---|---|",
+    ]
     for s in ["none", *REFERENCE, *METHODS]:
         rs = [r for r in ok if r["setting"] == s]
         if not rs:
@@ -55,7 +57,9 @@ def report(out: Path) -> str:
         cells = []
         for t in cols:
             v = [r["scores"][t] for r in rs if t in r["scores"]]
-            cells.append("-" if not v else (f"{np.mean(v):.2f}" if len(v) == 1 else f"{np.mean(v):.2f} ± {np.std(v):.2f}"))
+            cells.append(
+                "-" if not v else (f"{np.mean(v):.2f}" if len(v) == 1 else f"{np.mean(v):.2f} ± {np.std(v):.2f}")
+            )
         seeds = ",".join(str(r["seed"]) for r in rs) if s != "none" else "-"
         loss = "-" if s == "none" else "; ".join(f"{r['loss_first']:.3g} → {r['loss_last']:.3g}" for r in rs)
         sps = "-" if s == "none" else f"{np.mean([r['steps_per_second'] for r in rs]):.3f}"

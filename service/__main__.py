@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .settings import Settings
 
@@ -24,8 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
         default = field.get_default(call_default_factory=True)
         if isinstance(default, list):
             default = ",".join(default)
-        p.add_argument(flag, dest=name, default=None, metavar=name.upper(),
-                       help=f"{field.description or ''} (env EMBED_{name.upper()}; default {default!r})")
+        p.add_argument(
+            flag,
+            dest=name,
+            default=None,
+            metavar=name.upper(),
+            help=f"{field.description or ''} (env EMBED_{name.upper()}; default {default!r})",
+        )
     return p
 
 
@@ -53,8 +58,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from_args(argv)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=settings.log_level == "debug", timeout_graceful_shutdown=30)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=settings.log_level == "debug",
+        timeout_graceful_shutdown=30,
+    )
 
 
 if __name__ == "__main__":

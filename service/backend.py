@@ -249,7 +249,9 @@ class OnnxModel:
         """
         out = self._session.run([OUTPUT_NAME], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
         if out.ndim != 2 or out.shape != (input_ids.shape[0], self.info.dimension):
-            raise RuntimeError(f"model returned shape {out.shape}, expected ({input_ids.shape[0]}, {self.info.dimension})")
+            raise RuntimeError(
+                f"model returned shape {out.shape}, expected ({input_ids.shape[0]}, {self.info.dimension})"
+            )
         return np.asarray(out, dtype=np.float32)
 
     def embed_sync(self, texts: list[str], normalize: bool = True, dimensions: int | None = None) -> np.ndarray:

@@ -174,8 +174,12 @@ class Batcher:
                     i = int(over[0])
                     self.metrics.rejected.labels(self._label, "input_too_long").inc()
                     raise InputTooLong(i, int(tokens.lengths[i]), limit)
-            job = _Job(tokens, loop.create_future(), np.empty((len(texts), self.model.info.dimension), np.float32),
-                       remaining=len(texts))
+            job = _Job(
+                tokens,
+                loop.create_future(),
+                np.empty((len(texts), self.model.info.dimension), np.float32),
+                remaining=len(texts),
+            )
             self._queue.put_nowait(job)
             try:
                 out = await job.future

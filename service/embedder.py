@@ -97,17 +97,25 @@ class Embedder:
         lm = model if isinstance(model, LoadedModel) else self.resolve(model)
         dim = lm.info.dimension
         if dimensions is not None and not 1 <= dimensions <= dim:
-            raise APIError(422, f"dimensions must be between 1 and {dim} for model {lm.info.name}, got {dimensions}",
-                           param="dimensions", code="invalid_value")
+            raise APIError(
+                422,
+                f"dimensions must be between 1 and {dim} for model {lm.info.name}, got {dimensions}",
+                param="dimensions",
+                code="invalid_value",
+            )
         try:
             res = await lm.batcher.submit(texts, truncate=truncate)
         except QueueFull as e:
-            raise APIError(429, f"server busy: {e}; retry later", code="queue_full", headers={"Retry-After": "1"}) from e
+            raise APIError(
+                429, f"server busy: {e}; retry later", code="queue_full", headers={"Retry-After": "1"}
+            ) from e
         except InputTooLong as e:
             raise APIError(
-                413, f"{param}[{e.index}] has {e.n_tokens} tokens, more than the maximum of {e.max_tokens} "
+                413,
+                f"{param}[{e.index}] has {e.n_tokens} tokens, more than the maximum of {e.max_tokens} "
                 f"for model {lm.info.name}; shorten it or send truncate=true",
-                param=param, code="input_too_long",
+                param=param,
+                code="input_too_long",
             ) from e
         except BatchFailed as e:
             raise APIError(500, str(e), code="inference_failed", type="server_error") from e

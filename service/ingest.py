@@ -33,8 +33,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -101,7 +102,9 @@ def load_state(state_file: Path, fp: dict[str, Any], collection: str) -> int:
     except (FileNotFoundError, json.JSONDecodeError):
         return 0
     if st.get("collection") != collection or any(st.get(k) != v for k, v in fp.items()):
-        print(f"ingest: {state_file} is for another file, version or collection; starting from the top", file=sys.stderr)
+        print(
+            f"ingest: {state_file} is for another file, version or collection; starting from the top", file=sys.stderr
+        )
         return 0
     return int(st.get("last_line", 0))
 
@@ -110,8 +113,17 @@ def save_state(state_file: Path, fp: dict[str, Any], collection: str, last_line:
     """Write the state atomically (temp file, fsync, rename)."""
     tmp = state_file.with_name(state_file.name + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({**fp, "collection": collection, "last_line": last_line, "points": points, "done": done,
-                   "updated": time.time()}, f)
+        json.dump(
+            {
+                **fp,
+                "collection": collection,
+                "last_line": last_line,
+                "points": points,
+                "done": done,
+                "updated": time.time(),
+            },
+            f,
+        )
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, state_file)
@@ -127,7 +139,9 @@ def count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-def batches(points: Iterator[tuple[int, dict[str, Any]]], size: int, max_bytes: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def batches(
+    points: Iterator[tuple[int, dict[str, Any]]], size: int, max_bytes: int
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """``(last_line, points)`` batches of at most ``size`` points and about ``max_bytes`` of JSON."""
     batch: list[dict[str, Any]] = []
     nbytes, last = 20, 0
@@ -211,7 +225,9 @@ def ingest(
             elif r.status_code != 200:
                 raise IngestError(f"creating collection {collection!r}: HTTP {r.status_code}: {_error_text(r)}")
         total = count_lines(path)
-        bar = tqdm(total=total, initial=min(start, total), unit="line", desc=f"ingest {collection}", disable=not progress)
+        bar = tqdm(
+            total=total, initial=min(start, total), unit="line", desc=f"ingest {collection}", disable=not progress
+        )
         if start:
             print(f"ingest: resuming after line {start} (state {state_file})", file=sys.stderr)
         done_line = start
@@ -235,14 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m service.ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("file", type=Path, help="plain text (one item a line) or JSONL (id/text/payload)")
     p.add_argument("--collection", required=True)
-    p.add_argument("--url", default=os.environ.get("EMBED_URL", "http://127.0.0.1:8000"), help="service base URL (env EMBED_URL)")
+    p.add_argument(
+        "--url", default=os.environ.get("EMBED_URL", "http://127.0.0.1:8000"), help="service base URL (env EMBED_URL)"
+    )
     p.add_argument("--format", choices=["auto", "text", "jsonl"], default="auto")
     p.add_argument("--batch-size", type=int, default=64, help="points per request")
-    p.add_argument("--max-body-bytes", type=int, default=1_500_000, help="cut a batch before its JSON body exceeds this")
+    p.add_argument(
+        "--max-body-bytes", type=int, default=1_500_000, help="cut a batch before its JSON body exceeds this"
+    )
     p.add_argument("--create", action="store_true", help="create the collection first (kept if it exists)")
     p.add_argument("--index", choices=["flat", "hnsw", "ivf_pq"], default="flat")
     p.add_argument("--metric", choices=["cosine", "dot", "l2"], default="cosine")
-    p.add_argument("--params", type=json.loads, default=None, help='index params as JSON, e.g. \'{"M": 32}\'')
+    p.add_argument("--params", type=json.loads, default=None, help="index params as JSON, e.g. '{\"M\": 32}'")
     p.add_argument("--state-file", type=Path, default=None)
     p.add_argument("--restart", action="store_true", help="ignore saved progress and send every line")
     p.add_argument("--api-key", default=os.environ.get("EMBED_API_KEY"), help="bearer token (env EMBED_API_KEY)")
@@ -256,9 +276,23 @@ def main(argv: list[str] | None = None) -> int:
         print("ingest: --batch-size must be >= 1", file=sys.stderr)
         return 2
     try:
-        n = ingest(a.file, a.collection, a.url, fmt=a.format, batch_size=a.batch_size, max_body_bytes=a.max_body_bytes,
-                   create=a.create, index=a.index, metric=a.metric, params=a.params, state_file=a.state_file,
-                   restart=a.restart, api_key=a.api_key, retries=a.retries, progress=not a.no_progress)
+        n = ingest(
+            a.file,
+            a.collection,
+            a.url,
+            fmt=a.format,
+            batch_size=a.batch_size,
+            max_body_bytes=a.max_body_bytes,
+            create=a.create,
+            index=a.index,
+            metric=a.metric,
+            params=a.params,
+            state_file=a.state_file,
+            restart=a.restart,
+            api_key=a.api_key,
+            retries=a.retries,
+            progress=not a.no_progress,
+        )
     except IngestError as e:
         print(f"ingest: {e}", file=sys.stderr)
         return 1

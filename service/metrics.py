@@ -29,32 +29,48 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "embed_requests", "HTTP requests answered", ["route", "method", "status"], registry=r
-        )
+        self.requests = Counter("embed_requests", "HTTP requests answered", ["route", "method", "status"], registry=r)
         self.request_duration = Histogram(
-            "embed_request_duration_seconds", "HTTP request duration in seconds", ["route", "method"],
-            buckets=_LAT, registry=r,
+            "embed_request_duration_seconds",
+            "HTTP request duration in seconds",
+            ["route", "method"],
+            buckets=_LAT,
+            registry=r,
         )
-        self.queue_size = Gauge("embed_queue_size", "requests admitted to the batcher, not yet answered", ["model"], registry=r)
-        self.batch_size = Histogram("embed_batch_size", "inputs per inference batch", ["model"], buckets=_SIZE, registry=r)
+        self.queue_size = Gauge(
+            "embed_queue_size", "requests admitted to the batcher, not yet answered", ["model"], registry=r
+        )
+        self.batch_size = Histogram(
+            "embed_batch_size", "inputs per inference batch", ["model"], buckets=_SIZE, registry=r
+        )
         self.batch_tokens = Histogram(
-            "embed_batch_tokens", "padded tokens per inference batch (batch x max_len)", ["model"],
-            buckets=_TOKENS, registry=r,
+            "embed_batch_tokens",
+            "padded tokens per inference batch (batch x max_len)",
+            ["model"],
+            buckets=_TOKENS,
+            registry=r,
         )
         self.tokenization_duration = Histogram(
-            "embed_tokenization_duration_seconds", "tokenization time per request in seconds", ["model"],
-            buckets=_LAT, registry=r,
+            "embed_tokenization_duration_seconds",
+            "tokenization time per request in seconds",
+            ["model"],
+            buckets=_LAT,
+            registry=r,
         )
         self.inference_duration = Histogram(
-            "embed_inference_duration_seconds", "ONNX Runtime time per batch in seconds", ["model"],
-            buckets=_LAT, registry=r,
+            "embed_inference_duration_seconds",
+            "ONNX Runtime time per batch in seconds",
+            ["model"],
+            buckets=_LAT,
+            registry=r,
         )
         self.inputs = Counter("embed_inputs", "inputs embedded", ["model"], registry=r)
         self.rejected = Counter("embed_rejected", "requests refused by the batcher", ["model", "reason"], registry=r)
         self.model_info = Gauge(
-            "embed_model_info", "loaded models (value 1)",
-            ["name", "version", "sha256", "quantization", "providers", "active"], registry=r,
+            "embed_model_info",
+            "loaded models (value 1)",
+            ["name", "version", "sha256", "quantization", "providers", "active"],
+            registry=r,
         )
 
     def set_models(self, rows: list[dict[str, str]]) -> None:

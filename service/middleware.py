@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .errors import APIError
 from .metrics import Metrics
@@ -126,6 +127,7 @@ class ServiceMiddleware:
     def _too_large(self, n: int, at_least: bool = False) -> APIError:
         what = f"more than {n - 1}" if at_least else str(n)
         return APIError(
-            413, f"request body is {what} bytes; the limit is {self.max_payload_bytes} bytes (max_payload_bytes)",
+            413,
+            f"request body is {what} bytes; the limit is {self.max_payload_bytes} bytes (max_payload_bytes)",
             code="payload_too_large",
         )

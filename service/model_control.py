@@ -34,9 +34,10 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from artifact_contract import MANIFEST_FILE, ArtifactError, ArtifactRef, _version_key, find_artifacts, resolve_artifact
 
@@ -140,9 +141,15 @@ class ModelControl:
 
     def persist(self, info: ModelInfo) -> None:
         """Record ``info`` as the active model in ``<data_dir>/active_model.json`` (atomic)."""
-        write_json_atomic(self.state_path, {
-            "name": info.name, "version": info.version, "sha256": info.sha256, "activated_at": time.time(),
-        })
+        write_json_atomic(
+            self.state_path,
+            {
+                "name": info.name,
+                "version": info.version,
+                "sha256": info.sha256,
+                "activated_at": time.time(),
+            },
+        )
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> LoadedModel:
@@ -161,8 +168,13 @@ class ModelControl:
                 lm = await self._load_unlocked(name, version)
                 log.info("restored active model %s from %s", lm.info.id, self.state_path)
             except ModelLoadError as e:
-                log.error("persisted active model %s:%s cannot be loaded (%s); starting with %s",
-                          name, version, e, self.settings.default_model)
+                log.error(
+                    "persisted active model %s:%s cannot be loaded (%s); starting with %s",
+                    name,
+                    version,
+                    e,
+                    self.settings.default_model,
+                )
         if lm is None:
             lm = await self._load_unlocked(self.settings.default_model, None)
         self.registry.set_active(lm.info.id)
@@ -208,8 +220,10 @@ class ModelControl:
             raise
         if (lm.info.name, lm.info.version) != (ref.name, ref.version):
             await lm.batcher.close()
-            msg = (f"{ref.path}: manifest says {lm.info.name}:{lm.info.version}, but the artifact sits at "
-                   f"{model_id}; fix the manifest or move the directory")
+            msg = (
+                f"{ref.path}: manifest says {lm.info.name}:{lm.info.version}, but the artifact sits at "
+                f"{model_id}; fix the manifest or move the directory"
+            )
             self.failures[model_id] = LoadFailure(msg, time.time(), _mtime(ref))
             raise ModelLoadError(msg)
         self.failures.pop(model_id, None)
@@ -286,8 +300,10 @@ class ModelControl:
                     raise ModelInUse(f"{m.info.id} is the active model; activate another one first")
                 users = self.users_of(m.info.id)
                 if users:
-                    raise ModelInUse(f"{m.info.id} is still used by collections {sorted(users)} "
-                                     f"(re-embedding to the active model is not finished)")
+                    raise ModelInUse(
+                        f"{m.info.id} is still used by collections {sorted(users)} "
+                        f"(re-embedding to the active model is not finished)"
+                    )
             for m in targets:
                 await self.registry.remove(m.info.id)
                 log.info("unloaded %s", m.info.id)
@@ -316,10 +332,17 @@ class ModelControl:
         if activate_new is None:
             activate_new = self.settings.model_control == "poll"
         if act is not None and activate_new:
-            candidates = sorted((now[k][0] for k in new if now[k][0].name == act.info.name
-                                 and version_key(now[k][0].version) > version_key(act.info.version)
-                                 and k not in self.failures),
-                                key=lambda r: version_key(r.version), reverse=True)
+            candidates = sorted(
+                (
+                    now[k][0]
+                    for k in new
+                    if now[k][0].name == act.info.name
+                    and version_key(now[k][0].version) > version_key(act.info.version)
+                    and k not in self.failures
+                ),
+                key=lambda r: version_key(r.version),
+                reverse=True,
+            )
             for ref in candidates:
                 try:
                     lm, _ = await self.activate(ref.name, ref.version)
@@ -352,9 +375,15 @@ class ModelControl:
         for r in find_artifacts(self.models_dir):
             k = f"{r.name}:{r.version}"
             f = self.failures.get(k)
-            out.append({
-                "id": k, "name": r.name, "version": r.version, "path": str(r.path),
-                "loaded": k in loaded, "active": act is not None and act.info.id == k,
-                "load_error": f.error if f else None,
-            })
+            out.append(
+                {
+                    "id": k,
+                    "name": r.name,
+                    "version": r.version,
+                    "path": str(r.path),
+                    "loaded": k in loaded,
+                    "active": act is not None and act.info.id == k,
+                    "load_error": f.error if f else None,
+                }
+            )
         return out

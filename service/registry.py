@@ -70,7 +70,8 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
 
     model = await asyncio.to_thread(_load)
     batcher = Batcher(
-        model, metrics,
+        model,
+        metrics,
         max_batch_tokens=settings.max_batch_tokens,
         max_batch_size=settings.max_batch_size,
         max_queue_size=settings.max_queue_size,
@@ -166,10 +167,14 @@ class ModelRegistry:
         rows = []
         for k, lm in self._models.items():
             i = lm.info
-            rows.append({
-                "name": i.name, "version": i.version, "sha256": i.sha256,
-                "quantization": i.quantization or "none",
-                "providers": ",".join(lm.model.providers),
-                "active": "true" if k == self._active else "false",
-            })
+            rows.append(
+                {
+                    "name": i.name,
+                    "version": i.version,
+                    "sha256": i.sha256,
+                    "quantization": i.quantization or "none",
+                    "providers": ",".join(lm.model.providers),
+                    "active": "true" if k == self._active else "false",
+                }
+            )
         self._metrics.set_models(rows)

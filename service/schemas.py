@@ -85,13 +85,15 @@ class SimilarityRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
     source_sentence: Sentence | None = None
     sentences: Annotated[list[Sentence], Field(min_length=1)] | None = None
-    pairs: Annotated[list[Annotated[list[Sentence], Field(min_length=2, max_length=2)]], Field(min_length=1)] | None = None
+    pairs: Annotated[list[Annotated[list[Sentence], Field(min_length=2, max_length=2)]], Field(min_length=1)] | None = (
+        None
+    )
     inputs: SimilarityInputs | None = None
     model: str | None = None
     truncate: bool = Field(True, strict=True)
 
     @model_validator(mode="after")
-    def _one_form(self) -> "SimilarityRequest":
+    def _one_form(self) -> SimilarityRequest:
         if self.inputs is not None and self.source_sentence is None and self.sentences is None:
             self.source_sentence, self.sentences = self.inputs.source_sentence, self.inputs.sentences
         has_src = self.source_sentence is not None or self.sentences is not None

@@ -7,11 +7,10 @@ Every field has a default, so ``Settings()`` always works.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 
 def _split_csv(v: object) -> object:
@@ -38,26 +37,33 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="interface to bind")
     port: int = Field(8000, ge=0, le=65535, description="TCP port")
     models_dir: str = Field("models", description="artifact store (models/<name>/ or models/<name>/<version>/)")
-    default_model: str = Field("all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model")
+    default_model: str = Field(
+        "all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model"
+    )
     data_dir: str = Field("data", description="writable state (collections)")
     max_batch_tokens: int = Field(16384, gt=0, description="token budget of one inference batch (padded tokens)")
     max_batch_size: int = Field(
         16, gt=0, description="most inputs in one inference batch (16 measured best on CPU; raise it on a GPU)"
     )
     max_client_batch_size: int = Field(512, gt=0, description="most inputs in one request (more: 413)")
-    max_queue_size: int = Field(1024, gt=0, description="most requests admitted and not yet answered, per model (more: 429)")
+    max_queue_size: int = Field(
+        1024, gt=0, description="most requests admitted and not yet answered, per model (more: 429)"
+    )
     max_payload_bytes: int = Field(2 * 1024 * 1024, gt=0, description="largest request body in bytes (more: 413)")
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads (0 = ORT default)")
     inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads (0 = ORT default)")
     batch_overhead_tokens: int = Field(
-        16, ge=0, description="fixed cost of one inference batch in padded-token equivalents; windows are cut "
-        "into batches minimising padded tokens + this per batch (0: as many batches as it takes to pad nothing)"
+        16,
+        ge=0,
+        description="fixed cost of one inference batch in padded-token equivalents; windows are cut "
+        "into batches minimising padded tokens + this per batch (0: as many batches as it takes to pad nothing)",
     )
     inference_workers: int = Field(
         1, ge=1, le=64, description="inference batches run at once per model (each uses intra_op_threads)"
     )
     ort_spinning: bool = Field(
-        False, description="let ORT worker threads spin-wait between ops (helps on dedicated cores, hurts on shared ones)"
+        False,
+        description="let ORT worker threads spin-wait between ops (helps on dedicated cores, hurts on shared ones)",
     )
     providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["auto"],
@@ -67,28 +73,44 @@ class Settings(BaseSettings):
         default_factory=list, repr=False, description="accepted 'Authorization: Bearer' keys; empty = no auth"
     )
     admin_api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, repr=False,
+        default_factory=list,
+        repr=False,
         description="keys for /admin routes; empty = the api_keys; neither set = admin routes disabled (403)",
     )
     model_control: Literal["explicit", "poll"] = Field(
-        "explicit", description="'explicit': models change only through /admin routes; 'poll': also watch models_dir "
+        "explicit",
+        description="'explicit': models change only through /admin routes; 'poll': also watch models_dir "
         "and activate a newly published, newer version of the active model",
     )
     model_poll_interval_s: float = Field(2.0, gt=0, description="seconds between scans of models_dir in poll mode")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log level")
 
     # Collections (nearest-neighbour search); env EMBED_COLLECTIONS_*, flags --collections-*
-    collections_snapshot_every: int = Field(200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written")
-    collections_snapshot_interval_s: float = Field(60.0, gt=0, description="seconds after which pending writes are snapshotted anyway")
-    collections_maintenance_interval_s: float = Field(0.5, gt=0, description="how often the background task checks for due work")
-    collections_exact_filter_threshold: int = Field(20000, ge=0, description="filters matching at most this many points are searched by brute force")
+    collections_snapshot_every: int = Field(
+        200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written"
+    )
+    collections_snapshot_interval_s: float = Field(
+        60.0, gt=0, description="seconds after which pending writes are snapshotted anyway"
+    )
+    collections_maintenance_interval_s: float = Field(
+        0.5, gt=0, description="how often the background task checks for due work"
+    )
+    collections_exact_filter_threshold: int = Field(
+        20000, ge=0, description="filters matching at most this many points are searched by brute force"
+    )
     collections_max_points_per_request: int = Field(1024, ge=1, description="most points in one upsert (more: 413)")
     collections_max_top_k: int = Field(1000, ge=1, description="largest top_k of a search")
     collections_max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
-    collections_faiss_threads: int = Field(1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads)")
-    collections_reembed_rate: float = Field(0.0, ge=0, description="most points per second a background re-embedding embeds (0 = unlimited); bounds its cost to live traffic during a model swap")
+    collections_faiss_threads: int = Field(
+        1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads)"
+    )
+    collections_reembed_rate: float = Field(
+        0.0,
+        ge=0,
+        description="most points per second a background re-embedding embeds (0 = unlimited); bounds its cost to live traffic during a model swap",
+    )
 
     @field_validator("providers", "api_keys", "admin_api_keys", mode="before")
     @classmethod

@@ -8,10 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
@@ -87,10 +87,17 @@ def run_server(
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"server-{port}-{int(time.time() * 1000)}.log"
     cmd = [
-        sys.executable, "-m", "service",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--models-dir", str(models_dir),
-        "--data-dir", str(workdir / "data"),
+        sys.executable,
+        "-m",
+        "service",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--models-dir",
+        str(models_dir),
+        "--data-dir",
+        str(workdir / "data"),
         *(args or []),
     ]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}

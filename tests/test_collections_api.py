@@ -46,8 +46,10 @@ def stored_vectors(env, name: str) -> dict:
 def upsert_texts(c: httpx.Client, name: str, texts: list[str], batch: int = 256, start: int = 0) -> None:
     """Upsert ``texts[start:]`` with ids = their index in ``texts``."""
     for i in range(start, len(texts), batch):
-        pts = [{"id": j, "text": texts[j], "payload": {"row": j, "parity": "even" if j % 2 == 0 else "odd"}}
-               for j in range(i, min(i + batch, len(texts)))]
+        pts = [
+            {"id": j, "text": texts[j], "payload": {"row": j, "parity": "even" if j % 2 == 0 else "odd"}}
+            for j in range(i, min(i + batch, len(texts)))
+        ]
         r = c.put(f"/collections/{name}/points", json={"points": pts})
         assert r.status_code == 200, r.text
 
@@ -55,8 +57,10 @@ def upsert_texts(c: httpx.Client, name: str, texts: list[str], batch: int = 256,
 def search_batch(c: httpx.Client, name: str, queries: list, k: int = TOP_K, **kw) -> list[list[dict]]:
     out = []
     for i in range(0, len(queries), 200):
-        r = c.post(f"/collections/{name}/search/batch",
-                   json={"searches": [{"query": q, "top_k": k, **kw} for q in queries[i : i + 200]]})
+        r = c.post(
+            f"/collections/{name}/search/batch",
+            json={"searches": [{"query": q, "top_k": k, **kw} for q in queries[i : i + 200]]},
+        )
         assert r.status_code == 200, r.text
         out.extend(r.json())
     return out
@@ -77,7 +81,9 @@ def test_flat_matches_brute_force_numpy(env, stsb):
     r = c.put("/collections/sts_flat", json={"index": "flat", "metric": "cosine"})
     assert r.status_code == 200, r.text
     info = r.json()
-    assert info["dimension"] == 384 and info["model"]["name"] == "all-minilm-l6-v2" and len(info["model"]["sha256"]) == 64
+    assert (
+        info["dimension"] == 384 and info["model"]["name"] == "all-minilm-l6-v2" and len(info["model"]["sha256"]) == 64
+    )
     upsert_texts(c, "sts_flat", sentences)
     assert c.get("/collections/sts_flat").json()["count"] == len(sentences)
 
@@ -104,7 +110,9 @@ def test_flat_matches_brute_force_numpy(env, stsb):
 def test_hnsw_recall_against_flat(env, stsb):
     c = env["client"]
     pairs, sentences, _ = stsb
-    r = c.put("/collections/sts_hnsw", json={"index": "hnsw", "params": {"M": 16, "ef_construction": 64, "ef_search": 32}})
+    r = c.put(
+        "/collections/sts_hnsw", json={"index": "hnsw", "params": {"M": 16, "ef_construction": 64, "ef_search": 32}}
+    )
     assert r.status_code == 200, r.text
     upsert_texts(c, "sts_hnsw", sentences)
     queries = pairs.sent1[:500]
@@ -121,7 +129,12 @@ def test_ivf_pq_trains_once_enough_points(env, stsb):
     assert c.put("/collections/sts_ivf", json={"index": "ivf_pq", "params": params}).status_code == 200
     upsert_texts(c, "sts_ivf", sentences[:512])
     info = c.get("/collections/sts_ivf").json()
-    assert info["trained"] is False and info["index"]["in_use"].startswith("flat") and info["index"]["type"] == "ivf_pq" and info["count"] == 512
+    assert (
+        info["trained"] is False
+        and info["index"]["in_use"].startswith("flat")
+        and info["index"]["type"] == "ivf_pq"
+        and info["count"] == 512
+    )
     upsert_texts(c, "sts_ivf", sentences[:1200], start=512)
     import time
 
@@ -142,9 +155,18 @@ def test_upsert_replaces_delete_removes_filters_select(env):
     c = env["client"]
     assert c.put("/collections/small", json={"index": "hnsw"}).status_code == 200
     animals = ["cat", "dog", "horse", "cow", "sheep", "goat", "duck", "goose"]
-    pts = [{"id": f"a-{a}", "text": f"A photo of a {a} standing in a field.",
-            "payload": {"kind": "farm" if a in ("cow", "sheep", "goat", "horse") else "other", "legs": 2 if a in ("duck", "goose") else 4, "n": i}}
-           for i, a in enumerate(animals)]
+    pts = [
+        {
+            "id": f"a-{a}",
+            "text": f"A photo of a {a} standing in a field.",
+            "payload": {
+                "kind": "farm" if a in ("cow", "sheep", "goat", "horse") else "other",
+                "legs": 2 if a in ("duck", "goose") else 4,
+                "n": i,
+            },
+        }
+        for i, a in enumerate(animals)
+    ]
     pts.append({"id": 7, "text": "The stock market fell sharply today.", "payload": {"kind": "news"}})
     assert c.put("/collections/small/points", json={"points": pts}).json()["upserted"] == 9
     r = c.post("/collections/small/search", json={"query": "a picture of a dog", "top_k": 3})
@@ -156,19 +178,39 @@ def test_upsert_replaces_delete_removes_filters_select(env):
     # filters: equality, $in, several keys (AND)
     r = c.post("/collections/small/search", json={"query": "animal", "top_k": 20, "filter": {"kind": "farm"}})
     assert {h["id"] for h in r.json()} == {"a-cow", "a-sheep", "a-goat", "a-horse"}
-    r = c.post("/collections/small/search", json={"query": "animal", "top_k": 20, "filter": {"legs": {"$in": [2]}, "kind": "other"}})
+    r = c.post(
+        "/collections/small/search",
+        json={"query": "animal", "top_k": 20, "filter": {"legs": {"$in": [2]}, "kind": "other"}},
+    )
     assert {h["id"] for h in r.json()} == {"a-duck", "a-goose"}
-    r = c.post("/collections/small/search", json={"query": "bird", "top_k": 1, "filter": {"kind": {"$in": ["farm", "news"]}},
-                                                  "with_payload": False, "with_text": False})
+    r = c.post(
+        "/collections/small/search",
+        json={
+            "query": "bird",
+            "top_k": 1,
+            "filter": {"kind": {"$in": ["farm", "news"]}},
+            "with_payload": False,
+            "with_text": False,
+        },
+    )
     assert len(r.json()) == 1 and set(r.json()[0]) == {"id", "score"}
     r = c.post("/collections/small/search", json={"query": "animal", "top_k": 20, "score_threshold": 0.99})
     assert r.json() == []
     # upsert replaces (same id, new text and payload)
-    c.put("/collections/small/points", json={"points": [{"id": "a-dog", "text": "Interest rates were raised by the central bank.", "payload": {"kind": "news"}}]})
+    c.put(
+        "/collections/small/points",
+        json={
+            "points": [
+                {"id": "a-dog", "text": "Interest rates were raised by the central bank.", "payload": {"kind": "news"}}
+            ]
+        },
+    )
     r = c.post("/collections/small/search", json={"query": "a picture of a dog", "top_k": 20})
     assert all(h["text"] != "A photo of a dog standing in a field." for h in r.json())
     assert c.get("/collections/small").json()["count"] == 9
-    r = c.post("/collections/small/search", json={"query": "banking and the economy", "top_k": 2, "filter": {"kind": "news"}})
+    r = c.post(
+        "/collections/small/search", json={"query": "banking and the economy", "top_k": 2, "filter": {"kind": "news"}}
+    )
     assert {h["id"] for h in r.json()} == {"a-dog", 7}
     # delete by ids and by filter
     r = c.post("/collections/small/points/delete", json={"ids": ["a-cat", 12345]})
@@ -189,7 +231,11 @@ def test_bad_input_answers_json_errors_and_keeps_serving(env):
     err(c.put("/collections/sts_flat", json={"index": "flat"}), 409, "collection_exists")
     e = err(c.post("/collections/sts_flat/search", json={"query": [0.1] * 383}), 422, "wrong_dimension")
     assert e["param"] == "query"
-    err(c.post("/collections/sts_flat/search/batch", json={"searches": [{"query": "ok"}, {"query": [1.0] * 385}]}), 422, "wrong_dimension")
+    err(
+        c.post("/collections/sts_flat/search/batch", json={"searches": [{"query": "ok"}, {"query": [1.0] * 385}]}),
+        422,
+        "wrong_dimension",
+    )
     for bad in ({"parity": {"$gt": 1}}, {"parity": [1, 2]}, "parity=even", {"parity": {"$in": []}}, {}):
         e = err(c.post("/collections/sts_flat/search", json={"query": "x", "filter": bad}), 422)
         assert e["param"] == "filter", e
@@ -206,7 +252,10 @@ def test_bad_input_answers_json_errors_and_keeps_serving(env):
     err(c.post("/collections/sts_flat/search", json={"query": "x", "top_k": 0}), 422)
     assert c.get("/collections/x1").status_code == 404  # failed creates leave nothing behind
     assert c.get("/ready").status_code == 200
-    assert c.post("/collections/sts_flat/search", json={"query": "A man is playing a guitar.", "top_k": 1}).status_code == 200
+    assert (
+        c.post("/collections/sts_flat/search", json={"query": "A man is playing a guitar.", "top_k": 1}).status_code
+        == 200
+    )
 
 
 def test_delete_collection_and_recreate(env):

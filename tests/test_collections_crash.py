@@ -21,7 +21,7 @@ import pytest
 
 from tests.server_utils import REPO_ROOT, free_port, run_server
 
-WRITER = r'''
+WRITER = r"""
 import json, os, sys, httpx
 url, name, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
 words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
@@ -49,7 +49,7 @@ with httpx.Client(base_url=url, timeout=30) as c:
                 break
             ack({"deleted": [i - 30, i - 29]})
         i += 8
-'''
+"""
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
@@ -91,7 +91,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_write(default_artifact: Path, 
             info = c.get("/collections/crash").json()
             with sqlite3.connect(coll_dir / "points.sqlite3") as db:
                 n_sql = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
-                rows = {json.loads(k): np.frombuffer(v, dtype=np.float32) for k, v in db.execute("SELECT key, vector FROM points")}
+                rows = {
+                    json.loads(k): np.frombuffer(v, dtype=np.float32)
+                    for k, v in db.execute("SELECT key, vector FROM points")
+                }
             assert info["count"] == n_sql == len(rows)
             # restored from a snapshot plus replay of the later writes, not by the rebuild-from-SQLite fallback
             load = [ln for ln in s.log().splitlines() if "collection crash:" in ln and " points, " in ln]
@@ -107,8 +110,15 @@ def test_sigkill_mid_stream_loses_no_acknowledged_write(default_artifact: Path, 
             ids = sorted(live)
             for i in range(0, len(ids), 200):
                 part = ids[i : i + 200]
-                r = c.post("/collections/crash/search/batch", json={"searches": [
-                    {"query": rows[j].tolist(), "top_k": 1, "with_payload": False, "with_text": False} for j in part]})
+                r = c.post(
+                    "/collections/crash/search/batch",
+                    json={
+                        "searches": [
+                            {"query": rows[j].tolist(), "top_k": 1, "with_payload": False, "with_text": False}
+                            for j in part
+                        ]
+                    },
+                )
                 assert r.status_code == 200, r.text
                 assert [h[0]["id"] for h in r.json()] == part
             # and by text, through the service's embedding path

@@ -16,8 +16,13 @@ from training.data.sts import load_task
 
 
 def _ingest(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "service.ingest", *args, "--no-progress"], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.ingest", *args, "--no-progress"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_ingest_text_and_jsonl_with_resume(default_artifact: Path, tmp_path: Path):
@@ -26,13 +31,29 @@ def test_ingest_text_and_jsonl_with_resume(default_artifact: Path, tmp_path: Pat
     text_file = tmp_path / "sentences.txt"
     text_file.write_text("\n".join(sentences[:200]) + "\n\n" + "\n".join(sentences[200:]) + "\n")  # a blank line 201
     jsonl_file = tmp_path / "points.jsonl"
-    jsonl_file.write_text("".join(json.dumps({"id": f"s{i}", "text": s, "payload": {"i": i}}) + "\n" for i, s in enumerate(sentences[:50])))
+    jsonl_file.write_text(
+        "".join(
+            json.dumps({"id": f"s{i}", "text": s, "payload": {"i": i}}) + "\n" for i, s in enumerate(sentences[:50])
+        )
+    )
     state = tmp_path / "state.json"
     with run_server(default_artifact.parent, workdir=tmp_path) as s:
         c = httpx.Client(base_url=s.url, timeout=60)
         # 1. interrupted run: killed once some batches are acknowledged
-        p = _ingest(str(text_file), "--collection", "docs", "--url", s.url, "--create", "--index", "hnsw",
-                    "--batch-size", "10", "--state-file", str(state))
+        p = _ingest(
+            str(text_file),
+            "--collection",
+            "docs",
+            "--url",
+            s.url,
+            "--create",
+            "--index",
+            "hnsw",
+            "--batch-size",
+            "10",
+            "--state-file",
+            str(state),
+        )
         deadline = time.monotonic() + 120
         while not (state.exists() and json.loads(state.read_text())["last_line"] >= 60):
             assert p.poll() is None, p.communicate()
@@ -43,8 +64,20 @@ def test_ingest_text_and_jsonl_with_resume(default_artifact: Path, tmp_path: Pat
         done_before = json.loads(state.read_text())["last_line"]
         assert 60 <= done_before < 401
         # 2. the same command resumes after the last acknowledged line
-        p = _ingest(str(text_file), "--collection", "docs", "--url", s.url, "--create", "--index", "hnsw",
-                    "--batch-size", "64", "--state-file", str(state))
+        p = _ingest(
+            str(text_file),
+            "--collection",
+            "docs",
+            "--url",
+            s.url,
+            "--create",
+            "--index",
+            "hnsw",
+            "--batch-size",
+            "64",
+            "--state-file",
+            str(state),
+        )
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert f"resuming after line {done_before}" in err
@@ -59,12 +92,27 @@ def test_ingest_text_and_jsonl_with_resume(default_artifact: Path, tmp_path: Pat
         hit = c.post("/collections/docs/search", json={"query": sentences[123], "top_k": 1}).json()[0]
         assert hit["text"] == sentences[123]
         # 3. JSONL with string ids and payloads into a new collection
-        p = _ingest(str(jsonl_file), "--collection", "docs_json", "--url", s.url, "--create", "--state-file", str(tmp_path / "st1.json"))
+        p = _ingest(
+            str(jsonl_file),
+            "--collection",
+            "docs_json",
+            "--url",
+            s.url,
+            "--create",
+            "--state-file",
+            str(tmp_path / "st1.json"),
+        )
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert c.get("/collections/docs_json").json()["count"] == 50
-        assert c.get("/collections/docs_json/points/s7").json() == {"id": "s7", "text": sentences[7], "payload": {"i": 7}}
+        assert c.get("/collections/docs_json/points/s7").json() == {
+            "id": "s7",
+            "text": sentences[7],
+            "payload": {"i": 7},
+        }
         # 4. a rejected batch is an error with the line range (collection does not exist, no --create)
-        p = _ingest(str(jsonl_file), "--collection", "missing", "--url", s.url, "--state-file", str(tmp_path / "st2.json"))
+        p = _ingest(
+            str(jsonl_file), "--collection", "missing", "--url", s.url, "--state-file", str(tmp_path / "st2.json")
+        )
         out, err = p.communicate(timeout=120)
         assert p.returncode == 1 and "lines 1-50: HTTP 404" in err

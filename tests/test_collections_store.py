@@ -38,8 +38,22 @@ KINDS = [("flat", {}), ("hnsw", {"M": 16, "ef_search": 128}), ("ivf_pq", {"nlist
 
 @pytest.mark.parametrize(
     "bad",
-    [[], "x", {}, {"a": [1, 2]}, {"a": {"x": 1}}, {"a": {"$in": []}}, {"a": {"$in": 3}}, {"a": {"$gt": 1}},
-     {"": 1}, {"$a": 1}, {"a..b": 1}, {"a": {"$in": [1], "$eq": 1}}, {"a": {"$in": [[1]]}}, {"a": float("nan")}],
+    [
+        [],
+        "x",
+        {},
+        {"a": [1, 2]},
+        {"a": {"x": 1}},
+        {"a": {"$in": []}},
+        {"a": {"$in": 3}},
+        {"a": {"$gt": 1}},
+        {"": 1},
+        {"$a": 1},
+        {"a..b": 1},
+        {"a": {"$in": [1], "$eq": 1}},
+        {"a": {"$in": [[1]]}},
+        {"a": float("nan")},
+    ],
 )
 def test_malformed_filters_rejected(bad):
     with pytest.raises(FilterError):
@@ -58,8 +72,18 @@ def test_filter_sql_agrees_with_python(tmp_path):
     c = make(tmp_path, "flat")
     X = unit(np.random.default_rng(0), len(payloads))
     c.upsert(list(range(len(payloads))), ["t"] * len(payloads), payloads, X)
-    filters = [{"x": "a"}, {"x": 1}, {"x": 2}, {"x": True}, {"x": None}, {"x": "1"}, {"x": {"$in": ["a", 1, False]}},
-               {"x": "a", "y": {"$in": [True, None]}}, {"meta.lang": "en"}, {"x": {"$eq": False}}]
+    filters = [
+        {"x": "a"},
+        {"x": 1},
+        {"x": 2},
+        {"x": True},
+        {"x": None},
+        {"x": "1"},
+        {"x": {"$in": ["a", 1, False]}},
+        {"x": "a", "y": {"$in": [True, None]}},
+        {"meta.lang": "en"},
+        {"x": {"$eq": False}},
+    ]
     for f in filters:
         conds = parse_filter(f)
         want = {i for i, p in enumerate(payloads) if matches(conds, p)}
@@ -67,7 +91,9 @@ def test_filter_sql_agrees_with_python(tmp_path):
         assert got == want, f
         assert want, f"filter {f} should select something"
     # type-aware: 1 and True and "1" are different values
-    assert {i for i, p in enumerate(payloads) if p.get("x") is True} != {i for i, p in enumerate(payloads) if p.get("x") == 1 and p.get("x") is not True}
+    assert {i for i, p in enumerate(payloads) if p.get("x") is True} != {
+        i for i, p in enumerate(payloads) if p.get("x") == 1 and p.get("x") is not True
+    }
     c.close()
 
 
@@ -153,7 +179,7 @@ def test_restart_restores_from_snapshot_and_replay(tmp_path, kind, params):
     assert c2.info()["snapshot_sequence"] == snap_seq  # loaded from the snapshot (not the rebuild fallback) ...
     assert c2.changes_since_snapshot() == 2  # ... and replayed the two writes after it
     assert c2.seq == seq and c2.count == 500 - 3 - 1 + 2 == c2.index.live
-    assert c2.index.trained == (True)
+    assert c2.index.trained is True
     assert [[h.id for h in q] for q in c2.search(X[:30], 10)] == before
     assert c2.search(Y[:1], 1)[0][0].id == 3
     assert c2.get(10) is None and c2.get(601)["text"] == "c"
@@ -269,7 +295,7 @@ def test_store_counts_and_sequence(tmp_path):
     c = make(tmp_path, "flat")
     X = unit(np.random.default_rng(8), 5)
     s1 = c.upsert([1, 2, 3], ["a", "b", "c"], [None] * 3, X[:3])
-    s2, = [c.delete(ids=[2])[1]]
+    (s2,) = [c.delete(ids=[2])[1]]
     s3 = c.upsert([1], ["a2"], [None], X[3:4])
     assert s1 < s2 < s3 == c.seq
     st = Store(c.path)

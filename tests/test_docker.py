@@ -38,8 +38,9 @@ def _stages(path: Path) -> list[list[dict]]:
 
 @pytest.fixture(scope="module")
 def service_help() -> str:
-    out = subprocess.run([sys.executable, "-m", "service", "--help"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "service", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -53,8 +54,9 @@ def test_dockerfile_stages(name: str, service_help: str) -> None:
     assert ".[train]" in builder_runs and "python -m training export" in builder_runs
     runtime_runs = " ".join(i["value"] for i in runtime if i["instruction"] == "RUN")
     assert "torch" not in runtime_runs and "[train]" not in runtime_runs, "runtime image must not install torch"
-    assert any(i["instruction"] == "COPY" and "--from=builder" in i["value"] and "/models" in i["value"]
-               for i in runtime)
+    assert any(
+        i["instruction"] == "COPY" and "--from=builder" in i["value"] and "/models" in i["value"] for i in runtime
+    )
     for stage in stages:
         for ins in stage:
             if ins["instruction"] == "COPY" and "--from" not in ins["value"]:
@@ -78,16 +80,20 @@ def test_compose_files() -> None:
     services = compose["services"]
     assert {"embed", "prometheus"} <= set(services)
     embed = services["embed"]
-    assert (DOCKER / embed["build"]["context"] / embed["build"]["dockerfile"]).resolve() == (DOCKER / "Dockerfile").resolve()
+    assert (DOCKER / embed["build"]["context"] / embed["build"]["dockerfile"]).resolve() == (
+        DOCKER / "Dockerfile"
+    ).resolve()
     mounts = {v.split(":")[1].split()[0] for v in embed["volumes"]}
     assert {"/models", "/data"} <= mounts
     for v in embed["volumes"]:
         assert v.split(":")[0] in compose["volumes"], f"named volume {v} not declared"
     fields = set(Settings.model_fields)
     for var in embed["environment"]:
-        assert var.startswith("EMBED_") and var[len("EMBED_"):].lower() in fields, f"{var} is not a setting"
+        assert var.startswith("EMBED_") and var[len("EMBED_") :].lower() in fields, f"{var} is not a setting"
     container_port = embed["ports"][0].split(":")[-1]
-    assert "/ready" in " ".join(embed["healthcheck"]["test"]) and container_port in " ".join(embed["healthcheck"]["test"])
+    assert "/ready" in " ".join(embed["healthcheck"]["test"]) and container_port in " ".join(
+        embed["healthcheck"]["test"]
+    )
 
     prom = services["prometheus"]
     cfg_mount = next(v for v in prom["volumes"] if v.endswith("prometheus.yml:ro"))
@@ -97,7 +103,9 @@ def test_compose_files() -> None:
     assert job["static_configs"][0]["targets"] == [f"embed:{container_port}"]
 
     gpu = yaml.safe_load((DOCKER / "docker-compose.gpu.yml").read_text())["services"]["embed"]
-    assert (DOCKER / gpu["build"]["context"] / gpu["build"]["dockerfile"]).resolve() == (DOCKER / "Dockerfile.gpu").resolve()
+    assert (DOCKER / gpu["build"]["context"] / gpu["build"]["dockerfile"]).resolve() == (
+        DOCKER / "Dockerfile.gpu"
+    ).resolve()
     dev = gpu["deploy"]["resources"]["reservations"]["devices"][0]
     assert dev["driver"] == "nvidia" and "gpu" in dev["capabilities"]
 

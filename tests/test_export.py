@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifact_contract import ArtifactError, find_artifacts, load_manifest, postprocess, resolve_artifact, validate_artifact
+from artifact_contract import (
+    ArtifactError,
+    find_artifacts,
+    load_manifest,
+    postprocess,
+    resolve_artifact,
+    validate_artifact,
+)
 from training.data.sts import load_task
 from training.onnx_encoder import OnnxArtifactEncoder
 

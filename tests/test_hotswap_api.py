@@ -26,7 +26,13 @@ import numpy as np
 import pytest
 
 from tests.server_utils import run_server
-from tests.test_hotswap_artifacts import NAME, corrupt_artifact, sliced_artifact, versioned_copy, wrong_dimension_artifact
+from tests.test_hotswap_artifacts import (
+    NAME,
+    corrupt_artifact,
+    sliced_artifact,
+    versioned_copy,
+    wrong_dimension_artifact,
+)
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -53,8 +59,17 @@ def env(default_artifact, tmp_path_factory):
 
 
 def _args(extra: list[str] | None = None) -> list[str]:
-    return ["--default-model", NAME, "--admin-api-keys", "admin-secret", "--intra-op-threads", "1",
-            "--log-level", "warning", *(extra or [])]
+    return [
+        "--default-model",
+        NAME,
+        "--admin-api-keys",
+        "admin-secret",
+        "--intra-op-threads",
+        "1",
+        "--log-level",
+        "warning",
+        *(extra or []),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +108,13 @@ def test_models_list_and_admin_auth(client):
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
 
-@pytest.mark.parametrize("builder,version,needle", [
-    (corrupt_artifact, "8", "cannot open model.onnx"),
-    (wrong_dimension_artifact, "9", "256"),
-])
+@pytest.mark.parametrize(
+    "builder,version,needle",
+    [
+        (corrupt_artifact, "8", "cannot open model.onnx"),
+        (wrong_dimension_artifact, "9", "256"),
+    ],
+)
 def test_failed_load_keeps_the_old_model_serving(client, env, builder, version, needle):
     d = builder(env["src"], env["models"], NAME, version)
     try:
@@ -221,8 +239,9 @@ def test_poll_mode_activates_a_published_version(env):
     root = env["root"] / "poll"
     models = root / "models"
     versioned_copy(env["src"], models, NAME, "1")
-    with run_server(models, workdir=root / "work",
-                    args=_args(["--model-control", "poll", "--model-poll-interval-s", "0.5"])) as srv:
+    with run_server(
+        models, workdir=root / "work", args=_args(["--model-control", "poll", "--model-poll-interval-s", "0.5"])
+    ) as srv:
         with httpx.Client(base_url=srv.url, timeout=60.0) as c:
             assert _active(c) == f"{NAME}:1"
             publish(corrupt_artifact, env["src"], models_dir=models, version="3")

@@ -68,21 +68,32 @@ def sliced_artifact(src: Path, models_dir: Path, name: str, version: str, dim: i
     g = onnx.load(str(Path(src) / MODEL_FILE))
     for node in g.graph.node:
         node.output[:] = ["pooled_full" if o == OUTPUT_NAME else o for o in node.output]
-    g.graph.initializer.extend([
-        helper.make_tensor("slice_starts", TensorProto.INT64, [1], [0]),
-        helper.make_tensor("slice_ends", TensorProto.INT64, [1], [dim]),
-        helper.make_tensor("slice_axes", TensorProto.INT64, [1], [1]),
-    ])
-    g.graph.node.append(helper.make_node("Slice", ["pooled_full", "slice_starts", "slice_ends", "slice_axes"],
-                                         [OUTPUT_NAME], name="matryoshka_slice"))
+    g.graph.initializer.extend(
+        [
+            helper.make_tensor("slice_starts", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("slice_ends", TensorProto.INT64, [1], [dim]),
+            helper.make_tensor("slice_axes", TensorProto.INT64, [1], [1]),
+        ]
+    )
+    g.graph.node.append(
+        helper.make_node(
+            "Slice", ["pooled_full", "slice_starts", "slice_ends", "slice_axes"], [OUTPUT_NAME], name="matryoshka_slice"
+        )
+    )
     out = g.graph.output[0]
     out.type.tensor_type.shape.dim[1].ClearField("dim_param")
     out.type.tensor_type.shape.dim[1].dim_value = dim
     onnx.save(g, str(dst / MODEL_FILE))
-    m = load_manifest(src).model_copy(update={
-        "name": name, "version": version, "dimension": dim, "sha256": sha256_file(dst / MODEL_FILE),
-        "canary": None, "parity": None,
-    })
+    m = load_manifest(src).model_copy(
+        update={
+            "name": name,
+            "version": version,
+            "dimension": dim,
+            "sha256": sha256_file(dst / MODEL_FILE),
+            "canary": None,
+            "parity": None,
+        }
+    )
     write_manifest(dst, m)
     sents = list(load_manifest(src).canary.sentences)
     emb = OnnxModel(dst, providers=["CPUExecutionProvider"], intra_op_threads=1).embed_sync(sents)
@@ -129,8 +140,9 @@ def test_sliced_artifact_is_a_different_loadable_model(int8_artifact, tmp_path):
     assert cut.info.sha256 != full.info.sha256
 
 
-@pytest.mark.parametrize("builder,needle", [(corrupt_artifact, "cannot open model.onnx"),
-                                            (wrong_dimension_artifact, "256")])
+@pytest.mark.parametrize(
+    "builder,needle", [(corrupt_artifact, "cannot open model.onnx"), (wrong_dimension_artifact, "256")]
+)
 def test_broken_artifacts_fail_to_load(int8_artifact, tmp_path, builder, needle):
     from service.backend import ModelLoadError, OnnxModel
 

@@ -12,7 +12,6 @@ model from the same final points; the state survives a restart.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import httpx
@@ -47,8 +46,16 @@ def env(default_artifact, tmp_path_factory):
     stage = root / "stage"
     sliced_artifact(default_artifact, stage, NAME, "2", 256)
     # a bounded re-embedding rate (points/s) makes the writes below overlap it on any machine
-    args = ["--default-model", NAME, "--admin-api-keys", "admin-secret", "--log-level", "warning",
-            "--collections-reembed-rate", str(REEMBED_RATE)]
+    args = [
+        "--default-model",
+        NAME,
+        "--admin-api-keys",
+        "admin-secret",
+        "--log-level",
+        "warning",
+        "--collections-reembed-rate",
+        str(REEMBED_RATE),
+    ]
     return {"root": root, "models": models, "stage": stage, "args": args}
 
 
@@ -59,8 +66,10 @@ def _upsert(c: httpx.Client, coll: str, points: list[dict], chunk: int = 200) ->
 
 
 def _search(c: httpx.Client, coll: str, queries: list[str]) -> list[list[dict]]:
-    r = c.post(f"/collections/{coll}/search/batch",
-               json={"searches": [{"query": q, "top_k": TOP_K, "with_payload": False} for q in queries]})
+    r = c.post(
+        f"/collections/{coll}/search/batch",
+        json={"searches": [{"query": q, "top_k": TOP_K, "with_payload": False} for q in queries]},
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -85,8 +94,10 @@ REEMBED_RATE = 150
 def test_collection_follows_the_active_model(env, data):
     base, extra = data
     work = env["root"] / "work"
-    with run_server(env["models"], workdir=work, args=env["args"]) as srv, \
-            httpx.Client(base_url=srv.url, timeout=300.0) as c:
+    with (
+        run_server(env["models"], workdir=work, args=env["args"]) as srv,
+        httpx.Client(base_url=srv.url, timeout=300.0) as c,
+    ):
         assert c.put("/collections/stsb", json={"index": "flat", "metric": "cosine"}).status_code == 200
         _upsert(c, "stsb", [{"id": i, "text": t, "payload": {"row": i}} for i, t in enumerate(base)])
         info = c.get("/collections/stsb").json()
@@ -154,8 +165,10 @@ def test_collection_follows_the_active_model(env, data):
         srv.kill()
 
     # restart: still on the new model and the same answers
-    with run_server(env["models"], workdir=work, args=env["args"]) as srv, \
-            httpx.Client(base_url=srv.url, timeout=300.0) as c:
+    with (
+        run_server(env["models"], workdir=work, args=env["args"]) as srv,
+        httpx.Client(base_url=srv.url, timeout=300.0) as c,
+    ):
         st = c.get("/collections/stsb").json()
         assert (st["model"]["version"], st["dimension"], st["count"]) == ("2", 256, len(final))
         again = _search(c, "stsb", queries + extra[:10])

@@ -42,11 +42,15 @@ def _batch(enc, sents, layers=(), detach_views=False):
     a = enc(**tok, layers=layers)
     p = enc(**tok, layers=layers)
     h, hp = (a.embedding.detach(), p.embedding.detach()) if detach_views else (a.embedding, p.embedding)
-    return ObjectiveBatch(anchor=h, positive=hp, raw={"anchor": h, "positive": hp},
-                          layers={"anchor": a.layers, "positive": p.layers},
-                          input_ids={"anchor": tok["input_ids"], "positive": tok["input_ids"]},
-                          attention_mask={"anchor": tok["attention_mask"], "positive": tok["attention_mask"]},
-                          encoder=enc)
+    return ObjectiveBatch(
+        anchor=h,
+        positive=hp,
+        raw={"anchor": h, "positive": hp},
+        layers={"anchor": a.layers, "positive": p.layers},
+        input_ids={"anchor": tok["input_ids"], "positive": tok["input_ids"]},
+        attention_mask={"anchor": tok["attention_mask"], "positive": tok["attention_mask"]},
+        encoder=enc,
+    )
 
 
 def _has_grad(p) -> bool:

@@ -64,7 +64,9 @@ def test_mask_tokens_respects_specials_and_padding():
     ids = torch.tensor([[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0]])
     att = (ids != 0).long()
     g = torch.Generator().manual_seed(0)
-    masked, labels = mask_tokens(ids, att, mask_token_id=103, vocab_size=200, special_ids={101, 102, 0}, prob=1.0, generator=g)
+    masked, labels = mask_tokens(
+        ids, att, mask_token_id=103, vocab_size=200, special_ids={101, 102, 0}, prob=1.0, generator=g
+    )
     eligible = (att == 1) & (ids != 101) & (ids != 102)
     assert torch.equal(labels != -100, eligible)  # prob=1: every eligible token, nothing else
     assert torch.equal(labels[eligible], ids[eligible])

@@ -15,7 +15,6 @@ for SparseCSE, the pruned encoder's); and the service loads it and reproduces it
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import httpx
@@ -28,14 +27,23 @@ pytestmark = pytest.mark.timeout(900)
 
 CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus" / "en_sentences.txt"
 TINY = {
-    "max_steps": 4, "batch_size": 8, "data": {"max_train_samples": 64}, "threads": 1,
-    "eval_every": 0, "final_eval": False, "save_every": 0, "progress": False,
+    "max_steps": 4,
+    "batch_size": 8,
+    "data": {"max_train_samples": 64},
+    "threads": 1,
+    "eval_every": 0,
+    "final_eval": False,
+    "save_every": 0,
+    "progress": False,
     "three_r": {"pool_size": 8},
 }
 # (config file, extra params, loss keys that must be logged)
 RUNS = {
-    "informin": ("informin.yaml", {"losses": {"informin": {"params": {"beta": 0.1}}}},
-                 ["loss/simcse", "loss/informin/rec", "loss/informin/mlm"]),
+    "informin": (
+        "informin.yaml",
+        {"losses": {"informin": {"params": {"beta": 0.1}}}},
+        ["loss/simcse", "loss/informin/rec", "loss/informin/mlm"],
+    ),
     "sscl": ("sscl.yaml", {"losses": {"sscl": {"params": {"progressive_k": 2}}}}, ["loss/sscl"]),
     "msse": ("msse.yaml", {}, ["loss/simcse", "loss/msse/dcm", "loss/msse/icm"]),
 }
@@ -93,13 +101,23 @@ def trained(small_data, tmp_path_factory):
             name = f"smoke-{method}{'-3r' if three_r else ''}"
             cfg_path = REPO_ROOT / "configs" / cfg_file.replace(".yaml", "_3r.yaml" if three_r else ".yaml")
             ov = _merge(TINY, extra)
-            ov.update({"output_dir": str(work / name), "models_dir": str(models), "artifact_name": name,
-                       "data": {**ov["data"], "train_file": str(CORPUS)}})
+            ov.update(
+                {
+                    "output_dir": str(work / name),
+                    "models_dir": str(models),
+                    "artifact_name": name,
+                    "data": {**ov["data"], "train_file": str(CORPUS)},
+                }
+            )
             cfg = load_settings(cfg_path, ov)
             assert cfg.three_r.enabled is three_r
             res = Trainer(cfg).run()
-            info[name] = {"dir": work / name, "artifact": Path(res["artifact"]), "keys": keys + (["c"] if three_r else []),
-                          "sparse": False}
+            info[name] = {
+                "dir": work / name,
+                "artifact": Path(res["artifact"]),
+                "keys": keys + (["c"] if three_r else []),
+                "sparse": False,
+            }
     # SparseCSE: score -> prune 20% (+rewind) -> SimCSE fine-tune (alone / + 3R) -> export
     from training.sparse.pipeline import export_pruned, finetune_pruned, prune_model_dir, score_model
 
@@ -109,11 +127,20 @@ def trained(small_data, tmp_path_factory):
     for three_r in (False, True):
         name = f"smoke-sparsecse{'-3r' if three_r else ''}"
         ov = _merge(TINY, {"data": {"train_file": str(CORPUS)}})
-        best = finetune_pruned(pruned, work / name, overrides=ov,
-                               config_file=str(REPO_ROOT / "configs" / ("sparsecse_3r.yaml" if three_r else "sparsecse.yaml")))
+        best = finetune_pruned(
+            pruned,
+            work / name,
+            overrides=ov,
+            config_file=str(REPO_ROOT / "configs" / ("sparsecse_3r.yaml" if three_r else "sparsecse.yaml")),
+        )
         export_pruned(best, models / name / "1", name=name, evaluate="dev")
-        info[name] = {"dir": work / name, "artifact": models / name / "1",
-                      "keys": ["loss/simcse"] + (["c"] if three_r else []), "sparse": True, "structure": st}
+        info[name] = {
+            "dir": work / name,
+            "artifact": models / name / "1",
+            "keys": ["loss/simcse"] + (["c"] if three_r else []),
+            "sparse": True,
+            "structure": st,
+        }
     for v in info.values():
         w = load_file(str(v["dir"] / "best" / "model.safetensors"))
         k2 = next(k for k in w if k.endswith("encoder.layer.5.output.dense.weight"))
@@ -135,7 +162,7 @@ def test_every_term_logged_and_weights_changed(trained):
 
 def test_artifacts_hold_no_train_only_parameters(trained, default_artifact):
     from artifact_contract import MODEL_FILE, validate_artifact
-    from training.sparse.prune import load_pruned, count_parameters
+    from training.sparse.prune import count_parameters, load_pruned
 
     info, _ = trained
     dense = _onnx_weight_count(default_artifact / MODEL_FILE)
@@ -156,8 +183,16 @@ def test_service_serves_every_artifact(trained, tmp_path_factory):
 
     info, models = trained
     names = list(info)
-    args = ["--default-model", names[0], "--admin-api-keys", "smoke-admin", "--intra-op-threads", "1",
-            "--log-level", "warning"]
+    args = [
+        "--default-model",
+        names[0],
+        "--admin-api-keys",
+        "smoke-admin",
+        "--intra-op-threads",
+        "1",
+        "--log-level",
+        "warning",
+    ]
     with run_server(models, workdir=tmp_path_factory.mktemp("smoke_svc"), args=args) as srv:
         with httpx.Client(base_url=srv.url, timeout=120.0) as c:
             for name in names:
@@ -187,9 +222,18 @@ def test_msse_with_pairs_file_positives(tmp_path):
     s1, s2 = positive_pairs("train", 4.0, limit=16)
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(s1, s2)), encoding="utf-8")
-    cfg = load_settings(REPO_ROOT / "configs" / "msse.yaml", {
-        "data": {"mode": "pairs", "train_file": str(pairs)}, "batch_size": 8, "max_steps": 1, "threads": 1,
-        "output_dir": str(tmp_path / "run"), "progress": False, "export": False})
+    cfg = load_settings(
+        REPO_ROOT / "configs" / "msse.yaml",
+        {
+            "data": {"mode": "pairs", "train_file": str(pairs)},
+            "batch_size": 8,
+            "max_steps": 1,
+            "threads": 1,
+            "output_dir": str(tmp_path / "run"),
+            "progress": False,
+            "export": False,
+        },
+    )
     tr = Trainer(cfg)
     views = tr._views(tr.batch_at(0))
     assert set(views) == {"anchor", "positive"}

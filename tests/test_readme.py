@@ -14,8 +14,11 @@ def test_first_commands_and_ci() -> None:
     block = re.search(r"```bash\n(.*?)```", README, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     assert commands[:2] == ["make serve", "make test"]
-    ci = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
-          if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))]
+    ci = [
+        line.strip()
+        for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
+    ]
     assert ci == ["make test"]
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert re.search(r"^serve:", makefile, re.M) and re.search(r"^test:", makefile, re.M)

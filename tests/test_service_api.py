@@ -33,11 +33,16 @@ MAX_PAYLOAD = 256 * 1024
 @pytest.fixture(scope="module")
 def server(default_artifact: Path, tmp_path_factory):
     args = [
-        "--default-model", default_artifact.name,
-        "--max-client-batch-size", str(MAX_CLIENT_BATCH),
-        "--max-payload-bytes", str(MAX_PAYLOAD),
-        "--intra-op-threads", "1",
-        "--log-level", "warning",
+        "--default-model",
+        default_artifact.name,
+        "--max-client-batch-size",
+        str(MAX_CLIENT_BATCH),
+        "--max-payload-bytes",
+        str(MAX_PAYLOAD),
+        "--intra-op-threads",
+        "1",
+        "--log-level",
+        "warning",
     ]
     with run_server(default_artifact.parent, workdir=tmp_path_factory.mktemp("svc_api"), args=args) as srv:
         yield srv
@@ -58,7 +63,7 @@ def stsb():
 def _embed_all(client: httpx.Client, texts: list[str], encoding_format: str = "float") -> np.ndarray:
     rows = []
     for i in range(0, len(texts), CHUNK):
-        chunk = texts[i:i + CHUNK]
+        chunk = texts[i : i + CHUNK]
         r = client.post("/v1/embeddings", json={"input": chunk, "encoding_format": encoding_format})
         assert r.status_code == 200, r.text
         body = r.json()
@@ -112,7 +117,7 @@ def test_embed_tei_agrees(client, stsb, reference):
     texts = list(dict.fromkeys(stsb.sent1))[:300]
     got = []
     for i in range(0, len(texts), CHUNK):
-        r = client.post("/embed", json={"inputs": texts[i:i + CHUNK]})
+        r = client.post("/embed", json={"inputs": texts[i : i + CHUNK]})
         assert r.status_code == 200, r.text
         got.extend(r.json())
     np.testing.assert_allclose(np.asarray(got, np.float32), np.stack([reference[t] for t in texts]), atol=1e-5)
@@ -137,7 +142,7 @@ def test_dimensions_truncate_and_renormalise(client, reference, stsb):
 def test_similarity_pairs_agree_with_embeddings(client, stsb, reference):
     scores = []
     for i in range(0, len(stsb), 100):
-        pairs = [[a, b] for a, b in zip(stsb.sent1[i:i + 100], stsb.sent2[i:i + 100])]
+        pairs = [[a, b] for a, b in zip(stsb.sent1[i : i + 100], stsb.sent2[i : i + 100])]
         r = client.post("/similarity", json={"pairs": pairs})
         assert r.status_code == 200, r.text
         scores.extend(r.json()["scores"])
@@ -152,8 +157,10 @@ def test_similarity_pairs_agree_with_embeddings(client, stsb, reference):
 def test_similarity_source_form_agrees(client, stsb, reference):
     src = stsb.sent1[0]
     sentences = stsb.sent2[:40]
-    for body in ({"source_sentence": src, "sentences": sentences},
-                 {"inputs": {"source_sentence": src, "sentences": sentences}}):
+    for body in (
+        {"source_sentence": src, "sentences": sentences},
+        {"inputs": {"source_sentence": src, "sentences": sentences}},
+    ):
         r = client.post("/similarity", json=body)
         assert r.status_code == 200, r.text
         want = [float(reference[src] @ reference[s]) for s in sentences]
@@ -230,7 +237,7 @@ def test_oversized_payload_413(client):
     def chunks():
         data = json.dumps(big).encode()
         for i in range(0, len(data), 16384):
-            yield data[i:i + 16384]
+            yield data[i : i + 16384]
 
     r = client.post("/v1/embeddings", content=chunks(), headers={"content-type": "application/json"})
     _err(r, 413, code="payload_too_large")
@@ -243,8 +250,9 @@ def test_truncate_false_long_input_413(client, default_artifact):
     tok.no_truncation()
     n = len(tok.encode(long_text).ids)
     assert n > 256
-    e = _err(client.post("/embed", json={"inputs": ["short", long_text], "truncate": False}),
-             413, "inputs", "input_too_long")
+    e = _err(
+        client.post("/embed", json={"inputs": ["short", long_text], "truncate": False}), 413, "inputs", "input_too_long"
+    )
     assert str(n) in e["message"] and "256" in e["message"] and "inputs[1]" in e["message"]
     # truncated by default: same as the first 256 tokens
     r = client.post("/embed", json={"inputs": [long_text]})
@@ -256,8 +264,12 @@ def test_truncate_false_long_input_413(client, default_artifact):
 
 
 def test_unknown_model_404(client):
-    _err(client.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"}),
-         404, "model", "model_not_found")
+    _err(
+        client.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"}),
+        404,
+        "model",
+        "model_not_found",
+    )
     _err(client.post("/embed", json={"inputs": "x", "model": "nope"}), 404, "model", "model_not_found")
     ok = client.post("/v1/embeddings", json={"input": "x", "model": "all-minilm-l6-v2"})
     assert ok.status_code == 200
@@ -289,8 +301,12 @@ def test_concurrent_clients_get_their_own_embeddings(server, reference):
                         errors.append(r.text)
                         return
                     data = r.json()["data"]
-                    rows = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") if fmt == "base64"
-                            else np.asarray(d["embedding"], np.float32) for d in data]
+                    rows = [
+                        np.frombuffer(base64.b64decode(d["embedding"]), "<f4")
+                        if fmt == "base64"
+                        else np.asarray(d["embedding"], np.float32)
+                        for d in data
+                    ]
                 else:
                     r = c.post(route, json={"inputs": texts})
                     if r.status_code != 200:
@@ -332,9 +348,15 @@ def test_metrics_after_traffic(client):
     _good(client)
     text = client.get("/metrics").text
     for name in (
-        "embed_requests_total", "embed_request_duration_seconds_bucket", "embed_queue_size",
-        "embed_batch_size_bucket", "embed_batch_tokens_bucket", "embed_tokenization_duration_seconds_bucket",
-        "embed_inference_duration_seconds_bucket", "embed_model_info", "embed_inputs_total",
+        "embed_requests_total",
+        "embed_request_duration_seconds_bucket",
+        "embed_queue_size",
+        "embed_batch_size_bucket",
+        "embed_batch_tokens_bucket",
+        "embed_tokenization_duration_seconds_bucket",
+        "embed_inference_duration_seconds_bucket",
+        "embed_model_info",
+        "embed_inputs_total",
     ):
         assert name in text, name
     assert 'embed_requests_total{method="POST",route="/v1/embeddings",status="200"}' in text

@@ -89,7 +89,10 @@ def test_hash_mismatch_is_named(default_artifact, tmp_path):
 def test_server_exits_with_clear_error_without_model(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "service", "--port", "0", "--models-dir", str(tmp_path), "--default-model", "nope"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "no artifact 'nope'" in proc.stderr + proc.stdout
@@ -100,8 +103,9 @@ def test_split_batches_match_one_batch(model, workers):
     """Tiny budgets force many batches (run ``workers`` at a time); rows must come back in order."""
 
     async def go():
-        b = Batcher(model, Metrics(), max_batch_tokens=64, max_batch_size=2, max_queue_size=8,
-                    inference_workers=workers)
+        b = Batcher(
+            model, Metrics(), max_batch_tokens=64, max_batch_size=2, max_queue_size=8, inference_workers=workers
+        )
         b.start()
         try:
             return await asyncio.gather(b.submit(SENTENCES), b.submit(SENTENCES[::-1]))

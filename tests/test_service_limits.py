@@ -24,12 +24,18 @@ AUTH = {"Authorization": f"Bearer {KEYS[1]}"}
 @pytest.fixture(scope="module")
 def server(default_artifact: Path, tmp_path_factory):
     args = [
-        "--default-model", default_artifact.name,
-        "--max-queue-size", "2",
-        "--max-batch-size", "4",
-        "--max-batch-tokens", "256",
-        "--intra-op-threads", "1",
-        "--log-level", "warning",
+        "--default-model",
+        default_artifact.name,
+        "--max-queue-size",
+        "2",
+        "--max-batch-size",
+        "4",
+        "--max-batch-tokens",
+        "256",
+        "--intra-op-threads",
+        "1",
+        "--log-level",
+        "warning",
     ]
     env = {"EMBED_API_KEYS": ",".join(KEYS)}
     with run_server(default_artifact.parent, workdir=tmp_path_factory.mktemp("svc_limits"), args=args, env=env) as srv:
@@ -93,7 +99,7 @@ def test_flood_gets_429_and_recovers(server, sentences):
     barrier = threading.Barrier(24)
 
     def flood(i: int) -> None:
-        texts = sentences[i * 40:(i + 1) * 40]
+        texts = sentences[i * 40 : (i + 1) * 40]
         with httpx.Client(timeout=120) as c:
             barrier.wait()
             r = c.post(f"{server.url}/v1/embeddings", json={"input": texts}, headers=AUTH)

@@ -54,8 +54,10 @@ def sentences():
 def _embed(tok):
     def f(model, sents):
         b = tok(list(sents), padding=True, truncation=True, max_length=32, return_tensors="pt")
-        return mean_pool(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state,
-                         b["attention_mask"])
+        return mean_pool(
+            model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state, b["attention_mask"]
+        )
+
     return f
 
 
@@ -85,11 +87,13 @@ def test_select_structure_global_ranking_and_min_keep():
     assert st.head_sparsity == pytest.approx(0.5) and st.neuron_sparsity == pytest.approx(0.5)
     # min_keep: layer 1's heads are the two lowest, but one must stay, so the next lowest
     # (a 0.9 tie in layer 0, broken by index) goes instead
-    st2 = select_structure([torch.tensor([0.9, 0.9]), torch.tensor([0.1, 0.2])], [torch.ones(2), torch.ones(2)], 0.5,
-                           min_heads=1)
+    st2 = select_structure(
+        [torch.tensor([0.9, 0.9]), torch.tensor([0.1, 0.2])], [torch.ones(2), torch.ones(2)], 0.5, min_heads=1
+    )
     assert st2.heads == [[1], [1]]
-    st3 = select_structure([torch.tensor([0.9, 0.8]), torch.tensor([0.1, 0.2])], [torch.ones(2), torch.ones(2)], 0.75,
-                           min_heads=1)
+    st3 = select_structure(
+        [torch.tensor([0.9, 0.8]), torch.tensor([0.1, 0.2])], [torch.ones(2), torch.ones(2)], 0.75, min_heads=1
+    )
     assert [len(h) for h in st3.heads] == [1, 1]
     with pytest.raises(ValueError):
         select_structure(heads, neurons, 1.0)

@@ -54,7 +54,8 @@ def test_registry_builds_simcse_and_rejects_unknown():
     obj = build_objective("simcse", ctx, {"temperature": 0.5})
     batch = ObjectiveBatch(anchor=A, positive=P, hard_negative=NEG)
     assert obj(batch).item() == pytest.approx(_hand(A, P, NEG, 0.5), rel=1e-5)
-    assert build_objective("simcse", ctx, {"temperature": 0.5, "use_hard_negative": False})(batch).item() == \
-        pytest.approx(_hand(A, P, None, 0.5), rel=1e-5)
+    assert build_objective("simcse", ctx, {"temperature": 0.5, "use_hard_negative": False})(
+        batch
+    ).item() == pytest.approx(_hand(A, P, None, 0.5), rel=1e-5)
     with pytest.raises(KeyError):
         get_objective_class("no_such_objective")

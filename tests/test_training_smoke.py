@@ -8,6 +8,7 @@ artifact's embeddings (onnxruntime + tokenizers + postprocess) match it.
 from __future__ import annotations
 
 import json
+
 import httpx
 import numpy as np
 import pytest
@@ -30,13 +31,26 @@ SENTS = ["A man is playing a guitar.", "The cat sleeps on the sofa.", "Stocks fe
 def trained(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("smoke")
-    cfg = load_settings(None, {
-        "max_steps": 24, "batch_size": 8, "data": {"max_train_samples": 400},
-        "three_r": {"enabled": True, "pool_size": 16, "n_top_words": 100, "pool_min_top_fraction": 0.6},
-        "eval_every": 12, "eval_limit": 48, "final_eval_tasks": ["STSBenchmark"], "save_every": 12,
-        "output_dir": str(root / "run"), "models_dir": str(root / "models"), "artifact_name": NAME,
-        "artifact_version": "1", "export_evaluate": "none", "progress": False, "threads": 1,
-    })
+    cfg = load_settings(
+        None,
+        {
+            "max_steps": 24,
+            "batch_size": 8,
+            "data": {"max_train_samples": 400},
+            "three_r": {"enabled": True, "pool_size": 16, "n_top_words": 100, "pool_min_top_fraction": 0.6},
+            "eval_every": 12,
+            "eval_limit": 48,
+            "final_eval_tasks": ["STSBenchmark"],
+            "save_every": 12,
+            "output_dir": str(root / "run"),
+            "models_dir": str(root / "models"),
+            "artifact_name": NAME,
+            "artifact_version": "1",
+            "export_evaluate": "none",
+            "progress": False,
+            "threads": 1,
+        },
+    )
     results = Trainer(cfg).run()
     return root, results
 

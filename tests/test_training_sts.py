@@ -13,10 +13,26 @@ import torch
 
 from training.data.sts import load_task
 
-COUNTS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
-          "STSBenchmark": 1379, "SICKRelatedness": 4927}
-REFERENCE = {"STS12": 72.37, "STS13": 80.60, "STS14": 75.59, "STS15": 85.39, "STS16": 78.99,
-             "STSBenchmark": 82.03, "SICKRelatedness": 77.15, "mean": 78.87, "STSBenchmark-dev": 86.72}
+COUNTS = {
+    "STS12": 3108,
+    "STS13": 1500,
+    "STS14": 3750,
+    "STS15": 3000,
+    "STS16": 1186,
+    "STSBenchmark": 1379,
+    "SICKRelatedness": 4927,
+}
+REFERENCE = {
+    "STS12": 72.37,
+    "STS13": 80.60,
+    "STS14": 75.59,
+    "STS15": 85.39,
+    "STS16": 78.99,
+    "STSBenchmark": 82.03,
+    "SICKRelatedness": 77.15,
+    "mean": 78.87,
+    "STSBenchmark-dev": 86.72,
+}
 
 
 @pytest.mark.parametrize("task,n", COUNTS.items())
@@ -33,8 +49,23 @@ def reference_scores(tmp_path_factory):
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("ref") / "scores.json"
     tasks = ",".join([*COUNTS, "STSBenchmark-dev"])
-    assert main(["--model", default_model_path(), "--tasks", tasks, "--max-seq-length", "128",
-                 "--json", str(out), "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                default_model_path(),
+                "--tasks",
+                tasks,
+                "--max-seq-length",
+                "128",
+                "--json",
+                str(out),
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     return json.loads(out.read_text())
 
 

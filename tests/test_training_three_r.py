@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from training.three_r import (ThreeR, batch_sigma, mine_redundant_pool, redundant_mask, reduce_redundancy,
-                              top_words)
+from training.three_r import ThreeR, batch_sigma, mine_redundant_pool, reduce_redundancy, redundant_mask, top_words
 
 H = torch.tensor([[1.0, 2.0, 0.0], [3.0, 2.0, 1.0]])  # N=2, D=3
 HBAR = torch.tensor([10.0, 20.0, 30.0])
@@ -78,12 +77,18 @@ def test_three_r_module_validates_and_samples_deterministically():
 
 
 def test_pool_miner_covers_top_words_and_respects_limits():
-    corpus = (["the cat sat on the mat", "a dog and a cat", "the dog was on a mat", "cat and dog and mat",
-               "the mat was a cat", "zebra quokka axolotl narwhal"] * 3
-              + ["one two three four five six seven eight nine ten eleven twelve the cat"])
+    corpus = [
+        "the cat sat on the mat",
+        "a dog and a cat",
+        "the dog was on a mat",
+        "cat and dog and mat",
+        "the mat was a cat",
+        "zebra quokka axolotl narwhal",
+    ] * 3 + ["one two three four five six seven eight nine ten eleven twelve the cat"]
     top = top_words(corpus, 8)
-    pool, top2, stats = mine_redundant_pool(corpus, n_top_words=8, pool_size=6, max_tokens=7,
-                                            min_top_fraction=0.8, seed=0)
+    pool, top2, stats = mine_redundant_pool(
+        corpus, n_top_words=8, pool_size=6, max_tokens=7, min_top_fraction=0.8, seed=0
+    )
     assert top == top2 and len(pool) == len(set(pool)) and 0 < len(pool) <= 6
     assert all(len(s.split()) <= 7 for s in pool)
     assert "zebra quokka axolotl narwhal" not in pool

@@ -17,10 +17,21 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def _cfg(tmp_path, **kw):
-    base = {"batch_size": 8, "max_steps": 4, "data": {"max_train_samples": 96}, "output_dir": str(tmp_path),
-            "export": False, "final_eval": False, "resume": False, "progress": False, "threads": 1,
-            "eval_every": 0, "save_every": 0, "eval_limit": 16,
-            "three_r": {"enabled": True, "pool_size": 8, "k": 3, "n_top_words": 50, "pool_min_top_fraction": 0.5}}
+    base = {
+        "batch_size": 8,
+        "max_steps": 4,
+        "data": {"max_train_samples": 96},
+        "output_dir": str(tmp_path),
+        "export": False,
+        "final_eval": False,
+        "resume": False,
+        "progress": False,
+        "threads": 1,
+        "eval_every": 0,
+        "save_every": 0,
+        "eval_limit": 16,
+        "three_r": {"enabled": True, "pool_size": 8, "k": 3, "n_top_words": 50, "pool_min_top_fraction": 0.5},
+    }
     for k, v in kw.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             base[k] = {**base[k], **v}

@@ -33,8 +33,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--align-uniform", action="store_true")
     ap.add_argument("--json", default=None, help="also write the scores to this JSON file")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--limit", type=int, default=None,
-                    help="fixed random subsample of N pairs per task (quick checks; not headline numbers)")
+    ap.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="fixed random subsample of N pairs per task (quick checks; not headline numbers)",
+    )
     a = ap.parse_args(argv)
     if a.threads:
         import torch

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import sys
-
 from pathlib import Path
 
 from training.config import load_settings, parse_overrides
 
-USAGE = ("usage: python -m training train [--config FILE] [--publish MODELS_DIR] [--print-config] "
-         "[--<field>[.<sub>] VALUE ...]")
+USAGE = (
+    "usage: python -m training train [--config FILE] [--publish MODELS_DIR] [--print-config] "
+    "[--<field>[.<sub>] VALUE ...]"
+)
 
 
 def next_version(models_dir: str | Path, name: str) -> str:

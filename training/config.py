@@ -35,8 +35,7 @@ class ThreeRConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = False
-    variant: Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction",
-                     "static_identification"] = "3r"
+    variant: Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification"] = "3r"
     k: int = Field(6, ge=1, description="pool sentences averaged into h̄ per step")
     pool_size: int = Field(64, ge=1)
     n_top_words: int = Field(300, ge=1)
@@ -44,9 +43,13 @@ class ThreeRConfig(BaseModel):
     pool_min_top_fraction: float = Field(0.8, ge=0, le=1)
     pool_file: str | None = Field(None, description="user pool, one sentence a line; overrides the miner")
     pool_mine_max_sentences: int | None = Field(
-        None, description="mine the pool from the first N corpus lines (None: all training sentences)")
-    c_init: float = Field(0.16, description="initial threshold c, in embedding units "
-                          "(all-MiniLM-L6-v2 mean pooling: per-dim batch σ ~0.15-0.28)")
+        None, description="mine the pool from the first N corpus lines (None: all training sentences)"
+    )
+    c_init: float = Field(
+        0.16,
+        description="initial threshold c, in embedding units "
+        "(all-MiniLM-L6-v2 mean pooling: per-dim batch σ ~0.15-0.28)",
+    )
     learn_c: bool = True
     c_lr: float = Field(1e-3, gt=0, description="learning rate of c (AdamW, no weight decay, same schedule)")
     surrogate_temperature: float = Field(0.02, gt=0)
@@ -97,8 +100,12 @@ class TrainSettings(BaseSettings):
     eval_batch_size: int = 128
     final_eval: bool = True
     final_eval_tasks: list[str] | None = Field(None, description="None: the seven test tasks (+ mean)")
-    eval_limit: int | None = Field(None, ge=1, description="a fixed random subsample of N pairs per task "
-                                   "(smoke tests, CPU benchmarks); scores are then recorded with an '@N' suffix")
+    eval_limit: int | None = Field(
+        None,
+        ge=1,
+        description="a fixed random subsample of N pairs per task "
+        "(smoke tests, CPU benchmarks); scores are then recorded with an '@N' suffix",
+    )
     save_every: int = Field(250, ge=0, description="resumable checkpoint every N steps (0: only at the end)")
     log_every: int = Field(1, ge=1)
     output_dir: str = str(REPO_ROOT / "runs" / "default")
@@ -109,12 +116,14 @@ class TrainSettings(BaseSettings):
     artifact_name: str = "minilm-simcse"
     artifact_version: str = "1"
     export_evaluate: Literal["none", "dev", "all"] = Field(
-        "dev", description="export_artifact's own STS evaluation of the ONNX graph (overrides same-named scores)")
+        "dev", description="export_artifact's own STS evaluation of the ONNX graph (overrides same-named scores)"
+    )
     progress: bool = True
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         return (init_settings, env_settings, _YamlSource(settings_cls))
 
     def recipe(self) -> dict[str, Any]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -117,7 +118,7 @@ class EncoderOutput:
         return out
 
     @classmethod
-    def from_tensors(cls, t: dict[str, torch.Tensor]) -> "EncoderOutput":
+    def from_tensors(cls, t: dict[str, torch.Tensor]) -> EncoderOutput:
         layers = {int(k[5:]): v for k, v in t.items() if k.startswith("layer")}
         return cls(t["embedding"], layers, t.get("token_states"))
 
@@ -190,8 +191,11 @@ class SentenceEncoder(nn.Module):
     def tokenize(self, texts: Sequence[str], max_seq_length: int | None = None) -> dict[str, torch.Tensor]:
         """Tokenise to ``input_ids`` / ``attention_mask`` (int64, ``(N, T)``), padded to the longest, truncated."""
         enc = self.tokenizer(
-            list(texts), padding=True, truncation=True,
-            max_length=max_seq_length or self.max_seq_length, return_tensors="pt",
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=max_seq_length or self.max_seq_length,
+            return_tensors="pt",
         )
         out = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
         if "token_type_ids" in enc:
@@ -258,7 +262,7 @@ class SentenceEncoder(nn.Module):
             order = np.argsort([-len(t) for t in texts], kind="stable")
             out = np.zeros((len(texts), self.hidden_size), dtype=np.float32)
             for i in range(0, len(texts), batch_size):
-                idx = order[i:i + batch_size]
+                idx = order[i : i + batch_size]
                 b = self.tokenize([texts[j] for j in idx], max_seq_length)
                 out[idx] = self(**b, use_head=use_head).embedding.float().cpu().numpy()
             return out
@@ -296,20 +300,28 @@ class SentenceEncoder(nn.Module):
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         ]
         if normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
+            modules.append(
+                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+            )
             (d / "2_Normalize").mkdir(exist_ok=True)
         (d / "modules.json").write_text(json.dumps(modules, indent=2))
         (d / "1_Pooling").mkdir(exist_ok=True)
-        (d / "1_Pooling" / "config.json").write_text(json.dumps({
-            "word_embedding_dimension": self.hidden_size,
-            "pooling_mode_cls_token": self.pooling == "cls",
-            "pooling_mode_mean_tokens": self.pooling == "mean",
-            "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False,
-        }, indent=2))
-        (d / "sentence_bert_config.json").write_text(json.dumps(
-            {"max_seq_length": self.serve_max_seq_length, "do_lower_case": False}, indent=2))
-        (d / "config_sentence_transformers.json").write_text(json.dumps(
-            {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}, indent=2))
+        (d / "1_Pooling" / "config.json").write_text(
+            json.dumps(
+                {
+                    "word_embedding_dimension": self.hidden_size,
+                    "pooling_mode_cls_token": self.pooling == "cls",
+                    "pooling_mode_mean_tokens": self.pooling == "mean",
+                    "pooling_mode_max_tokens": False,
+                    "pooling_mode_mean_sqrt_len_tokens": False,
+                },
+                indent=2,
+            )
+        )
+        (d / "sentence_bert_config.json").write_text(
+            json.dumps({"max_seq_length": self.serve_max_seq_length, "do_lower_case": False}, indent=2)
+        )
+        (d / "config_sentence_transformers.json").write_text(
+            json.dumps({"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}, indent=2)
+        )
         return d

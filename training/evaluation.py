@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -36,8 +36,9 @@ def subsample(d: STSPairs, limit: int | None, seed: int = 0) -> STSPairs:
     return STSPairs(d.name, [d.sent1[i] for i in idx], [d.sent2[i] for i in idx], d.scores[idx])
 
 
-def evaluate_sts(encode: EncodeFn, tasks: Sequence[str] = tuple(TEST_TASKS), with_mean: bool = True,
-                 limit: int | None = None) -> dict[str, float]:
+def evaluate_sts(
+    encode: EncodeFn, tasks: Sequence[str] = tuple(TEST_TASKS), with_mean: bool = True, limit: int | None = None
+) -> dict[str, float]:
     """Spearman ×100 per task (each distinct sentence encoded once). Adds ``"mean"`` over ``tasks``
     when ``with_mean`` and ``tasks`` include the seven test tasks. ``limit``: a fixed random subsample of N
     pairs per task (:func:`subsample`; for smoke tests and CPU benchmarks, never for headline numbers)."""
@@ -57,8 +58,9 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def alignment_uniformity(encode: EncodeFn, task: str = "STSBenchmark", pos_threshold: float = 4.0,
-                         limit: int | None = None) -> dict[str, float]:
+def alignment_uniformity(
+    encode: EncodeFn, task: str = "STSBenchmark", pos_threshold: float = 4.0, limit: int | None = None
+) -> dict[str, float]:
     """Wang & Isola (2020) alignment (α=2) and uniformity (t=2) on ``task`` (see module docstring).
 
     ``limit``: a fixed random subsample of N pairs (:func:`subsample`). Returns ``{"alignment": float, "uniformity": float}``.
@@ -82,6 +84,7 @@ def alignment_uniformity(encode: EncodeFn, task: str = "STSBenchmark", pos_thres
 # Encoders for a path: HF / sentence-transformers directory (torch) or ONNX artifact.
 # ---------------------------------------------------------------------------------------
 
+
 def is_onnx_artifact(path: str | os.PathLike) -> bool:
     """True when ``path`` holds ``model.onnx`` and ``manifest.json`` (the artifact contract)."""
     from artifact_contract import MANIFEST_FILE, MODEL_FILE
@@ -90,8 +93,9 @@ def is_onnx_artifact(path: str | os.PathLike) -> bool:
     return (p / MODEL_FILE).is_file() and (p / MANIFEST_FILE).is_file()
 
 
-def torch_encode_fn(model_dir: str, max_seq_length: int = 128, batch_size: int = 128,
-                    pooling: str | None = None) -> EncodeFn:
+def torch_encode_fn(
+    model_dir: str, max_seq_length: int = 128, batch_size: int = 128, pooling: str | None = None
+) -> EncodeFn:
     """Encode with :class:`training.encoder.SentenceEncoder` (no head, eval mode, no gradient)."""
     from training.encoder import SentenceEncoder
 
@@ -100,8 +104,9 @@ def torch_encode_fn(model_dir: str, max_seq_length: int = 128, batch_size: int =
     return lambda sents: enc.encode(sents, batch_size=batch_size, max_seq_length=max_seq_length)
 
 
-def onnx_encode_fn(artifact_dir: str, max_seq_length: int | None = None, batch_size: int = 128,
-                   threads: int | None = None) -> EncodeFn:
+def onnx_encode_fn(
+    artifact_dir: str, max_seq_length: int | None = None, batch_size: int = 128, threads: int | None = None
+) -> EncodeFn:
     """Encode with an ONNX artifact (:class:`training.onnx_encoder.OnnxArtifactEncoder`: onnxruntime on CPU,
     ``tokenizers``, :func:`artifact_contract.postprocess` with the manifest's ``normalize``).
 

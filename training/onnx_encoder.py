@@ -6,8 +6,8 @@ used by ``training export`` and ``training eval --model <artifact>``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -47,7 +47,9 @@ class OnnxArtifactEncoder:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = intra_op_threads
         self.session = ort.InferenceSession(
-            str(model_file or self.dir / MODEL_FILE), sess_options=opts, providers=list(providers or ["CPUExecutionProvider"])
+            str(model_file or self.dir / MODEL_FILE),
+            sess_options=opts,
+            providers=list(providers or ["CPUExecutionProvider"]),
         )
 
     def pooled(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:

@@ -42,17 +42,17 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 Variant = Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification"]
-VARIANTS: tuple[str, ...] = ("3r", "dynamic_mask", "overall_subtraction", "token_subtraction",
-                             "static_identification")
+VARIANTS: tuple[str, ...] = ("3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification")
 
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
@@ -160,6 +160,7 @@ def read_lines(path: str | Path) -> list[str]:
 # Pure tensor functions (Eqs. 3 and 5), tested on hand-computed tensors.
 # ---------------------------------------------------------------------------------------
 
+
 def batch_sigma(h: torch.Tensor) -> torch.Tensor:
     """Eq. 3: population standard deviation per dimension, ``(N, D) -> (D,)`` (divides by N)."""
     return h.std(dim=0, unbiased=False)
@@ -181,8 +182,9 @@ def redundant_mask(sigma: torch.Tensor, c: torch.Tensor, surrogate_temperature: 
     return hard + soft - soft.detach()
 
 
-def reduce_redundancy(h: torch.Tensor, hbar: torch.Tensor, mask: torch.Tensor | None,
-                      mode: str = "subtract") -> torch.Tensor:
+def reduce_redundancy(
+    h: torch.Tensor, hbar: torch.Tensor, mask: torch.Tensor | None, mode: str = "subtract"
+) -> torch.Tensor:
     """Eq. 5 and its Table-3 alternatives, ``(M, D) -> (M, D)``.
 
     mode ``subtract``: ĥ = h − mask ⊙ h̄ (3R, token subtraction, static identification);
@@ -233,9 +235,19 @@ class ThreeR(nn.Module):
         ValueError: unknown variant, k < 1, or an empty pool/word list the variant needs.
     """
 
-    def __init__(self, pool: Sequence[str], top: Sequence[str], *, k: int = 6, c_init: float = 0.16,
-                 learn_c: bool = True, surrogate_temperature: float = 0.02, variant: str = "3r",
-                 refresh_every: int = 10, seed: int = 0):
+    def __init__(
+        self,
+        pool: Sequence[str],
+        top: Sequence[str],
+        *,
+        k: int = 6,
+        c_init: float = 0.16,
+        learn_c: bool = True,
+        surrogate_temperature: float = 0.02,
+        variant: str = "3r",
+        refresh_every: int = 10,
+        seed: int = 0,
+    ):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"unknown 3R variant {variant!r}; one of {VARIANTS}")

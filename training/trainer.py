@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from training.config import TrainSettings
-from training.data.train_data import load_sentences, load_triplets
 from training.data.sts import TEST_TASKS
+from training.data.train_data import load_sentences, load_triplets
 from training.encoder import EncoderOutput, SentenceEncoder, default_model_path
 from training.evaluation import alignment_uniformity, evaluate_sts, format_table
 from training.objectives import ObjectiveBatch, ObjectiveContext, build_objective
@@ -100,8 +100,14 @@ class Trainer:
         self.total_steps = cfg.max_steps or max(1, int(cfg.num_epochs * self.steps_per_epoch))
 
         tok = self.encoder.tokenizer
-        ctx = ObjectiveContext(self.encoder.hidden_size, self.encoder.num_layers, len(tok),
-                               tok.pad_token_id or 0, self.encoder, self.supervised)
+        ctx = ObjectiveContext(
+            self.encoder.hidden_size,
+            self.encoder.num_layers,
+            len(tok),
+            tok.pad_token_id or 0,
+            self.encoder,
+            self.supervised,
+        )
         self.objectives = nn.ModuleDict()
         self.weights: dict[str, float] = {}
         for name, term in cfg.losses.items():
@@ -117,9 +123,17 @@ class Trainer:
         if cfg.three_r.enabled:
             pool, top = self._redundant_pool()
             t = cfg.three_r
-            self.three_r = ThreeR(pool, top, k=t.k, c_init=t.c_init, learn_c=t.learn_c,
-                                  surrogate_temperature=t.surrogate_temperature, variant=t.variant,
-                                  refresh_every=t.refresh_every, seed=cfg.seed).to(self.device)
+            self.three_r = ThreeR(
+                pool,
+                top,
+                k=t.k,
+                c_init=t.c_init,
+                learn_c=t.learn_c,
+                surrogate_temperature=t.surrogate_temperature,
+                variant=t.variant,
+                refresh_every=t.refresh_every,
+                seed=cfg.seed,
+            ).to(self.device)
 
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
         named = [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad]
@@ -166,11 +180,13 @@ class Trainer:
         if t.pool_file:
             pool = read_lines(t.pool_file)
             from training.three_r import top_words
+
             top = top_words(corpus, t.n_top_words)
             stats = {"source": f"user file {t.pool_file}"}
         else:
-            pool, top, stats = mine_redundant_pool(corpus, t.n_top_words, t.pool_size, t.pool_max_tokens,
-                                                   t.pool_min_top_fraction, 2, self.cfg.seed, count)
+            pool, top, stats = mine_redundant_pool(
+                corpus, t.n_top_words, t.pool_size, t.pool_max_tokens, t.pool_min_top_fraction, 2, self.cfg.seed, count
+            )
             stats["source"] = "mined from the training corpus"
         pool_path.write_text("\n".join(pool) + "\n", encoding="utf-8")
         top_path.write_text("\n".join(top) + "\n", encoding="utf-8")
@@ -187,24 +203,29 @@ class Trainer:
         B = self.cfg.batch_size
         epoch, pos = divmod(step, self.steps_per_epoch)
         perm = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.data))
-        return [self.data[i] for i in perm[pos * B:(pos + 1) * B]]
+        return [self.data[i] for i in perm[pos * B : (pos + 1) * B]]
 
     # ------------------------------------------------------------------ one step
     def _views(self, items: list) -> dict[str, list[str]]:
         if self.supervised:
-            return {"anchor": [t[0] for t in items], "positive": [t[1] for t in items],
-                    "hard_negative": [t[2] for t in items]}
+            return {
+                "anchor": [t[0] for t in items],
+                "positive": [t[1] for t in items],
+                "hard_negative": [t[2] for t in items],
+            }
         if self.cfg.data.mode == "pairs":
             return {"anchor": [t[0] for t in items], "positive": [t[1] for t in items]}
         return {"anchor": list(items), "positive": list(items)}
 
     def _encode(self, tok: dict[str, torch.Tensor], sl: slice) -> EncoderOutput:
         with self._autocast():
-            return self.encoder(**{k: v[sl] for k, v in tok.items()}, layers=self.layers,
-                                return_token_states=self.need_tokens)
+            return self.encoder(
+                **{k: v[sl] for k, v in tok.items()}, layers=self.layers, return_token_states=self.need_tokens
+            )
 
-    def compute_loss(self, outs: dict[str, EncoderOutput], toks: dict[str, dict[str, torch.Tensor]],
-                     step: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def compute_loss(
+        self, outs: dict[str, EncoderOutput], toks: dict[str, dict[str, torch.Tensor]], step: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """3R transform + weighted sum of the objectives on already-encoded views.
 
         Returns the scalar loss and the log dict (``loss/<name>``, 3R statistics).
@@ -225,12 +246,17 @@ class Trainer:
             logs["time/three_r"] = self.three_r.last_seconds
         views = {v: transform(h) for v, h in raw.items()}
         batch = ObjectiveBatch(
-            anchor=views["anchor"], positive=views["positive"], hard_negative=views.get("hard_negative"),
-            raw=raw, layers={v: o.layers for v, o in outs.items()},
+            anchor=views["anchor"],
+            positive=views["positive"],
+            hard_negative=views.get("hard_negative"),
+            raw=raw,
+            layers={v: o.layers for v, o in outs.items()},
             token_states={v: o.token_states for v, o in outs.items() if o.token_states is not None},
             input_ids={v: t["input_ids"] for v, t in toks.items()},
             attention_mask={v: t["attention_mask"] for v, t in toks.items()},
-            transform=transform, encoder=self.encoder, step=step,
+            transform=transform,
+            encoder=self.encoder,
+            step=step,
         )
         total = torch.zeros((), device=self.device)
         for name, obj in self.objectives.items():
@@ -270,8 +296,10 @@ class Trainer:
                         states[(v, ci)] = _rng_state(self.device)
                         parts[v].append(self._encode(t, sl).tensors())
             after = _rng_state(self.device)
-            leaves = {v: {k: torch.cat([p[k] for p in ps]).detach().requires_grad_(True) for k in ps[0]}
-                      for v, ps in parts.items()}
+            leaves = {
+                v: {k: torch.cat([p[k] for p in ps]).detach().requires_grad_(True) for k in ps[0]}
+                for v, ps in parts.items()
+            }
             outs = {v: EncoderOutput.from_tensors(lv) for v, lv in leaves.items()}
             loss, logs = self.compute_loss(outs, toks, step)
             loss.backward()
@@ -335,8 +363,12 @@ class Trainer:
             "best_step": self.best_step,
             "train_seconds": self.train_seconds,
             "three_r_seconds": self.three_r_seconds,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                    **({"cuda": torch.cuda.get_rng_state_all()} if self.device.type == "cuda" else {})},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                **({"cuda": torch.cuda.get_rng_state_all()} if self.device.type == "cuda" else {}),
+            },
         }
         torch.save(state, tmp / "state.pt")
         shutil.rmtree(d, ignore_errors=True)
@@ -449,7 +481,9 @@ class Trainer:
         cfg = self.cfg
         best_dir = self.out / "best"
         results: dict[str, Any] = {
-            "best_step": self.best_step, "steps": self.step, "resumed": resumed,
+            "best_step": self.best_step,
+            "steps": self.step,
+            "resumed": resumed,
             "STSBenchmark-dev": self.best_score,
             "train_seconds": self.train_seconds,
             "steps_per_second": self.step / self.train_seconds if self.train_seconds else None,
@@ -474,16 +508,24 @@ class Trainer:
             from training.export import export_artifact
 
             recipe = cfg.recipe()
-            recipe.update({k: results[k] for k in ("best_step", "steps", "c_final", "alignment", "uniformity")
-                           if k in results})
-            recipe["initialised_from"] = ("sentence-tuned all-MiniLM-L6-v2 (no raw BERT weights here)"
-                                          if not cfg.model_name_or_path else cfg.model_name_or_path)
+            recipe.update(
+                {k: results[k] for k in ("best_step", "steps", "c_final", "alignment", "uniformity") if k in results}
+            )
+            recipe["initialised_from"] = (
+                "sentence-tuned all-MiniLM-L6-v2 (no raw BERT weights here)"
+                if not cfg.model_name_or_path
+                else cfg.model_name_or_path
+            )
             recipe["inference"] = "plain fine-tuned encoder + pooling; 3R and the MLP head are training-only"
             art_dir = Path(cfg.models_dir) / cfg.artifact_name / cfg.artifact_version
             export_artifact(
-                str(best_dir), str(art_dir), name=cfg.artifact_name, version=cfg.artifact_version,
+                str(best_dir),
+                str(art_dir),
+                name=cfg.artifact_name,
+                version=cfg.artifact_version,
                 base_model=DEFAULT_BASE_MODEL if not cfg.model_name_or_path else cfg.model_name_or_path,
-                training=recipe, scores={k: round(float(v), 4) for k, v in scores.items()},
+                training=recipe,
+                scores={k: round(float(v), 4) for k, v in scores.items()},
                 evaluate=cfg.export_evaluate,
             )
             results["artifact"] = str(art_dir)

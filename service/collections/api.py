@@ -21,8 +21,7 @@ collection's dimension. Errors: 404 ``collection_not_found`` / ``point_not_found
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -36,7 +35,7 @@ from .manager import CollectionManager
 
 router = APIRouter(tags=["collections"])
 
-PointId = Union[Annotated[StrictInt, Field(ge=0, le=2**64 - 1)], Annotated[StrictStr, Field(min_length=1, max_length=512)]]
+PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
 
 class CreateCollection(BaseModel):
@@ -84,7 +83,7 @@ class DeletePoints(BaseModel):
     filter: Any = None
 
     @model_validator(mode="after")
-    def _one(self) -> "DeletePoints":
+    def _one(self) -> DeletePoints:
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give exactly one of 'ids' and 'filter'")
         return self
@@ -94,7 +93,7 @@ class SearchRequest(BaseModel):
     """One search: ``query`` (text or vector), ``top_k``, optional ``filter`` and ``score_threshold``."""
 
     model_config = ConfigDict(extra="forbid")
-    query: Union[Annotated[StrictStr, Field(min_length=1)], Annotated[list[float], Field(min_length=1)]]
+    query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[float], Field(min_length=1)]
     top_k: int = Field(10, ge=1)
     filter: Any = None
     score_threshold: float | None = None
@@ -121,8 +120,9 @@ def _closed(name: str) -> APIError:
     return APIError(404, f"collection {name!r} not found (deleted)", param="name", code="collection_not_found")
 
 
-async def _embed(request: Request, c: Collection, texts: list[str], chunk: int,
-                 model: dict[str, Any] | None = None) -> np.ndarray:
+async def _embed(
+    request: Request, c: Collection, texts: list[str], chunk: int, model: dict[str, Any] | None = None
+) -> np.ndarray:
     """Embed ``texts`` with ``model`` (default: the model that embedded the collection): float32 ``(n, d)``.
 
     Raises:
@@ -137,12 +137,16 @@ async def _embed(request: Request, c: Collection, texts: list[str], chunk: int,
         lm = emb.resolve(model_id)
     except APIError as e:
         raise APIError(
-            409, f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded",
+            409,
+            f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded",
             code="model_unavailable",
         ) from e
     if lm.info.sha256 != want["sha256"]:
-        raise APIError(409, f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs "
-                       f"{want['sha256'][:12]}...", code="model_unavailable")
+        raise APIError(
+            409,
+            f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs {want['sha256'][:12]}...",
+            code="model_unavailable",
+        )
     parts = []
     for i in range(0, len(texts), chunk):
         res = await emb.encode(texts[i : i + chunk], model=lm, param="points")
@@ -200,8 +204,12 @@ async def upsert_points(name: str, body: UpsertPoints, request: Request) -> Resp
     m = manager_of(request)
     c = m.get(name)
     if len(body.points) > m.settings.max_points_per_request:
-        raise APIError(413, f"{len(body.points)} points in one request; the maximum is {m.settings.max_points_per_request}",
-                       param="points", code="too_many_points")
+        raise APIError(
+            413,
+            f"{len(body.points)} points in one request; the maximum is {m.settings.max_points_per_request}",
+            param="points",
+            code="too_many_points",
+        )
     texts = [p.text for p in body.points]
     for attempt in range(_RETRIES):
         # while a re-embedding runs (issue 6) the texts are embedded by both models and written to both
@@ -210,15 +218,27 @@ async def upsert_points(name: str, body: UpsertPoints, request: Request) -> Resp
         vectors = await _embed(request, c, texts, m.settings.embed_chunk, model=model)
         svectors = await _embed(request, c, texts, m.settings.embed_chunk, model=smodel) if smodel else None
         try:
-            seq = await m.run(c.upsert, [p.id for p in body.points], texts, [p.payload for p in body.points], vectors,
-                              model=model, shadow_model=smodel, shadow_vectors=svectors)
+            seq = await m.run(
+                c.upsert,
+                [p.id for p in body.points],
+                texts,
+                [p.payload for p in body.points],
+                vectors,
+                model=model,
+                shadow_model=smodel,
+                shadow_vectors=svectors,
+            )
             break
         except CollectionClosed:
-            raise _closed(name)
+            raise _closed(name) from None
         except ModelChanged as e:
             if attempt == _RETRIES - 1:
-                raise APIError(503, f"collection {name!r} changed model during the write; retry ({e})",
-                               code="model_changed", headers={"Retry-After": "1"}) from e
+                raise APIError(
+                    503,
+                    f"collection {name!r} changed model during the write; retry ({e})",
+                    code="model_changed",
+                    headers={"Retry-After": "1"},
+                ) from e
     return json_response({"status": "completed", "upserted": len(body.points), "sequence": seq})
 
 
@@ -236,7 +256,7 @@ async def delete_points(name: str, body: DeletePoints, request: Request) -> Resp
     try:
         n, seq = await m.run(c.delete, body.ids, conditions)
     except CollectionClosed:
-        raise _closed(name)
+        raise _closed(name) from None
     return json_response({"status": "completed", "deleted": n, "sequence": seq})
 
 
@@ -252,7 +272,7 @@ async def get_point(name: str, point_id: str, request: Request, with_vector: boo
             if p is not None:
                 return json_response(p)
     except CollectionClosed:
-        raise _closed(name)
+        raise _closed(name) from None
     raise APIError(404, f"point {point_id!r} not found in collection {name!r}", param="id", code="point_not_found")
 
 
@@ -260,18 +280,26 @@ async def get_point(name: str, point_id: str, request: Request, with_vector: boo
 _RETRIES = 3  # embeddings made just before a re-embedding swap (issue 6) are redone with the new model
 
 
-async def _run_searches(request: Request, name: str, searches: list[SearchRequest], param: str) -> list[list[dict[str, Any]]]:
+async def _run_searches(
+    request: Request, name: str, searches: list[SearchRequest], param: str
+) -> list[list[dict[str, Any]]]:
     for attempt in range(_RETRIES):
         try:
             return await _run_searches_once(request, name, searches, param)
         except ModelChanged as e:
             if attempt == _RETRIES - 1:
-                raise APIError(503, f"collection {name!r} changed model during the search; retry ({e})",
-                               code="model_changed", headers={"Retry-After": "1"}) from e
+                raise APIError(
+                    503,
+                    f"collection {name!r} changed model during the search; retry ({e})",
+                    code="model_changed",
+                    headers={"Retry-After": "1"},
+                ) from e
     raise AssertionError("unreachable")
 
 
-async def _run_searches_once(request: Request, name: str, searches: list[SearchRequest], param: str) -> list[list[dict[str, Any]]]:
+async def _run_searches_once(
+    request: Request, name: str, searches: list[SearchRequest], param: str
+) -> list[list[dict[str, Any]]]:
     m = manager_of(request)
     c = m.get(name)
     model = dict(c.model)
@@ -282,7 +310,9 @@ async def _run_searches_once(request: Request, name: str, searches: list[SearchR
         where = f"{param}[{i}]" if param == "searches" else ""
         pre = f"{where}." if where else ""
         if s.top_k > m.settings.max_top_k:
-            raise APIError(422, f"top_k must be at most {m.settings.max_top_k}", param=f"{pre}top_k", code="invalid_value")
+            raise APIError(
+                422, f"top_k must be at most {m.settings.max_top_k}", param=f"{pre}top_k", code="invalid_value"
+            )
         try:
             conditions = parse_filter(s.filter) if s.filter is not None else None
         except FilterError as e:
@@ -293,10 +323,19 @@ async def _run_searches_once(request: Request, name: str, searches: list[SearchR
         else:
             v = np.asarray(s.query, dtype=np.float32)
             if len(v) != d:
-                raise APIError(422, f"query vector has dimension {len(v)}; collection {name!r} has {d}",
-                               param=f"{pre}query", code="wrong_dimension")
+                raise APIError(
+                    422,
+                    f"query vector has dimension {len(v)}; collection {name!r} has {d}",
+                    param=f"{pre}query",
+                    code="wrong_dimension",
+                )
             if not np.all(np.isfinite(v)) or (c.spec.metric == "cosine" and not np.any(v)):
-                raise APIError(422, "query vector must be finite (and non-zero for cosine)", param=f"{pre}query", code="invalid_value")
+                raise APIError(
+                    422,
+                    "query vector must be finite (and non-zero for cosine)",
+                    param=f"{pre}query",
+                    code="invalid_value",
+                )
             plans.append((s, conditions, v))
     qvecs = await _embed(request, c, texts, m.settings.embed_chunk, model=model) if texts else None
 
@@ -304,15 +343,16 @@ async def _run_searches_once(request: Request, name: str, searches: list[SearchR
         out = []
         for s, conditions, q in plans:
             vec = qvecs[q] if isinstance(q, int) else q
-            hits = c.search(vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text,
-                            model=model)[0]
+            hits = c.search(
+                vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text, model=model
+            )[0]
             out.append([_hit_json(h, s.with_payload, s.with_text) for h in hits])
         return out
 
     try:
         return await m.run(_search_all)
     except CollectionClosed:
-        raise _closed(name)
+        raise _closed(name) from None
 
 
 @router.post("/collections/{name}/search")
@@ -326,6 +366,10 @@ async def search_batch(name: str, body: SearchBatch, request: Request) -> Respon
     """One result list per search, in order."""
     m = manager_of(request)
     if len(body.searches) > m.settings.max_batch_searches:
-        raise APIError(413, f"{len(body.searches)} searches in one request; the maximum is {m.settings.max_batch_searches}",
-                       param="searches", code="too_many_searches")
+        raise APIError(
+            413,
+            f"{len(body.searches)} searches in one request; the maximum is {m.settings.max_batch_searches}",
+            param="searches",
+            code="too_many_searches",
+        )
     return json_response(await _run_searches(request, name, body.searches, "searches"))

@@ -18,10 +18,11 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +136,7 @@ class Collection:
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, spec: IndexSpec, model: dict[str, Any], **kw: Any) -> "Collection":
+    def create(cls, path: Path, spec: IndexSpec, model: dict[str, Any], **kw: Any) -> Collection:
         """Create a collection directory at ``path`` atomically (temp dir, then rename).
 
         Raises:
@@ -143,7 +144,7 @@ class Collection:
         """
         path = Path(path)
         if path.exists():
-            raise FileExistsError(path)
+            raise FileExistsError(path) from None
         tmp = path.with_name(f".creating-{path.name}-{os.getpid()}-{time.monotonic_ns()}")
         tmp.mkdir(parents=True)
         meta = {
@@ -157,12 +158,12 @@ class Collection:
             os.rename(tmp, path)  # fails if path appeared meanwhile (non-empty dir)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(path)
+            raise FileExistsError(path) from None
         fsync_dir(path.parent)
         return cls.open(path, **kw)
 
     @classmethod
-    def open(cls, path: Path, **kw: Any) -> "Collection":
+    def open(cls, path: Path, **kw: Any) -> Collection:
         """Open an existing collection: load its newest snapshot, replay later writes, or rebuild."""
         c = cls(path, Store(path), **kw)
         c._load()
@@ -201,7 +202,9 @@ class Collection:
                 self._snapshot_seq = snap_seq
                 how = f"snapshot seq {snap_seq} + replay of {len(removed)} removals, {n_new} rows"
             except Exception as e:  # a bad snapshot is never fatal: SQLite has everything
-                log.warning("collection %s: snapshot %s unusable (%s); rebuilding from SQLite", self.name, snap_path.name, e)
+                log.warning(
+                    "collection %s: snapshot %s unusable (%s); rebuilding from SQLite", self.name, snap_path.name, e
+                )
                 index = None
         if index is None:
             index = self._build_index(count)
@@ -427,7 +430,9 @@ class Collection:
                 if score_threshold is not None and (s < score_threshold if hib else s > score_threshold):
                     continue
                 key, text, payload = rows[iid]
-                hits.append(Hit(decode_id(key), s, text if with_text else None, json.loads(payload) if with_payload else None))
+                hits.append(
+                    Hit(decode_id(key), s, text if with_text else None, json.loads(payload) if with_payload else None)
+                )
                 if len(hits) == top_k:
                     break
             out.append(hits)

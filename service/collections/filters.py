@@ -63,11 +63,13 @@ def parse_filter(raw: Any) -> list[Condition]:
     out: list[Condition] = []
     for key, cond in raw.items():
         if not isinstance(key, str) or not key or not all(_KEY_PART.match(p) for p in key.split(".")):
-            raise FilterError(f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes, brackets or empty parts)")
+            raise FilterError(
+                f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes, brackets or empty parts)"
+            )
         if isinstance(cond, dict):
             if len(cond) != 1:
                 raise FilterError(f"filter.{key}: an operator object holds exactly one of '$eq', '$in'")
-            (op, arg), = cond.items()
+            ((op, arg),) = cond.items()
             if op == "$eq":
                 out.append(Condition(key, (_check_scalar(arg, f"filter.{key}.$eq"),)))
             elif op == "$in":

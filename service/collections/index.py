@@ -21,14 +21,14 @@ lower is better.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import faiss
 import numpy as np
@@ -149,7 +149,9 @@ def _hnsw(spec: IndexSpec) -> faiss.Index:
 def _ivf_pq(spec: IndexSpec) -> faiss.Index:
     metric = faiss_metric(spec.metric)
     quantizer = faiss.IndexFlat(spec.dimension, metric)
-    index = faiss.IndexIVFPQ(quantizer, spec.dimension, spec.params["nlist"], spec.params["m"], spec.params["nbits"], metric)
+    index = faiss.IndexIVFPQ(
+        quantizer, spec.dimension, spec.params["nlist"], spec.params["m"], spec.params["nbits"], metric
+    )
     index.own_fields = True
     quantizer.this.disown()
     index.nprobe = spec.params["nprobe"]
@@ -311,7 +313,7 @@ class VectorIndex:
         spec: IndexSpec,
         chunks: Iterable[tuple[np.ndarray, np.ndarray]],
         train_sample: np.ndarray | None = None,
-    ) -> "VectorIndex":
+    ) -> VectorIndex:
         """A fresh index over ``chunks`` of ``(ids, vectors)``.
 
         For ivf_pq, pass ``train_sample`` (float32 ``(s, dimension)``) to train an IVF-PQ
@@ -362,7 +364,7 @@ class VectorIndex:
         return len(header) + len(tomb) * 8 + len(body) + 16
 
     @classmethod
-    def read_snapshot(cls, path: Path, spec: IndexSpec) -> tuple["VectorIndex", int]:
+    def read_snapshot(cls, path: Path, spec: IndexSpec) -> tuple[VectorIndex, int]:
         """Load a snapshot written by :meth:`write_snapshot`.
 
         Returns:
@@ -378,11 +380,16 @@ class VectorIndex:
             header = json.loads(f.read(hlen))
             tomb = np.frombuffer(f.read(8 * header["n_tombstones"]), dtype=np.int64)
             body = np.frombuffer(f.read(), dtype=np.uint8)
-        if len(body) != header["index_bytes"] or zlib.crc32(memoryview(body), zlib.crc32(tomb.tobytes())) != header["crc32"]:
+        if (
+            len(body) != header["index_bytes"]
+            or zlib.crc32(memoryview(body), zlib.crc32(tomb.tobytes())) != header["crc32"]
+        ):
             raise ValueError(f"{path}: truncated or corrupt (checksum mismatch)")
         for key in ("kind", "metric", "dimension"):
             if header[key] != getattr(spec, key):
-                raise ValueError(f"{path}: snapshot {key} {header[key]!r} differs from the collection's {getattr(spec, key)!r}")
+                raise ValueError(
+                    f"{path}: snapshot {key} {header[key]!r} differs from the collection's {getattr(spec, key)!r}"
+                )
         index = faiss.deserialize_index(body)
         if isinstance(index, faiss.IndexIVF):
             index.nprobe = spec.params["nprobe"]

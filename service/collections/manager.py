@@ -16,15 +16,14 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, TypeVar
-
+from typing import Any, TypeVar
 
 from ..errors import APIError
 from .collection import Collection, CollectionClosed
-from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
-from .index import fsync_dir
+from .index import IndexConfigError, IndexSpec, faiss_metric, fsync_dir, normalize_params
 
 log = logging.getLogger("service.collections")
 T = TypeVar("T")
@@ -148,14 +147,18 @@ class CollectionManager:
             raise APIError(404, f"collection {name!r} not found", param="name", code="collection_not_found")
         return c
 
-    async def create(self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int) -> Collection:
+    async def create(
+        self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
+    ) -> Collection:
         """Create collection ``name`` for vectors of ``dimension`` embedded by ``model`` ({name, version, sha256}).
 
         Raises:
             APIError: 422 bad name/params/metric; 409 ``collection_exists``.
         """
         if not NAME_RE.match(name):
-            raise APIError(422, f"collection name {name!r} must match {NAME_RE.pattern}", param="name", code="invalid_value")
+            raise APIError(
+                422, f"collection name {name!r} must match {NAME_RE.pattern}", param="name", code="invalid_value"
+            )
         try:
             faiss_metric(metric)
             spec = IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
@@ -165,10 +168,17 @@ class CollectionManager:
             if name in self.collections:
                 raise APIError(409, f"collection {name!r} already exists", param="name", code="collection_exists")
             try:
-                c = await self.run(Collection.create, self.root / name, spec, model,
-                                   exact_filter_threshold=self.settings.exact_filter_threshold)
+                c = await self.run(
+                    Collection.create,
+                    self.root / name,
+                    spec,
+                    model,
+                    exact_filter_threshold=self.settings.exact_filter_threshold,
+                )
             except FileExistsError as e:
-                raise APIError(409, f"collection {name!r} already exists", param="name", code="collection_exists") from e
+                raise APIError(
+                    409, f"collection {name!r} already exists", param="name", code="collection_exists"
+                ) from e
             self.collections[name] = c
             return c
 

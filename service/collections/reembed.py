@@ -78,15 +78,22 @@ class Shadow:
         spec = collection.spec
         params = normalize_params(spec.kind, _user_params(spec), dimension)
         self.spec = IndexSpec(spec.kind, spec.metric, params, dimension)
-        self._conn = sqlite3.connect(collection.store.db_path, isolation_level=None, check_same_thread=False,
-                                     timeout=60.0)
+        self._conn = sqlite3.connect(
+            collection.store.db_path, isolation_level=None, check_same_thread=False, timeout=60.0
+        )
         self._conn.execute("PRAGMA busy_timeout=60000")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._lock = threading.Lock()
         self.cancelled = False
         self.status: dict[str, Any] = {
-            "state": "running", "target_model": dict(model), "dimension": dimension, "done": 0,
-            "total": collection.count, "rate_per_s": None, "started_at": time.time(), "finished_at": None,
+            "state": "running",
+            "target_model": dict(model),
+            "dimension": dimension,
+            "done": 0,
+            "total": collection.count,
+            "rate_per_s": None,
+            "started_at": time.time(),
+            "finished_at": None,
             "error": None,
         }
 
@@ -107,8 +114,11 @@ class Shadow:
             try:
                 if not same_model(prev, self.model):
                     c.execute("DELETE FROM shadow_vectors")
-                    c.execute("INSERT INTO meta(key, value) VALUES ('shadow_model', ?) "
-                              "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (json.dumps(self.model),))
+                    c.execute(
+                        "INSERT INTO meta(key, value) VALUES ('shadow_model', ?) "
+                        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        (json.dumps(self.model),),
+                    )
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
@@ -120,7 +130,9 @@ class Shadow:
         with self._lock:
             return self._conn.execute(
                 "SELECT p.iid, p.text FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid "
-                "WHERE s.iid IS NULL AND p.iid > ? ORDER BY p.iid LIMIT ?", (after_iid, limit)).fetchall()
+                "WHERE s.iid IS NULL AND p.iid > ? ORDER BY p.iid LIMIT ?",
+                (after_iid, limit),
+            ).fetchall()
 
     def write(self, iids: np.ndarray, vectors: np.ndarray) -> None:
         """Store shadow vectors (float32 ``(n, dimension)``, normalised here for cosine) for internal ids ``iids``.
@@ -138,8 +150,10 @@ class Shadow:
             c = self._conn
             c.execute("BEGIN IMMEDIATE")
             try:
-                c.executemany("INSERT OR REPLACE INTO shadow_vectors(iid, vector) VALUES (?, ?)",
-                              [(int(i), v[j].tobytes()) for j, i in enumerate(iids)])
+                c.executemany(
+                    "INSERT OR REPLACE INTO shadow_vectors(iid, vector) VALUES (?, ?)",
+                    [(int(i), v[j].tobytes()) for j, i in enumerate(iids)],
+                )
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
@@ -148,15 +162,18 @@ class Shadow:
     def missing(self) -> int:
         """Live points without a shadow vector."""
         with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid "
-                                      "WHERE s.iid IS NULL").fetchone()[0]
+            return self._conn.execute(
+                "SELECT COUNT(*) FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid WHERE s.iid IS NULL"
+            ).fetchone()[0]
 
     def _iter_shadow(self, chunk: int = 20000):
         last = 0
         while True:
             rows = self._conn.execute(
                 "SELECT s.iid, s.vector FROM shadow_vectors s JOIN points p ON p.iid = s.iid WHERE s.iid > ? "
-                "ORDER BY s.iid LIMIT ?", (last, chunk)).fetchall()
+                "ORDER BY s.iid LIMIT ?",
+                (last, chunk),
+            ).fetchall()
             if not rows:
                 return
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -185,8 +202,11 @@ class Shadow:
                 if self.spec.kind == "ivf_pq" and count >= self.spec.params["min_train_points"]:
                     rows = self._conn.execute(
                         "SELECT s.vector FROM shadow_vectors s JOIN points p ON p.iid = s.iid ORDER BY random() LIMIT ?",
-                        (self.spec.params["train_sample"],)).fetchall()
-                    sample = np.frombuffer(b"".join(r[0] for r in rows), np.float32).reshape(len(rows), self.spec.dimension)
+                        (self.spec.params["train_sample"],),
+                    ).fetchall()
+                    sample = np.frombuffer(b"".join(r[0] for r in rows), np.float32).reshape(
+                        len(rows), self.spec.dimension
+                    )
                 t0 = time.monotonic()
                 index = VectorIndex.build(self.spec, self._iter_shadow(), train_sample=sample)
                 built = time.monotonic() - t0
@@ -194,7 +214,9 @@ class Shadow:
                     db = self._conn
                     db.execute("BEGIN IMMEDIATE")
                     try:
-                        db.execute("UPDATE points SET vector = (SELECT s.vector FROM shadow_vectors s WHERE s.iid = points.iid)")
+                        db.execute(
+                            "UPDATE points SET vector = (SELECT s.vector FROM shadow_vectors s WHERE s.iid = points.iid)"
+                        )
                         cfg = {"index": self.spec.kind, "metric": self.spec.metric, "params": self.spec.params}
                         for k, v in (("model", self.model), ("dimension", self.spec.dimension), ("config", cfg)):
                             db.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(v), k))
@@ -213,8 +235,14 @@ class Shadow:
                     c._snapshot_seq = 0
                     c._snapshot_time = time.monotonic()
                     del old
-        log.info("collection %s: swapped to %s (%d points, dimension %d; index built in %.2fs)",
-                 c.name, model_id(self.model), count, self.spec.dimension, built)
+        log.info(
+            "collection %s: swapped to %s (%d points, dimension %d; index built in %.2fs)",
+            c.name,
+            model_id(self.model),
+            count,
+            self.spec.dimension,
+            built,
+        )
         try:
             c.snapshot()
         except Exception:
@@ -222,8 +250,9 @@ class Shadow:
         return True
 
     def missing_unlocked(self) -> int:
-        return self._conn.execute("SELECT COUNT(*) FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid "
-                                  "WHERE s.iid IS NULL").fetchone()[0]
+        return self._conn.execute(
+            "SELECT COUNT(*) FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid WHERE s.iid IS NULL"
+        ).fetchone()[0]
 
     def drop(self) -> None:
         """Forget this shadow's rows (the target changed, or the collection already uses this model)."""
@@ -280,8 +309,13 @@ class Reembedder:
             try:
                 await self.control.load(c.model["name"], c.model["version"])
             except Exception as e:
-                log.warning("collection %s: its model %s cannot be loaded (%s); searches answer 409 until "
-                            "re-embedding finishes", c.name, model_id(c.model), e)
+                log.warning(
+                    "collection %s: its model %s cannot be loaded (%s); searches answer 409 until "
+                    "re-embedding finishes",
+                    c.name,
+                    model_id(c.model),
+                    e,
+                )
             if act is not None:
                 self._ensure(c, act.info)
 
@@ -300,14 +334,26 @@ class Reembedder:
             t.cancel()
         if same_model(c.model, target):
             if sh is not None:
-                c.reembed_status = {**(c.reembed_status or {}), "state": "cancelled", "finished_at": time.time(),
-                                    "error": f"the active model is {model_id(target)} again, which the collection uses"}
+                c.reembed_status = {
+                    **(c.reembed_status or {}),
+                    "state": "cancelled",
+                    "finished_at": time.time(),
+                    "error": f"the active model is {model_id(target)} again, which the collection uses",
+                }
                 self.tasks[c.name] = asyncio.create_task(self._detach(c, sh, drop=True))
             return
         # visible at once (the activate call answers after this), replaced by the Shadow's own status when it starts
-        c.reembed_status = {"state": "running", "target_model": target, "dimension": info.dimension, "done": 0,
-                            "total": c.count, "rate_per_s": None, "started_at": time.time(), "finished_at": None,
-                            "error": None}
+        c.reembed_status = {
+            "state": "running",
+            "target_model": target,
+            "dimension": info.dimension,
+            "done": 0,
+            "total": c.count,
+            "rate_per_s": None,
+            "started_at": time.time(),
+            "finished_at": None,
+            "error": None,
+        }
         self.tasks[c.name] = asyncio.create_task(self._run(c, info, target, t), name=f"reembed-{c.name}")
 
     async def _detach(self, c: Collection, sh: Shadow, drop: bool) -> None:
@@ -369,8 +415,14 @@ class Reembedder:
                 st["rate_per_s"] = round((st["done"] - n0) / el, 2) if el > 0 else None
             el = time.monotonic() - t0
             own = sh.status["done"] - n0  # points this task embedded (live upserts write the shadow themselves)
-            sh.status.update(state="completed", done=c.count, total=c.count, finished_at=time.time(),
-                             seconds=round(el, 3), rate_per_s=round(own / el, 2) if el > 0 else None)
+            sh.status.update(
+                state="completed",
+                done=c.count,
+                total=c.count,
+                finished_at=time.time(),
+                seconds=round(el, 3),
+                rate_per_s=round(own / el, 2) if el > 0 else None,
+            )
             sh.close()
         except asyncio.CancelledError:
             if sh is not None:

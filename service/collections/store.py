@@ -24,8 +24,9 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -94,13 +95,15 @@ class Store:
         self._closed = False
 
     @classmethod
-    def create(cls, path: Path, meta: dict[str, Any]) -> "Store":
+    def create(cls, path: Path, meta: dict[str, Any]) -> Store:
         """Create the schema in ``path`` (an existing directory) with ``meta`` and seq 0."""
         store = cls(path)
         store._w.executescript(_SCHEMA)
         values = {"format": FORMAT, "seq": 0, "next_iid": 1, "created_at": time.time(), **meta}
         store._w.execute("BEGIN IMMEDIATE")
-        store._w.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()])
+        store._w.executemany(
+            "INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
+        )
         store._w.execute("COMMIT")
         return store
 
@@ -153,7 +156,9 @@ class Store:
             raise
 
     # --- writes (caller serialises) -----------------------------------------------------------------
-    def upsert(self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    def upsert(
+        self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray
+    ) -> tuple[int, np.ndarray, np.ndarray]:
         """Store points (replacing existing keys) as one durable write.
 
         Args:
@@ -194,7 +199,9 @@ class Store:
             raise
         return seq, iids, np.asarray(old, dtype=np.int64)
 
-    def delete(self, keys: list[str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, np.ndarray]:
+    def delete(
+        self, keys: list[str] | None = None, conditions: list[Condition] | None = None
+    ) -> tuple[int, np.ndarray]:
         """Delete points by encoded ``keys`` or by filter ``conditions`` as one durable write.
 
         Returns:
@@ -208,7 +215,10 @@ class Store:
             old: list[int] = []
             if keys is not None:
                 for part in _chunks(keys):
-                    old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})", part))
+                    old.extend(
+                        r[0]
+                        for r in w.execute(f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})", part)
+                    )
             if conditions:
                 sql, params = to_sql(conditions)
                 old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE {sql}", params))
@@ -237,13 +247,16 @@ class Store:
         """The last write's sequence number."""
         return json.loads(self.reader().execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0])
 
-    def iter_vectors(self, dimension: int, after_seq: int = 0, chunk: int = 20000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def iter_vectors(
+        self, dimension: int, after_seq: int = 0, chunk: int = 20000
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of rows with ``seq > after_seq``."""
         conn = self.reader()
         last = 0
         while True:
             rows = conn.execute(
-                "SELECT iid, vector FROM points WHERE seq > ? AND iid > ? ORDER BY iid LIMIT ?", (after_seq, last, chunk)
+                "SELECT iid, vector FROM points WHERE seq > ? AND iid > ? ORDER BY iid LIMIT ?",
+                (after_seq, last, chunk),
             ).fetchall()
             if not rows:
                 return
@@ -277,10 +290,14 @@ class Store:
         out_ids: list[int] = []
         blobs: list[bytes] = []
         for part in _chunks([int(i) for i in iids]):
-            for iid, vec in conn.execute(f"SELECT iid, vector FROM points WHERE iid IN ({','.join('?' * len(part))})", part):
+            for iid, vec in conn.execute(
+                f"SELECT iid, vector FROM points WHERE iid IN ({','.join('?' * len(part))})", part
+            ):
                 out_ids.append(iid)
                 blobs.append(vec)
-        return np.asarray(out_ids, dtype=np.int64), np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(out_ids), dimension)
+        return np.asarray(out_ids, dtype=np.int64), np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(
+            len(out_ids), dimension
+        )
 
     def rows_for(self, iids: list[int]) -> dict[int, tuple[str, str, str]]:
         """``{iid: (key, text, payload_json)}`` for the live rows among ``iids``."""

@@ -14,8 +14,12 @@ from ..settings import Settings
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """Compact JSON without response-model validation (embeddings are large float lists)."""
-    return Response(json.dumps(obj, separators=(",", ":")).encode(), status_code=status, media_type="application/json",
-                    headers=headers)
+    return Response(
+        json.dumps(obj, separators=(",", ":")).encode(),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
 
 
 def embedder_of(request: Request) -> Embedder:
@@ -30,6 +34,8 @@ def check_client_batch(n: int, settings: Settings, param: str) -> None:
     """413 ``too_many_inputs`` when a request carries more than ``max_client_batch_size`` inputs."""
     if n > settings.max_client_batch_size:
         raise APIError(
-            413, f"{n} inputs in one request; the maximum is {settings.max_client_batch_size} (max_client_batch_size)",
-            param=param, code="too_many_inputs",
+            413,
+            f"{n} inputs in one request; the maximum is {settings.max_client_batch_size} (max_client_batch_size)",
+            param=param,
+            code="too_many_inputs",
         )

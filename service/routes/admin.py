@@ -48,15 +48,20 @@ def _check_admin(request: Request) -> None:
     s = request.app.state.settings
     keys = s.admin_api_keys or s.api_keys
     if not keys:
-        raise APIError(403, "admin API disabled: start the service with --admin-api-keys (or --api-keys)",
-                       code="admin_disabled")
+        raise APIError(
+            403, "admin API disabled: start the service with --admin-api-keys (or --api-keys)", code="admin_disabled"
+        )
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
     token = token.strip().encode()
     if scheme.lower() == "bearer" and token and any(hmac.compare_digest(token, k.encode()) for k in keys):
         return
-    raise APIError(401, "admin routes need 'Authorization: Bearer <admin key>'", code="invalid_api_key",
-                   headers={"WWW-Authenticate": "Bearer"})
+    raise APIError(
+        401,
+        "admin routes need 'Authorization: Bearer <admin key>'",
+        code="invalid_api_key",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def control_of(request: Request) -> ModelControl:
@@ -74,14 +79,22 @@ async def _body(request: Request) -> VersionBody:
     try:
         return VersionBody.model_validate_json(raw)
     except Exception as e:
-        raise APIError(422, f"body must be {{\"version\": \"<version>\"}} or empty: {e}", param="version",
-                       code="invalid_value") from e
+        raise APIError(
+            422, f'body must be {{"version": "<version>"}} or empty: {e}', param="version", code="invalid_value"
+        ) from e
 
 
 def model_json(info: ModelInfo) -> dict[str, Any]:
     """``{id, name, version, sha256, dimension, max_seq_length, quantization}`` of a loaded model."""
-    return {"id": info.id, "name": info.name, "version": info.version, "sha256": info.sha256,
-            "dimension": info.dimension, "max_seq_length": info.max_seq_length, "quantization": info.quantization}
+    return {
+        "id": info.id,
+        "name": info.name,
+        "version": info.version,
+        "sha256": info.sha256,
+        "dimension": info.dimension,
+        "max_seq_length": info.max_seq_length,
+        "quantization": info.quantization,
+    }
 
 
 def _map(e: Exception) -> APIError:

@@ -42,13 +42,16 @@ async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Respon
         data = [{"object": "embedding", "index": i, "embedding": b64_row(r)} for i, r in enumerate(res.embeddings)]
     else:
         data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(res.embeddings.tolist())]
-    return json_response({
-        "object": "list",
-        "data": data,
-        "model": res.model.name,
-        "model_version": res.model.version,
-        "usage": {"prompt_tokens": res.prompt_tokens, "total_tokens": res.prompt_tokens},
-    }, headers=model_headers(res.model))
+    return json_response(
+        {
+            "object": "list",
+            "data": data,
+            "model": res.model.name,
+            "model_version": res.model.version,
+            "usage": {"prompt_tokens": res.prompt_tokens, "total_tokens": res.prompt_tokens},
+        },
+        headers=model_headers(res.model),
+    )
 
 
 @router.post("/embed")
@@ -61,7 +64,11 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
     texts = as_list(body.inputs)
     check_client_batch(len(texts), request.app.state.settings, "inputs")
     res = await embedder_of(request).encode(
-        texts, model=body.model, truncate=body.truncate, normalize=body.normalize,
-        dimensions=body.dimensions, param="inputs",
+        texts,
+        model=body.model,
+        truncate=body.truncate,
+        normalize=body.normalize,
+        dimensions=body.dimensions,
+        param="inputs",
     )
     return json_response(res.embeddings.tolist(), headers=model_headers(res.model))

@@ -31,15 +31,18 @@ async def list_models(request: Request) -> Response:
     reg = request.app.state.registry
     act = reg.active
     control = getattr(request.app.state, "model_control", None)
-    data = [{
-        "id": lm.info.name,
-        "object": "model",
-        "created": int(lm.model.manifest.created_at.timestamp()),
-        "owned_by": "redundancy-embed",
-        "version": lm.info.version,
-        "active": lm is act,
-        "manifest": manifest_summary(lm),
-    } for lm in reg.all()]
+    data = [
+        {
+            "id": lm.info.name,
+            "object": "model",
+            "created": int(lm.model.manifest.created_at.timestamp()),
+            "owned_by": "redundancy-embed",
+            "version": lm.info.version,
+            "active": lm is act,
+            "manifest": manifest_summary(lm),
+        }
+        for lm in reg.all()
+    ]
     body = {"object": "list", "data": data}
     if control is not None:
         body["available"] = control.available()
@@ -53,18 +56,20 @@ async def info(request: Request) -> Response:
     lm = request.app.state.registry.active
     if lm is None:
         raise APIError(503, "no model is loaded yet", code="model_not_ready")
-    return json_response({
-        "model_id": lm.info.name,
-        "model_version": lm.info.version,
-        "model_sha256": lm.info.sha256,
-        "dimension": lm.info.dimension,
-        "max_seq_length": lm.info.max_seq_length,
-        "providers": lm.model.providers,
-        "manifest": manifest_summary(lm),
-        "limits": s.limits(),
-        "loaded_models": [m.info.id for m in request.app.state.registry.all()],
-        "auth": bool(s.api_keys),
-    })
+    return json_response(
+        {
+            "model_id": lm.info.name,
+            "model_version": lm.info.version,
+            "model_sha256": lm.info.sha256,
+            "dimension": lm.info.dimension,
+            "max_seq_length": lm.info.max_seq_length,
+            "providers": lm.model.providers,
+            "manifest": manifest_summary(lm),
+            "limits": s.limits(),
+            "loaded_models": [m.info.id for m in request.app.state.registry.all()],
+            "auth": bool(s.api_keys),
+        }
+    )
 
 
 @router.get("/health")

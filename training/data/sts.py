@@ -127,4 +127,3 @@ def cosine_spearman(emb1: np.ndarray, emb2: np.ndarray, gold: np.ndarray) -> flo
     b = emb2 / np.maximum(np.linalg.norm(emb2, axis=1, keepdims=True), 1e-12)
     cos = (a * b).sum(axis=1)
     return float(spearmanr(cos, gold).correlation * 100.0)
-

@@ -8,7 +8,8 @@ one new file with ``@register("<type>")`` on its class.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from training.objectives.base import LossOutput, Objective, ObjectiveBatch, ObjectiveContext
 
@@ -56,5 +57,12 @@ def build_objective(type_name: str, ctx: ObjectiveContext, params: dict[str, Any
     return obj
 
 
-__all__ = ["LossOutput", "Objective", "ObjectiveBatch", "ObjectiveContext", "build_objective",
-           "get_objective_class", "register"]
+__all__ = [
+    "LossOutput",
+    "Objective",
+    "ObjectiveBatch",
+    "ObjectiveContext",
+    "build_objective",
+    "get_objective_class",
+    "register",
+]

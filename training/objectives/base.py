@@ -72,14 +72,14 @@ their gradient to the encoder flows through the tensors of :class:`ObjectiveBatc
 from __future__ import annotations
 
 import abc
-
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Union
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-LossOutput = Union[torch.Tensor, dict[str, torch.Tensor]]
+LossOutput = torch.Tensor | dict[str, torch.Tensor]
 
 
 @dataclass

@@ -161,8 +161,9 @@ class InforMinCL(Objective):
         ValueError: negative λ/β, or ``beta > 0`` without an encoder in the context.
     """
 
-    def __init__(self, ctx: ObjectiveContext, lam: float = 0.4, beta: float = 0.0, mlm_prob: float = 0.15,
-                 seed: int = 0):
+    def __init__(
+        self, ctx: ObjectiveContext, lam: float = 0.4, beta: float = 0.0, mlm_prob: float = 0.15, seed: int = 0
+    ):
         super().__init__(ctx)
         if lam < 0 or beta < 0:
             raise ValueError(f"lam and beta must be >= 0, got {lam}, {beta}")
@@ -170,7 +171,9 @@ class InforMinCL(Objective):
         self.mlm_head: TiedMLMHead | None = None
         if self.beta > 0:
             if ctx.encoder is None:
-                raise ValueError("informin with beta > 0 needs ctx.encoder (the MLM head is tied to its word embeddings)")
+                raise ValueError(
+                    "informin with beta > 0 needs ctx.encoder (the MLM head is tied to its word embeddings)"
+                )
             self.mlm_head = TiedMLMHead(ctx.encoder.word_embeddings)
             self.needs_token_states = False
             self._gen = torch.Generator().manual_seed(seed)
@@ -189,8 +192,13 @@ class InforMinCL(Objective):
             tok = enc.tokenizer
             ids, att = batch.input_ids["anchor"], batch.attention_mask["anchor"]
             masked, labels = mask_tokens(
-                ids, att, mask_token_id=tok.mask_token_id, vocab_size=self.mlm_head.tied_weight.shape[0],
-                special_ids=set(tok.all_special_ids), prob=self.mlm_prob, generator=self._gen,
+                ids,
+                att,
+                mask_token_id=tok.mask_token_id,
+                vocab_size=self.mlm_head.tied_weight.shape[0],
+                special_ids=set(tok.all_special_ids),
+                prob=self.mlm_prob,
+                generator=self._gen,
             )
             states = enc(masked, att, return_token_states=True, use_head=False).token_states
             out["mlm"] = self.beta * mlm_loss(self.mlm_head, states, labels)

@@ -87,7 +87,9 @@ class ICMDecoder(nn.Module):
         max_len: longest sequence the position vectors cover.
     """
 
-    def __init__(self, word_embeddings: nn.Embedding, dim: int, max_len: int = 512, layer_norm_eps: float = 1e-12) -> None:
+    def __init__(
+        self, word_embeddings: nn.Embedding, dim: int, max_len: int = 512, layer_norm_eps: float = 1e-12
+    ) -> None:
         super().__init__()
         v, hdim = word_embeddings.weight.shape
         self.proj = nn.Linear(dim, hdim)
@@ -116,8 +118,13 @@ class ICMDecoder(nn.Module):
         return self.hidden(h, length) @ self.tied_weight.T + self.bias
 
 
-def icm_loss(decoder: ICMDecoder, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-             special_ids: set[int] | frozenset[int] = frozenset()) -> torch.Tensor:
+def icm_loss(
+    decoder: ICMDecoder,
+    h: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    special_ids: set[int] | frozenset[int] = frozenset(),
+) -> torch.Tensor:
     """``L_ICM``: mean cross-entropy (nats per token) of reconstructing ``input_ids`` from ``h`` (paper 004, Eq. 9).
 
     Positions with ``attention_mask == 0`` and tokens in ``special_ids``
@@ -190,8 +197,14 @@ class MSSE(Objective):
         ValueError: negative weights, or ``gamma > 0`` without ``ctx.encoder``.
     """
 
-    def __init__(self, ctx: ObjectiveContext, mu: float = 0.8, gamma: float = 0.2, dcm_reduction: str = "sum",
-                 decoder_max_len: int = 512):
+    def __init__(
+        self,
+        ctx: ObjectiveContext,
+        mu: float = 0.8,
+        gamma: float = 0.2,
+        dcm_reduction: str = "sum",
+        decoder_max_len: int = 512,
+    ):
         super().__init__(ctx)
         if mu < 0 or gamma < 0:
             raise ValueError(f"mu and gamma must be >= 0, got {mu}, {gamma}")
@@ -215,6 +228,7 @@ class MSSE(Objective):
         if self.decoder is not None:
             if "anchor" not in batch.input_ids:
                 raise RuntimeError("msse ICM needs batch.input_ids['anchor'] / attention_mask['anchor']")
-            out["icm"] = self.gamma * icm_loss(self.decoder, batch.anchor, batch.input_ids["anchor"],
-                                               batch.attention_mask["anchor"], self._special)
+            out["icm"] = self.gamma * icm_loss(
+                self.decoder, batch.anchor, batch.input_ids["anchor"], batch.attention_mask["anchor"], self._special
+            )
         return out

@@ -14,8 +14,9 @@ from training.objectives import register
 from training.objectives.base import Objective, ObjectiveBatch, ObjectiveContext
 
 
-def info_nce(anchor: torch.Tensor, positive: torch.Tensor, hard_negative: torch.Tensor | None = None,
-             temperature: float = 0.05) -> torch.Tensor:
+def info_nce(
+    anchor: torch.Tensor, positive: torch.Tensor, hard_negative: torch.Tensor | None = None, temperature: float = 0.05
+) -> torch.Tensor:
     """InfoNCE with in-batch negatives, mean over the batch.
 
     Unsupervised (paper 000 Eq. 1):
@@ -34,8 +35,10 @@ def info_nce(anchor: torch.Tensor, positive: torch.Tensor, hard_negative: torch.
         ValueError: shapes differ or temperature ≤ 0.
     """
     if anchor.shape != positive.shape or (hard_negative is not None and hard_negative.shape != anchor.shape):
-        raise ValueError(f"shape mismatch: {tuple(anchor.shape)} {tuple(positive.shape)} "
-                         f"{None if hard_negative is None else tuple(hard_negative.shape)}")
+        raise ValueError(
+            f"shape mismatch: {tuple(anchor.shape)} {tuple(positive.shape)} "
+            f"{None if hard_negative is None else tuple(hard_negative.shape)}"
+        )
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     logits = cosine_matrix(anchor, positive)

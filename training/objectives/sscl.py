@@ -23,7 +23,8 @@ The denominator also contains the in-batch positives ``h_j⁺`` (including
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -118,8 +119,15 @@ class SSCL(Objective):
         ValueError: τ ≤ 0 or a layer outside the encoder.
     """
 
-    def __init__(self, ctx: ObjectiveContext, temperature: float = 0.05, layer: int = -2,
-                 progressive_k: int = 0, negatives: str = "self", use_hard_negative: bool = True):
+    def __init__(
+        self,
+        ctx: ObjectiveContext,
+        temperature: float = 0.05,
+        layer: int = -2,
+        progressive_k: int = 0,
+        negatives: str = "self",
+        use_hard_negative: bool = True,
+    ):
         super().__init__(ctx)
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -149,8 +157,12 @@ class SSCL(Objective):
             a = F.normalize(batch.anchor, dim=-1)
             pos = a @ F.normalize(batch.positive, dim=-1).T
             hard = a @ F.normalize(batch.hard_negative, dim=-1).T
-            extra = [(a * F.normalize(n, dim=-1)).sum(-1, keepdim=True) if self.negatives == "self"
-                     else a @ F.normalize(n, dim=-1).T for n in negs]
+            extra = [
+                (a * F.normalize(n, dim=-1)).sum(-1, keepdim=True)
+                if self.negatives == "self"
+                else a @ F.normalize(n, dim=-1).T
+                for n in negs
+            ]
             logits = torch.cat([pos, hard, *extra], 1) / self.temperature
             return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
         return sscl_infonce(batch.anchor, batch.positive, negs, self.temperature, self.negatives)

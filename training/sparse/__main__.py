@@ -27,7 +27,7 @@ from training.data.sts import REPO_ROOT
 
 
 def _overrides(items: list[str] | None) -> dict:
-    from training.config import _set_dotted, _parse_value
+    from training.config import _parse_value, _set_dotted
 
     out: dict = {}
     for it in items or []:
@@ -38,11 +38,16 @@ def _overrides(items: list[str] | None) -> dict:
     return out
 
 
-def _score(args) -> "Importance":  # noqa: F821
+def _score(args) -> Importance:  # noqa: F821
     from training.sparse.pipeline import score_model
 
-    return score_model(args.model, lam=args.lam, min_score=args.min_gold, batch_size=args.score_batch_size,
-                       max_batches=args.score_batches or None)
+    return score_model(
+        args.model,
+        lam=args.lam,
+        min_score=args.min_gold,
+        batch_size=args.score_batch_size,
+        max_batches=args.score_batches or None,
+    )
 
 
 def cmd_score(args) -> int:
@@ -59,10 +64,18 @@ def cmd_prune(args) -> int:
 
     imp = Importance.from_json(json.loads(Path(args.importance).read_text()))
     st = prune_model_dir(imp, args.sparsity, args.output, rewind_to=args.rewind_to)
-    print(json.dumps({k: st.meta[k] for k in ("params_before", "params_after")}
-                     | {"head_sparsity": st.head_sparsity, "neuron_sparsity": st.neuron_sparsity,
-                        "heads_per_layer": [len(h) for h in st.heads],
-                        "ffn_per_layer": [len(n) for n in st.neurons]}, indent=1))
+    print(
+        json.dumps(
+            {k: st.meta[k] for k in ("params_before", "params_after")}
+            | {
+                "head_sparsity": st.head_sparsity,
+                "neuron_sparsity": st.neuron_sparsity,
+                "heads_per_layer": [len(h) for h in st.heads],
+                "ffn_per_layer": [len(n) for n in st.neurons],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 
@@ -124,25 +137,40 @@ def cmd_sweep(args) -> int:
             st = prune_model_dir(imp, s, pruned_dir, rewind_to=args.rewind_to)
             model_dir = pruned_dir
         if args.finetune_config or ov:
-            model_dir = finetune_pruned(pruned_dir, out / tag / "finetune", config_file=args.finetune_config,
-                                        overrides=ov)
+            model_dir = finetune_pruned(
+                pruned_dir, out / tag / "finetune", config_file=args.finetune_config, overrides=ov
+            )
         name = f"{args.name_prefix}-{tag}"
-        man = export_pruned(model_dir, models_dir / name / "1", name=name,
-                            evaluate="none" if args.eval_limit else args.eval,
-                            training={"method": "SparseCSE (paper 003)", "sparsity": s,
-                                      "finetune_config": args.finetune_config, "overrides": ov,
-                                      "lam": args.lam, "min_gold": args.min_gold})
+        man = export_pruned(
+            model_dir,
+            models_dir / name / "1",
+            name=name,
+            evaluate="none" if args.eval_limit else args.eval,
+            training={
+                "method": "SparseCSE (paper 003)",
+                "sparsity": s,
+                "finetune_config": args.finetune_config,
+                "overrides": ov,
+                "lam": args.lam,
+                "min_gold": args.min_gold,
+            },
+        )
         scores = dict(man.scores)
         if args.eval_limit and args.eval != "none":
             scores = _subsample_scores(models_dir / name / "1", args.eval, args.eval_limit, args.ort_threads)
         stats = artifact_stats(models_dir / name / "1", model_dir, sents, threads=args.ort_threads)
-        row = {"sparsity": s, "artifact": name,
-               "head_sparsity": st.head_sparsity if st else 0.0,
-               "neuron_sparsity": st.neuron_sparsity if st else 0.0,
-               "heads_per_layer": [len(h) for h in st.heads] if st else None,
-               "ffn_per_layer": [len(n) for n in st.neurons] if st else None,
-               **stats, "scores": scores, "eval_limit": args.eval_limit or None,
-               "seconds": time.perf_counter() - t1}
+        row = {
+            "sparsity": s,
+            "artifact": name,
+            "head_sparsity": st.head_sparsity if st else 0.0,
+            "neuron_sparsity": st.neuron_sparsity if st else 0.0,
+            "heads_per_layer": [len(h) for h in st.heads] if st else None,
+            "ffn_per_layer": [len(n) for n in st.neurons] if st else None,
+            **stats,
+            "scores": scores,
+            "eval_limit": args.eval_limit or None,
+            "seconds": time.perf_counter() - t1,
+        }
         rows.append(row)
         with open(out / "sweep.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -151,9 +179,12 @@ def cmd_sweep(args) -> int:
     keys = sorted({k for r in rows for k in r["scores"]})
     print("| sparsity | heads kept | FFN kept | params | ONNX MB | sent/s | " + " | ".join(keys) + " |")
     for r in rows:
-        print(f"| {r['sparsity']:.2f} | {1 - r['head_sparsity']:.0%} | {1 - r['neuron_sparsity']:.0%} | "
-              f"{r['params'] / 1e6:.2f}M | {r['onnx_bytes'] / 2**20:.1f} | {r['sent_per_s']:.0f} | "
-              + " | ".join(f"{r['scores'].get(k, float('nan')):.2f}" for k in keys) + " |")
+        print(
+            f"| {r['sparsity']:.2f} | {1 - r['head_sparsity']:.0%} | {1 - r['neuron_sparsity']:.0%} | "
+            f"{r['params'] / 1e6:.2f}M | {r['onnx_bytes'] / 2**20:.1f} | {r['sent_per_s']:.0f} | "
+            + " | ".join(f"{r['scores'].get(k, float('nan')):.2f}" for k in keys)
+            + " |"
+        )
     return 0
 
 
@@ -184,14 +215,20 @@ def main(argv: list[str] | None = None) -> int:
     scoring(sp)
     sp.add_argument("--sparsities", type=float, nargs="+", required=True, help="e.g. 0 0.1 0.3 0.5 (0: unpruned)")
     sp.add_argument("--rewind-to", default=None, help="weights the kept units take (default: the default encoder)")
-    sp.add_argument("--finetune-config", default=None, help="trainer YAML for the fine-tuning stage (e.g. configs/sparsecse.yaml)")
+    sp.add_argument(
+        "--finetune-config", default=None, help="trainer YAML for the fine-tuning stage (e.g. configs/sparsecse.yaml)"
+    )
     sp.add_argument("--set", nargs="*", help="trainer overrides key=value for fine-tuning")
     sp.add_argument("--output", required=True)
     sp.add_argument("--models-dir", default=str(REPO_ROOT / "models"))
     sp.add_argument("--name-prefix", default="minilm-sparsecse")
     sp.add_argument("--eval", choices=["none", "dev", "all"], default="dev", help="STS measured on the exported ONNX")
-    sp.add_argument("--eval-limit", type=int, default=0,
-                    help="fixed random subsample of N pairs per task (as bench/train_bench.py); 0: full tasks")
+    sp.add_argument(
+        "--eval-limit",
+        type=int,
+        default=0,
+        help="fixed random subsample of N pairs per task (as bench/train_bench.py); 0: full tasks",
+    )
     sp.add_argument("--throughput-sentences", type=int, default=512)
     sp.add_argument("--ort-threads", type=int, default=1)
     sp.add_argument("--threads", type=int, default=None, help="torch threads")

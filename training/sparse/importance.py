@@ -18,8 +18,8 @@ so neither STS-B dev (model selection) nor any test set is touched.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -85,7 +85,9 @@ def score_loss(h: torch.Tensor, h_pos: torch.Tensor, lam: float = 0.5) -> torch.
     return lam * alignment_loss(h, h_pos) + (1.0 - lam) * u
 
 
-def positive_pairs(split: str = "train", min_score: float = 4.0, limit: int | None = None) -> tuple[list[str], list[str]]:
+def positive_pairs(
+    split: str = "train", min_score: float = 4.0, limit: int | None = None
+) -> tuple[list[str], list[str]]:
     """STS-B pairs with gold ``≥ min_score`` (0–5 scale) as positives: ``(sent1, sent2)`` lists.
 
     Raises:
@@ -126,7 +128,7 @@ class Importance:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Importance":
+    def from_json(cls, d: dict) -> Importance:
         return cls(
             [torch.tensor(h) for h in d["heads"]],
             [torch.tensor(n) for n in d["neurons"]],

@@ -17,8 +17,8 @@ ordinary ``.grad`` tensors (used by :mod:`training.sparse.importance`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -40,9 +40,11 @@ def find_bert_layers(model: nn.Module) -> nn.ModuleList:
     for mod in model.modules():
         if isinstance(mod, nn.ModuleList) and len(mod) > 0:
             first = mod[0]
-            if all(
-                hasattr(first, a) for a in ("attention", "intermediate", "output")
-            ) and hasattr(first.attention, "self") and hasattr(first.attention, "output"):
+            if (
+                all(hasattr(first, a) for a in ("attention", "intermediate", "output"))
+                and hasattr(first.attention, "self")
+                and hasattr(first.attention, "output")
+            ):
                 return mod
     raise ValueError(f"no BERT-style layer list found in {type(model).__name__}")
 
@@ -78,7 +80,7 @@ class StructuredMasks(nn.Module):
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
     @classmethod
-    def for_model(cls, model: nn.Module) -> "StructuredMasks":
+    def for_model(cls, model: nn.Module) -> StructuredMasks:
         """All-ones masks shaped for ``model``'s current (possibly pruned) layers."""
         layers = find_bert_layers(model)
         return cls(layer_shapes(model), layers[0].attention.self.attention_head_size)
@@ -97,9 +99,7 @@ class StructuredMasks(nn.Module):
         if shapes != mine:
             raise ValueError(f"mask shapes {mine} do not match model layers {shapes}")
         for l, layer in enumerate(layers):
-            self._handles.append(
-                layer.attention.output.dense.register_forward_pre_hook(self._head_hook(l))
-            )
+            self._handles.append(layer.attention.output.dense.register_forward_pre_hook(self._head_hook(l)))
             self._handles.append(layer.intermediate.register_forward_hook(self._ffn_hook(l)))
 
     def detach(self) -> None:
@@ -109,7 +109,7 @@ class StructuredMasks(nn.Module):
         self._handles = []
 
     @contextmanager
-    def applied(self, model: nn.Module) -> Iterator["StructuredMasks"]:
+    def applied(self, model: nn.Module) -> Iterator[StructuredMasks]:
         """``with masks.applied(model): ...`` attaches, then always detaches."""
         self.attach(model)
         try:

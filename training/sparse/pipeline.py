@@ -25,8 +25,9 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from training.sparse.importance import Importance, compute_importance, positive_pairs
 from training.sparse.prune import (
@@ -122,23 +123,33 @@ def prune_model_dir(
     from transformers import AutoModel
 
     src = Path(rewind_to or _default_dir())
-    structure = select_structure(importance.heads, importance.neurons, sparsity,
-                                 min_heads=min_heads, min_neurons=min_neurons)
+    structure = select_structure(
+        importance.heads, importance.neurons, sparsity, min_heads=min_heads, min_neurons=min_neurons
+    )
     model = AutoModel.from_pretrained(str(src), local_files_only=True)
     base_params = count_parameters(model)
     apply_structure(model, structure)
-    structure.meta.update({
-        "rewound_to": str(src), "params_before": base_params, "params_after": count_parameters(model),
-        "importance_batches": importance.n_batches,
-    })
+    structure.meta.update(
+        {
+            "rewound_to": str(src),
+            "params_before": base_params,
+            "params_after": count_parameters(model),
+            "importance_batches": importance.n_batches,
+        }
+    )
     out = Path(output_dir)
     save_pruned(model, structure, out, tokenizer_src=src)
     _copy_st_files(src, out)
     return structure
 
 
-def finetune_pruned(pruned_dir: str | Path, output_dir: str | Path, *, config_file: str | None = None,
-                    overrides: dict[str, Any] | None = None) -> Path:
+def finetune_pruned(
+    pruned_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    config_file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Path:
     """Fine-tune a pruned model with the project trainer (SimCSE by default; paper 003 §2.1 "rewinding").
 
     The trainer's own export and final STS suite are switched off (the pruned
@@ -155,8 +166,9 @@ def finetune_pruned(pruned_dir: str | Path, output_dir: str | Path, *, config_fi
     from training.trainer import Trainer
 
     ov = dict(overrides or {})
-    ov.update({"model_name_or_path": str(pruned_dir), "output_dir": str(output_dir),
-               "export": False, "final_eval": False})
+    ov.update(
+        {"model_name_or_path": str(pruned_dir), "output_dir": str(output_dir), "export": False, "final_eval": False}
+    )
     cfg = load_settings(config_file, ov)
     Trainer(cfg).run()
     best = Path(output_dir) / "best"
@@ -196,12 +208,22 @@ def export_pruned(
     rec = dict(training or {})
     if (d / STRUCTURE_FILE).is_file():
         rec["sparse_structure"] = json.loads((d / STRUCTURE_FILE).read_text())
-    return export_artifact(d, artifact_dir, name=name, version=version, base_model=base_model,
-                           max_seq_length=int(max_len or 128), training=rec, scores=scores, evaluate=evaluate)
+    return export_artifact(
+        d,
+        artifact_dir,
+        name=name,
+        version=version,
+        base_model=base_model,
+        max_seq_length=int(max_len or 128),
+        training=rec,
+        scores=scores,
+        evaluate=evaluate,
+    )
 
 
-def onnx_throughput(artifact_dir: str | Path, sentences: Sequence[str], *, batch_size: int = 32, threads: int = 1,
-                    repeats: int = 3) -> float:
+def onnx_throughput(
+    artifact_dir: str | Path, sentences: Sequence[str], *, batch_size: int = 32, threads: int = 1, repeats: int = 3
+) -> float:
     """Sentences per second of the artifact's ONNX graph with ONNX Runtime (the service's backend) on CPU.
 
     Tokenisation included; best of ``repeats`` passes over ``sentences`` in
@@ -238,4 +260,3 @@ def throughput_sentences(n: int = 512) -> list[str]:
 
     p = load_task("STSBenchmark-dev")
     return list(dict.fromkeys(p.sent1 + p.sent2))[:n]
-

@@ -75,7 +75,7 @@ class PruneStructure:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "PruneStructure":
+    def from_json(cls, d: dict) -> PruneStructure:
         return cls(
             heads=[list(map(int, h)) for h in d["heads"]],
             neurons=[list(map(int, n)) for n in d["neurons"]],
@@ -212,7 +212,9 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save_pruned(model: nn.Module, structure: PruneStructure, output_dir: str | Path, tokenizer_src: str | Path | None = None) -> Path:
+def save_pruned(
+    model: nn.Module, structure: PruneStructure, output_dir: str | Path, tokenizer_src: str | Path | None = None
+) -> Path:
     """Save a physically pruned HF ``BertModel`` plus ``sparse_structure.json``.
 
     Args:
@@ -264,7 +266,7 @@ def load_pruned(model_dir: str | Path) -> nn.Module:
     own = model.state_dict()
     if not set(state) & set(own):
         prefix = next(iter(own)).split(".")[0] + "."
-        state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+        state = {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if "position_ids" not in k]
     if missing or unexpected:
@@ -284,4 +286,3 @@ def expected_parameters(structure: PruneStructure, hidden: int, head_dim: int, b
         removed += (h0 - len(h)) * (3 * (hidden * head_dim + head_dim) + head_dim * hidden)
         removed += (f0 - len(n)) * (2 * hidden + 1)
     return base_params - removed
-
