@@ -1,4 +1,4 @@
-"""``python -m training <command>``: export | train | eval (| sweep)."""
+"""``python -m training <command>``: export | train | eval | sparse | pretrain."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ COMMANDS = {
     "export": ("training.export", "export an HF/sentence-transformers encoder to an ONNX artifact"),
     "train": ("training.cli_train", "train with SimCSE (+3R and relatives) from a config file"),
     "eval": ("training.cli_eval", "evaluate a model directory or ONNX artifact on the STS suite"),
-    "sparse": ("training.sparse.__main__", "SparseCSE: importance scores, pruning, sparsity sweep (issue 5)"),
+    "sparse": ("training.sparse.__main__", "SparseCSE: importance scores, pruning, sparsity sweep"),
+    "pretrain": ("training.pretrain.cli", "masked-LM pretraining of a raw BERT encoder (from scratch or continued)"),
 }
 
 

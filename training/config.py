@@ -12,7 +12,7 @@ Precedence (highest first): CLI flags > environment variables > YAML config file
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,7 +66,20 @@ class DataConfig(BaseModel):
     max_train_samples: int | None = None
 
 
-class TrainSettings(BaseSettings):
+class YamlSettings(BaseSettings):
+    """Base of the package's settings objects: CLI overrides > ``env_prefix`` environment > YAML file > defaults.
+
+    Subclasses set ``model_config`` (their environment prefix); :func:`load_settings` fills the YAML layer.
+    """
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+class TrainSettings(YamlSettings):
     """Everything a training run needs; see the module docstring for how to override."""
 
     model_config = SettingsConfigDict(env_prefix="EMBED_TRAIN_", env_nested_delimiter="__", extra="forbid")
@@ -120,18 +133,13 @@ class TrainSettings(BaseSettings):
     )
     progress: bool = True
 
-    @classmethod
-    def settings_customise_sources(
-        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
-    ):
-        return (init_settings, env_settings, _YamlSource(settings_cls))
-
     def recipe(self) -> dict[str, Any]:
         """The config as a JSON-able dict (the manifest's ``training`` recipe)."""
         return self.model_dump(mode="json")
 
 
 _YAML_DATA: dict[str, Any] = {}
+S = TypeVar("S", bound=YamlSettings)
 
 
 class _YamlSource(PydanticBaseSettingsSource):
@@ -146,7 +154,8 @@ def _parse_value(v: str) -> Any:
     return yaml.safe_load(v) if v != "" else ""
 
 
-def _set_dotted(d: dict, key: str, value: Any) -> None:
+def set_dotted(d: dict, key: str, value: Any) -> None:
+    """Set ``d["a"]["b"]["c"] = value`` for ``key="a.b.c"`` (dashes read as underscores), creating levels."""
     parts = key.replace("-", "_").split(".")
     for p in parts[:-1]:
         d = d.setdefault(p, {})
@@ -174,12 +183,16 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
                 raise ValueError(f"--{a} needs a value")
             k, v = a, args[i + 1]
             i += 2
-        _set_dotted(out, k, _parse_value(v))
+        set_dotted(out, k, _parse_value(v))
     return out
 
 
-def load_settings(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainSettings:
-    """Build :class:`TrainSettings` from a YAML file, environment and overrides (CLI).
+def load_settings(
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    settings_cls: type[S] | None = None,
+) -> S:
+    """Build ``settings_cls`` (default :class:`TrainSettings`) from a YAML file, environment and overrides (CLI).
 
     Raises:
         FileNotFoundError: the config file is missing. pydantic.ValidationError: a bad or unknown key.
@@ -192,6 +205,6 @@ def load_settings(config_file: str | Path | None = None, overrides: dict[str, An
             raise ValueError(f"{config_file}: top level must be a mapping")
     _YAML_DATA = data
     try:
-        return TrainSettings(**(overrides or {}))
+        return (settings_cls or TrainSettings)(**(overrides or {}))
     finally:
         _YAML_DATA = {}

@@ -27,15 +27,15 @@ from training.data.sts import REPO_ROOT
 
 
 def _overrides(items: list[str] | None) -> dict:
-    from training.config import _parse_value, _set_dotted
+    from training.config import parse_overrides
 
-    out: dict = {}
     for it in items or []:
         if "=" not in it:
             raise SystemExit(f"--set expects key=value, got {it!r}")
-        k, v = it.split("=", 1)
-        _set_dotted(out, k, _parse_value(v))
-    return out
+    try:
+        return parse_overrides([f"--{it}" for it in items or []])
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def _score(args) -> Importance:  # noqa: F821
