@@ -22,7 +22,8 @@ from training.data.sts import TEST_TASKS, STSPairs, cosine_spearman, load_task
 EncodeFn = Callable[[Sequence[str]], np.ndarray]  # sentences -> (N, D) float32
 
 
-def _unique_encode(encode: EncodeFn, sentences: Iterable[str]) -> dict[str, np.ndarray]:
+def unique_encode(encode: EncodeFn, sentences: Iterable[str]) -> dict[str, np.ndarray]:
+    """Encode each distinct sentence once; returns sentence -> ``(D,)`` embedding."""
     uniq = list(dict.fromkeys(sentences))
     emb = encode(uniq)
     return {s: emb[i] for i, s in enumerate(uniq)}
@@ -43,7 +44,7 @@ def evaluate_sts(
     when ``with_mean`` and ``tasks`` include the seven test tasks. ``limit``: a fixed random subsample of N
     pairs per task (:func:`subsample`; for smoke tests and CPU benchmarks, never for headline numbers)."""
     data = {t: subsample(load_task(t), limit) for t in tasks}
-    table = _unique_encode(encode, (s for d in data.values() for s in (*d.sent1, *d.sent2)))
+    table = unique_encode(encode, (s for d in data.values() for s in (*d.sent1, *d.sent2)))
     scores = {}
     for t, d in data.items():
         a = np.stack([table[s] for s in d.sent1])
@@ -66,7 +67,7 @@ def alignment_uniformity(
     ``limit``: a fixed random subsample of N pairs (:func:`subsample`). Returns ``{"alignment": float, "uniformity": float}``.
     """
     d = subsample(load_task(task), limit)
-    table = _unique_encode(encode, (*d.sent1, *d.sent2))
+    table = unique_encode(encode, (*d.sent1, *d.sent2))
     pos = d.scores > pos_threshold
     a = _normalize(np.stack([table[s] for s, p in zip(d.sent1, pos) if p]).astype(np.float64))
     b = _normalize(np.stack([table[s] for s, p in zip(d.sent2, pos) if p]).astype(np.float64))
@@ -120,19 +121,23 @@ def onnx_encode_fn(
     return lambda sents: enc.encode(list(sents), batch_size=batch_size, normalize=man.normalize)
 
 
-def encode_fn_for(path: str, max_seq_length: int | None = 128, batch_size: int = 128) -> EncodeFn:
-    """An :data:`EncodeFn` for an ONNX artifact directory or an HF / sentence-transformers directory."""
+def encode_fn_for(
+    path: str, max_seq_length: int | None = 128, batch_size: int = 128, pooling: str | None = None
+) -> EncodeFn:
+    """An :data:`EncodeFn` for an ONNX artifact directory (pooling is inside its graph) or an HF /
+    sentence-transformers directory (``pooling``: ``cls``/``mean``; None: its sentence-transformers config, else mean).
+    """
     if is_onnx_artifact(path):
         return onnx_encode_fn(path, max_seq_length, batch_size)
-    return torch_encode_fn(path, max_seq_length or 128, batch_size)
+    return torch_encode_fn(path, max_seq_length or 128, batch_size, pooling=pooling)
 
 
 def format_table(scores: dict[str, float], extra: dict[str, float] | None = None) -> str:
-    """A plain-text table of STS scores (Spearman ×100), in reporting order."""
+    """A plain-text table: STS Spearman ×100, then transfer accuracy ×100 (MRPC-f1: F1 ×100), in reporting order."""
     short = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "STSBenchmark-dev": "STS-B dev"}
     keys = [k for k in [*TEST_TASKS, "mean", "STSBenchmark-dev"] if k in scores]
     keys += [k for k in scores if k not in keys]
-    lines = [f"{'task':<12} {'Spearman x100':>14}"]
+    lines = [f"{'task':<12} {'score x100':>14}"]
     lines += [f"{short.get(k, k):<12} {scores[k]:>14.2f}" for k in keys]
     for k, v in (extra or {}).items():
         lines.append(f"{k:<12} {v:>14.4f}")
