@@ -65,7 +65,7 @@ def test_registry_resolves_issue5_types():
 def test_sscl_gradient_flows_only_below_the_negative_layer(encoder, sents):
     """With the final views detached, SSCL's gradient reaches the encoder only through the
     penultimate-layer negative: layers 0..4 get gradient, layer 5 (the last) gets none."""
-    obj = build_objective("sscl", _ctx(encoder), {"layer": -2})
+    obj = build_objective("sscl", _ctx(encoder), {"layer": -2, "form": "paper"})
     assert obj.extra_layers == (-2,)
     encoder.zero_grad(set_to_none=True)
     b = _batch(encoder, sents, layers=obj.extra_layers, detach_views=True)
@@ -81,14 +81,36 @@ def test_sscl_gradient_flows_only_below_the_negative_layer(encoder, sents):
         build_objective("sscl", _ctx(encoder), {"layer": -1})
 
 
-def test_sscl_uses_3r_transform_on_negatives(encoder, sents):
-    obj = build_objective("sscl", _ctx(encoder), {})
+@pytest.mark.parametrize("form, calls", [("paper", 1), ("authors", 2)])
+def test_sscl_uses_3r_transform_on_negatives(encoder, sents, form, calls):
+    obj = build_objective("sscl", _ctx(encoder), {"form": form})
     b = _batch(encoder, sents, layers=obj.extra_layers, detach_views=True)
     base = obj(b).item()
     seen = []
     b.transform = lambda x: (seen.append(x.shape), x * 0 + 1.0)[1]  # a transform that collapses negatives
     changed = obj(b).item()
-    assert seen == [b.anchor.shape] and changed != pytest.approx(base)
+    assert seen == [b.anchor.shape] * calls and changed != pytest.approx(base)
+
+
+def test_sscl_default_is_the_authors_form(encoder, sents):
+    """Default: both views' penultimate representations of every sentence are negatives of every anchor
+    (2N extra columns), averaged with plain SimCSE: 1/2 (L_SSCL + L_SimCSE), computed here by hand."""
+    import torch.nn.functional as F
+
+    obj = build_objective("sscl", _ctx(encoder), {})
+    assert obj.form == "authors"
+    b = _batch(encoder, sents, layers=obj.extra_layers, detach_views=True)
+    n = F.normalize
+    a, p = n(b.anchor, dim=-1), n(b.positive, dim=-1)
+    na, np_ = n(b.layers["anchor"][-2], dim=-1), n(b.layers["positive"][-2], dim=-1)
+    target = torch.arange(len(sents))
+    l_sscl = F.cross_entropy(torch.cat([a @ p.T, a @ na.T, a @ np_.T], 1) / 0.05, target)
+    l_simcse = F.cross_entropy(a @ p.T / 0.05, target)
+    assert obj(b).item() == pytest.approx(0.5 * (l_sscl + l_simcse).item(), rel=1e-5)
+    paper = build_objective("sscl", _ctx(encoder), {"form": "paper"})(b).item()
+    assert paper != pytest.approx(obj(b).item())
+    with pytest.raises(ValueError, match="form"):
+        build_objective("sscl", _ctx(encoder), {"form": "mine"})
 
 
 def test_informin_rec_and_mlm_gradients(encoder, sents):

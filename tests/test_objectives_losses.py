@@ -13,7 +13,7 @@ from training.objectives.msse import ICMDecoder, cross_correlation, dcm_loss, ic
 from training.objectives.sscl import sscl_infonce, sscl_layers
 
 
-# ---------------------------------------------------------------- InforMin-CL (paper 001, Eq. 8)
+# ---------------------------------------------------------------- InforMin-CL (Eq. 8)
 def test_informin_reconstruction_hand_computed():
     z1 = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     z2 = torch.tensor([[4.0, 3.0], [0.0, 2.0]])
@@ -21,6 +21,19 @@ def test_informin_reconstruction_hand_computed():
     assert informin_reconstruction(z1, z2).item() == pytest.approx(1.04, abs=1e-6)
     # scale invariance (L2-normalised views) and zero for identical directions
     assert informin_reconstruction(5 * z1, z1).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_informin_reconstruction_is_at_the_authors_scale():
+    """The default equals the authors' ``F.mse_loss(z1, z2) + F.mse_loss(z2, z1)`` on normalised views: 2/D of
+    the sum over dimensions (192x weaker on a 384-d encoder), so lambda = 0.4 means what it means in the paper."""
+    g = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(8, 384, generator=g), torch.randn(8, 384, generator=g)
+    n1, n2 = torch.nn.functional.normalize(z1, dim=-1), torch.nn.functional.normalize(z2, dim=-1)
+    authors = torch.nn.functional.mse_loss(n1, n2) + torch.nn.functional.mse_loss(n2, n1)
+    assert informin_reconstruction(z1, z2).item() == pytest.approx(authors.item(), rel=1e-6)
+    assert informin_reconstruction(z1, z2, "sum").item() == pytest.approx(192 * authors.item(), rel=1e-5)
+    with pytest.raises(ValueError, match="scale"):
+        informin_reconstruction(z1, z2, "max")
 
 
 def test_informin_reconstruction_gradient_pulls_views_together():

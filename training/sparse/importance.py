@@ -86,19 +86,24 @@ def score_loss(h: torch.Tensor, h_pos: torch.Tensor, lam: float = 0.5) -> torch.
 
 
 def positive_pairs(
-    split: str = "train", min_score: float = 4.0, limit: int | None = None
+    split: str = "train", min_score: float = 4.0, limit: int | None = None, seed: int = 0
 ) -> tuple[list[str], list[str]]:
-    """STS-B pairs with gold ``≥ min_score`` (0–5 scale) as positives: ``(sent1, sent2)`` lists.
+    """STS-B pairs with gold ``≥ min_score`` (0–5 scale) as positives: ``(sent1, sent2)`` lists, in a seeded
+    random order (``default_rng(seed)``), so the first batches mix the file's genres (captions, forum, news)
+    instead of following its order (which would put all 512 pairs of 16 batches in captions and forum).
 
     Raises:
         ValueError: no pair passes the threshold.
     """
+    import numpy as np
+
     from training.data.sts import load_stsb
 
     p = load_stsb(split)
     keep = [i for i, g in enumerate(p.scores) if g >= min_score]
     if not keep:
         raise ValueError(f"no STS-B {split} pairs with score >= {min_score}")
+    keep = [keep[int(j)] for j in np.random.default_rng(seed).permutation(len(keep))]
     if limit is not None:
         keep = keep[:limit]
     return [p.sent1[i] for i in keep], [p.sent2[i] for i in keep]

@@ -66,8 +66,9 @@ def score_model(
     batch_size: int = 32,
     max_batches: int | None = 16,
     max_seq_length: int = 32,
+    seed: int = 0,
 ) -> Importance:
-    """Importance scores of ``model_dir``'s heads and neurons on STS-B train positives (paper 003 §2.3).
+    """Importance scores of ``model_dir``'s heads and neurons on STS-B train positives (SparseCSE §2.3).
 
     Args:
         model_dir: HF / sentence-transformers directory (default: the default encoder).
@@ -75,6 +76,7 @@ def score_model(
         min_score: gold threshold (0–5) for an STS-B **train** pair to count as positive.
         batch_size: pairs per batch; ``max_batches``: how many batches to average (None: all).
         max_seq_length: truncation (tokens), as in training.
+        seed: order of the positives (:func:`training.sparse.importance.positive_pairs`).
 
     Raises:
         ValueError: not a BERT-style encoder.
@@ -82,7 +84,7 @@ def score_model(
     from training.encoder import SentenceEncoder
 
     enc = SentenceEncoder(model_dir or "", mlp_head=False, max_seq_length=max_seq_length)
-    s1, s2 = positive_pairs("train", min_score)
+    s1, s2 = positive_pairs("train", min_score, seed=seed)
 
     def embed(_model, sents: Sequence[str]):
         return enc(**enc.tokenize(sents), use_head=False).embedding
