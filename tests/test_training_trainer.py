@@ -89,6 +89,9 @@ def test_gradient_cache_equals_full_gradient_with_dropout(trainer):
     worst = max((g_cache[k] - g_ref[k]).abs().max().item() for k in g_ref)
     assert worst <= 1e-4 * scale + 1e-9
     assert c_cache.item() == pytest.approx(c_ref.item(), rel=1e-4, abs=1e-12)
+    # sigma's quantiles over the D dimensions are logged, so a user sees where c sits among them
+    qs = [logs[f"sigma_q{q}"] for q in (0, 10, 50, 90, 100)]
+    assert qs == sorted(qs) and qs[0] > 0 and qs[0] <= logs["sigma_mean"] <= qs[-1]
 
 
 def test_three_r_prepare_uses_pool_mean_and_batch_sigma(trainer):

@@ -82,6 +82,9 @@ def main(argv: list[str]) -> int:
     if show:
         print(json.dumps(cfg.recipe(), indent=2))
         return 0
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from training.trainer import train
 
     results = train(cfg)

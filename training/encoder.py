@@ -17,6 +17,7 @@ No network access: models load with ``local_files_only=True``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from torch import nn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+logger = logging.getLogger(__name__)
 
 Pooling = Literal["mean", "cls"]
 
@@ -127,10 +130,10 @@ class SentenceEncoder(nn.Module):
     """A Hugging Face encoder with pooling and an optional train-only MLP head.
 
     Args:
-        model_name_or_path: local Hugging Face / sentence-transformers directory
-            (empty string: the default encoder).
+        model_name_or_path: local Hugging Face / sentence-transformers directory (empty string: the default
+            encoder), or a hub id such as ``bert-base-uncased`` (resolved by ``transformers``; needs a hub).
         pooling: ``"mean"`` or ``"cls"``; ``None`` reads it from the sentence-transformers
-            config in the directory, else ``"mean"``.
+            config in the directory, else ``"mean"`` (the choice and its reason are logged).
         mlp_head: add SimCSE's MLP head for training (``None``: on for ``cls``, off for ``mean``).
         max_seq_length: truncation length in tokens for :meth:`tokenize` (SimCSE: 32).
 
@@ -150,14 +153,27 @@ class SentenceEncoder(nn.Module):
 
         path = model_name_or_path or default_model_path()
         self.source = path
-        self.pooling: Pooling = pooling or read_st_pooling(path) or "mean"
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        # a local directory is read offline; anything else is a hub id, resolved by transformers (users with
+        # a hub; here it fails with transformers' own error since nothing can be fetched)
+        local = Path(path).is_dir()
+        st_pooling = read_st_pooling(path) if local else None
+        self.pooling: Pooling = pooling or st_pooling or "mean"
+        why = (
+            "set by the config"
+            if pooling
+            else "from its sentence-transformers pooling config"
+            if st_pooling
+            else "no sentence-transformers pooling config (a raw Hugging Face model): defaulting to mean; "
+            "set pooling: cls for SimCSE's [CLS] recipe"
+        )
+        logger.info("encoder %s: %s pooling (%s)", path, self.pooling, why)
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
         if (Path(path) / "sparse_structure.json").is_file():  # physically pruned (training/sparse, issue 5)
             from training.sparse.prune import load_pruned
 
             self.model = load_pruned(path)
         else:
-            self.model = AutoModel.from_pretrained(path, local_files_only=True)
+            self.model = AutoModel.from_pretrained(path, local_files_only=local)
         self.max_seq_length = max_seq_length
         #: the inference-time truncation length written to ``sentence_bert_config.json`` (the base
         #: model's own value, else 128); training truncates at ``max_seq_length``.

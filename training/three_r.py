@@ -224,7 +224,8 @@ class ThreeR(nn.Module):
         pool: the redundant sentences (§3.1); may be empty for ``dynamic_mask``.
         top: the top-frequency words (used by ``token_subtraction`` / ``static_identification``).
         k: pool sentences sampled per step (paper: 6).
-        c_init: initial threshold c (in the units of the embedding values).
+        c_init: initial threshold c (in the units of the embedding values), or ``"uniform"``: c ~ U(0, 1) drawn
+            with ``seed`` (the paper's initialisation).
         learn_c: c trainable (straight-through); False keeps it fixed (paper Table 8).
         surrogate_temperature: β of the sigmoid surrogate.
         variant: one of :data:`VARIANTS`.
@@ -241,7 +242,7 @@ class ThreeR(nn.Module):
         top: Sequence[str],
         *,
         k: int = 6,
-        c_init: float = 0.16,
+        c_init: float | str = 0.16,
         learn_c: bool = True,
         surrogate_temperature: float = 0.02,
         variant: str = "3r",
@@ -264,7 +265,12 @@ class ThreeR(nn.Module):
         self.surrogate_temperature = surrogate_temperature
         self.refresh_every = max(1, refresh_every)
         self.seed = seed
-        self.c = nn.Parameter(torch.tensor(float(c_init)), requires_grad=learn_c and variant != "overall_subtraction")
+        if c_init == "uniform":
+            c_init = float(torch.rand((), generator=torch.Generator().manual_seed(seed)))
+        elif isinstance(c_init, str):
+            raise ValueError(f"c_init must be a number or 'uniform', got {c_init!r}")
+        self.c_init = float(c_init)
+        self.c = nn.Parameter(torch.tensor(self.c_init), requires_grad=learn_c and variant != "overall_subtraction")
         self._word_emb: torch.Tensor | None = None
         self._word_emb_step = -1
         self.last_seconds = 0.0

@@ -243,6 +243,9 @@ class Trainer:
                 logs["n_redundant_dims"] = int(st.mask.detach().sum())
             if st.sigma is not None:
                 logs["sigma_mean"] = float(st.sigma.mean())
+                # where c sits in sigma's distribution: its quantiles over the D dimensions
+                q = torch.quantile(st.sigma.detach().float().cpu(), torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0]))
+                logs.update({f"sigma_q{int(100 * p)}": float(v) for p, v in zip((0.0, 0.1, 0.5, 0.9, 1.0), q)})
             logs["time/three_r"] = self.three_r.last_seconds
         views = {v: transform(h) for v, h in raw.items()}
         batch = ObjectiveBatch(

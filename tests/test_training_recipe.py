@@ -1,0 +1,89 @@
+"""SimCSE's recipe switches on a raw Hugging Face encoder: pooling choice (logged), [CLS] + MLP head at training
+and [CLS] without it at test, and hub ids passed through to transformers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.encoder import SentenceEncoder, default_model_path
+
+
+@pytest.fixture(scope="module")
+def raw_dir(tmp_path_factory) -> Path:
+    """A raw (MLM-style, no sentence-transformers files) BERT directory with the default encoder's vocabulary."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    d = tmp_path_factory.mktemp("raw")
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    BertModel(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_raw_directory_pooling_is_logged_with_its_reason(raw_dir, caplog):
+    with caplog.at_level(logging.INFO, logger="training.encoder"):
+        enc = SentenceEncoder(str(raw_dir))
+    assert enc.pooling == "mean" and enc.head is None
+    assert "no sentence-transformers pooling config" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="training.encoder"):
+        enc = SentenceEncoder(str(raw_dir), pooling="cls")
+    assert "cls pooling (set by the config)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="training.encoder"):
+        SentenceEncoder("")
+    assert "mean pooling (from its sentence-transformers pooling config)" in caplog.text
+
+
+def test_cls_recipe_uses_the_head_in_training_and_not_at_test(raw_dir):
+    """SimCSE unsupervised (cls_before_pooler): [CLS] + MLP head for the loss, plain [CLS] for evaluation."""
+    enc = SentenceEncoder(str(raw_dir), pooling="cls")
+    assert enc.head is not None  # mlp_head None: on for cls
+    tok = enc.tokenize(["A man is playing a guitar.", "A woman slices an onion."])
+    enc.eval()
+    with torch.no_grad():
+        out = enc.model(**tok).last_hidden_state[:, 0]
+        trained = enc(**tok).embedding  # what the objectives see
+        tested = enc.encode(["A man is playing a guitar.", "A woman slices an onion."])
+    assert torch.allclose(trained, torch.tanh(enc.head.dense(out)), atol=1e-6)
+    assert torch.allclose(torch.from_numpy(tested), out, atol=1e-5)
+    assert SentenceEncoder(str(raw_dir), pooling="cls", mlp_head=False).head is None
+
+
+def test_hub_id_goes_to_transformers(monkeypatch):
+    """A name that is not a local directory is resolved by transformers as a hub id (offline here: its error)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError):
+        SentenceEncoder("bert-base-uncased-not-cached-here")
+
+
+@pytest.mark.parametrize("name", ["paper_simcse_3r", "raw_small_simcse", "raw_small_simcse_3r"])
+def test_paper_configs_state_simcse_recipe(name):
+    from training.config import load_settings
+    from training.data.sts import REPO_ROOT
+
+    cfg = load_settings(REPO_ROOT / "configs" / f"{name}.yaml")
+    assert (cfg.pooling, cfg.mlp_head, cfg.max_seq_length, cfg.batch_size) == ("cls", True, 32, 64)
+    assert (cfg.lr, cfg.num_epochs, cfg.eval_every, cfg.max_grad_norm) == (3e-5, 1.0, 125, 1.0)
+    assert cfg.losses["simcse"].params["temperature"] == 0.05
+    if name.endswith("3r"):
+        assert cfg.three_r.enabled and cfg.three_r.c_init == "uniform"
+    assert "~" not in cfg.model_name_or_path
+
+
+def test_three_r_uniform_c_init_is_seeded():
+    from training.three_r import ThreeR
+
+    a = ThreeR(["a pool sentence"], [], c_init="uniform", seed=3).c.item()
+    assert 0 < a < 1 and a == ThreeR(["a pool sentence"], [], c_init="uniform", seed=3).c.item()
+    assert a != ThreeR(["a pool sentence"], [], c_init="uniform", seed=4).c.item()
+    assert ThreeR(["x"], [], c_init=0.2).c.item() == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="c_init"):
+        ThreeR(["x"], [], c_init="normal")
