@@ -87,3 +87,33 @@ def test_three_r_uniform_c_init_is_seeded():
     assert ThreeR(["x"], [], c_init=0.2).c.item() == pytest.approx(0.2)
     with pytest.raises(ValueError, match="c_init"):
         ThreeR(["x"], [], c_init="normal")
+
+
+def test_supervised_head_is_kept_at_test_time_and_exported(raw_dir, tmp_path):
+    """Supervised SimCSE keeps its MLP at test time: saved as a sentence-transformers Dense, applied by
+    evaluation, and traced into the ONNX graph; the manifest says so."""
+    from artifact_contract import load_manifest
+    from training.evaluation import encode_fn_for
+    from training.export import export_artifact
+
+    torch.manual_seed(1)
+    enc = SentenceEncoder(str(raw_dir), pooling="cls")
+    enc.inference_head = True  # what the trainer sets for data.mode sup
+    torch.nn.init.normal_(enc.head.dense.weight, std=0.2)
+    saved = enc.save_sentence_transformer(tmp_path / "best", with_head=True)
+    sents = ["A man is playing a guitar.", "Two dogs run through a field."]
+    with torch.no_grad():
+        cls = enc.model(**enc.tokenize(sents, 128)).last_hidden_state[:, 0]
+        want = torch.tanh(enc.head.dense(cls)).numpy()
+    got = encode_fn_for(str(saved))(sents)
+    assert abs(got - want).max() < 1e-5
+    assert abs(got - cls.numpy()).max() > 1e-2  # the head really changes the embedding
+    man = export_artifact(saved, tmp_path / "art", name="sup-head", evaluate="none")
+    assert man.pooling == "cls" and "inference_head" in man.training
+    onnx = encode_fn_for(str(tmp_path / "art"))(sents)
+    cos = (onnx * want).sum(1) / (((onnx**2).sum(1) * (want**2).sum(1)) ** 0.5)  # the artifact normalises
+    assert cos.min() > 0.9999
+    assert load_manifest(tmp_path / "art").training["inference_head"].startswith("MLP")
+    # without the Dense module the head is training-only: plain [CLS] at test
+    plain = enc.save_sentence_transformer(tmp_path / "plain", with_head=False)
+    assert abs(encode_fn_for(str(plain))(sents) - cls.numpy()).max() < 1e-5

@@ -91,7 +91,12 @@ class TrainSettings(YamlSettings):
         "", description="HF/ST directory (~ and $VARS expanded) or a hub id; empty = default encoder"
     )
     pooling: Literal["mean", "cls"] | None = Field(None, description="None: from the ST config, else mean")
-    mlp_head: bool | None = Field(None, description="SimCSE train-only MLP head; None: on for cls")
+    mlp_head: bool | None = Field(None, description="SimCSE MLP head at training time; None: on for cls")
+    head_at_inference: bool | None = Field(
+        None,
+        description="keep the MLP head at test time (evaluation, saved model, exported graph); None: SimCSE's "
+        "recipe, kept for supervised runs (data.mode sup), dropped otherwise (cls_before_pooler)",
+    )
     max_seq_length: int = Field(32, ge=4)
     # objective(s)
     losses: dict[str, LossTerm] = Field(default_factory=lambda: {"simcse": LossTerm()})

@@ -84,8 +84,28 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
 
 
+TANH = "torch.nn.modules.activation.Tanh"
+
+
+def read_st_dense(model_dir: str | os.PathLike) -> Path | None:
+    """The directory of a sentence-transformers ``Dense`` module listed in ``modules.json`` (a head kept at
+    inference, e.g. supervised SimCSE's MLP), or ``None``."""
+    d = Path(model_dir)
+    if not (d / "modules.json").is_file():
+        return None
+    for mod in json.loads((d / "modules.json").read_text()):
+        if mod.get("type", "").endswith("Dense"):
+            return d / mod["path"]
+    return None
+
+
 class MLPHead(nn.Module):
-    """SimCSE's MLP over the pooled representation: ``tanh(W h + b)``, (N, H) → (N, H). Train-only."""
+    """SimCSE's MLP over the pooled representation: ``tanh(W h + b)``, (N, H) → (N, H).
+
+    Train-only in unsupervised SimCSE; kept at test time in supervised SimCSE (Gao et al., arXiv:2104.08821,
+    §6.3 / its ``cls`` vs ``cls_before_pooler`` poolers). Saved as a sentence-transformers ``Dense`` module
+    (``linear.weight``, ``linear.bias``, tanh) so ``SentenceTransformer`` and the exporter load it.
+    """
 
     def __init__(self, hidden: int):
         super().__init__()
@@ -93,6 +113,36 @@ class MLPHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(x))
+
+    def save_st_dense(self, path: Path) -> None:
+        """Write ``config.json`` + ``model.safetensors`` of a sentence-transformers ``Dense`` module."""
+        from safetensors.torch import save_file
+
+        path.mkdir(parents=True, exist_ok=True)
+        h = self.dense.in_features
+        cfg = {"in_features": h, "out_features": h, "bias": True, "activation_function": TANH}
+        (path / "config.json").write_text(json.dumps(cfg, indent=2))
+        w = {"linear.weight": self.dense.weight.detach().cpu().contiguous()}
+        w["linear.bias"] = self.dense.bias.detach().cpu().contiguous()
+        save_file(w, str(path / "model.safetensors"))
+
+    @classmethod
+    def load_st_dense(cls, path: str | os.PathLike) -> MLPHead:
+        """Load a sentence-transformers ``Dense`` module written by :meth:`save_st_dense`.
+
+        Raises:
+            ValueError: not a square tanh ``Dense`` (the only head this project exports).
+        """
+        from safetensors.torch import load_file
+
+        p = Path(path)
+        cfg = json.loads((p / "config.json").read_text())
+        if cfg["in_features"] != cfg["out_features"] or cfg.get("activation_function") != TANH:
+            raise ValueError(f"{p}: only a square tanh Dense head is supported, got {cfg}")
+        head = cls(cfg["in_features"])
+        w = load_file(str(p / "model.safetensors"))
+        head.dense.load_state_dict({"weight": w["linear.weight"], "bias": w["linear.bias"]})
+        return head
 
 
 @dataclass
@@ -182,8 +232,13 @@ class SentenceEncoder(nn.Module):
         if sb.is_file():
             self.serve_max_seq_length = int(json.loads(sb.read_text()).get("max_seq_length") or 128)
         hidden = self.model.config.hidden_size
+        dense = read_st_dense(path) if local else None
+        #: apply the head at inference (``encode``'s default): a saved ``Dense`` head (supervised SimCSE) is kept
+        self.inference_head = dense is not None and mlp_head is not False
         use_head = (self.pooling == "cls") if mlp_head is None else mlp_head
         self.head: MLPHead | None = MLPHead(hidden) if use_head else None
+        if self.inference_head:
+            self.head = MLPHead.load_st_dense(dense)
 
     # ---- properties used by objectives -------------------------------------------------
     @property
@@ -264,14 +319,17 @@ class SentenceEncoder(nn.Module):
         texts: Sequence[str],
         batch_size: int = 128,
         max_seq_length: int | None = None,
-        use_head: bool = False,
+        use_head: bool | None = None,
         train_mode: bool = False,
     ) -> np.ndarray:
         """Embed sentences without gradient: ``(N, D)`` float32 numpy, un-normalised.
 
+        ``use_head`` None: :attr:`inference_head` (the head only when it is kept at test time).
+
         Sentences are processed sorted by length (less padding) and returned in input order.
         Dropout is off unless ``train_mode``; the caller's train/eval mode is restored.
         """
+        use_head = self.inference_head if use_head is None else use_head
         was_training = self.training
         self.train(train_mode)
         try:
@@ -296,8 +354,11 @@ class SentenceEncoder(nn.Module):
             self.train(was_training)
 
     # ---- saving ------------------------------------------------------------------------
-    def save_sentence_transformer(self, out_dir: str | os.PathLike, normalize: bool = True) -> Path:
-        """Save the encoder (without the train-only head) as a sentence-transformers directory.
+    def save_sentence_transformer(
+        self, out_dir: str | os.PathLike, normalize: bool = True, with_head: bool = False
+    ) -> Path:
+        """Save the encoder as a sentence-transformers directory; the MLP head only ``with_head`` (as a
+        ``2_Dense`` module, when it is kept at test time).
 
         Writes the Hugging Face model/tokenizer files, ``modules.json``, ``1_Pooling/config.json``,
         ``sentence_bert_config.json`` (``max_seq_length`` = :attr:`serve_max_seq_length`) and, when
@@ -315,11 +376,17 @@ class SentenceEncoder(nn.Module):
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         ]
+        if with_head:
+            if self.head is None:
+                raise ValueError("with_head=True but the encoder has no MLP head")
+            self.head.save_st_dense(d / "2_Dense")
+            modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
         if normalize:
+            i = len(modules)
             modules.append(
-                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+                {"idx": i, "name": str(i), "path": f"{i}_Normalize", "type": "sentence_transformers.models.Normalize"}
             )
-            (d / "2_Normalize").mkdir(exist_ok=True)
+            (d / f"{i}_Normalize").mkdir(exist_ok=True)
         (d / "modules.json").write_text(json.dumps(modules, indent=2))
         (d / "1_Pooling").mkdir(exist_ok=True)
         (d / "1_Pooling" / "config.json").write_text(

@@ -97,10 +97,11 @@ def is_onnx_artifact(path: str | os.PathLike) -> bool:
 def torch_encode_fn(
     model_dir: str, max_seq_length: int = 128, batch_size: int = 128, pooling: str | None = None
 ) -> EncodeFn:
-    """Encode with :class:`training.encoder.SentenceEncoder` (no head, eval mode, no gradient)."""
+    """Encode with :class:`training.encoder.SentenceEncoder` (eval mode, no gradient; a saved ``Dense`` head is
+    applied, a train-only head is not)."""
     from training.encoder import SentenceEncoder
 
-    enc = SentenceEncoder(model_dir, pooling=pooling, mlp_head=False, max_seq_length=max_seq_length)
+    enc = SentenceEncoder(model_dir, pooling=pooling, max_seq_length=max_seq_length)
     enc.eval()
     return lambda sents: enc.encode(sents, batch_size=batch_size, max_seq_length=max_seq_length)
 

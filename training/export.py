@@ -110,24 +110,29 @@ class PooledEncoder(_torch().nn.Module):
             returning an object with ``last_hidden_state`` ``(batch, seq, hidden)``
             (any Hugging Face encoder, or a pruned one with the same interface).
         pooling: ``"mean"`` (average over positions where ``attention_mask`` is 1)
-            or ``"cls"`` (the first token's vector). Train-only heads are never included.
+            or ``"cls"`` (the first token's vector).
+        head: a module applied after pooling and kept in the graph (supervised SimCSE's MLP, saved as a
+            sentence-transformers ``Dense``), or None. Train-only heads are never passed here.
 
     Forward returns ``(batch, hidden)`` float32, not normalised.
     """
 
-    def __init__(self, encoder, pooling: Literal["mean", "cls"]) -> None:
+    def __init__(self, encoder, pooling: Literal["mean", "cls"], head=None) -> None:
         super().__init__()
         if pooling not in ("mean", "cls"):
             raise ExportError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
         self.encoder = encoder
         self.pooling = pooling
+        self.head = head
 
     def forward(self, input_ids, attention_mask):
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if self.pooling == "cls":
-            return h[:, 0]
-        mask = attention_mask.unsqueeze(-1).to(h.dtype)
-        return (h * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            pooled = h[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(h.dtype)
+            pooled = (h * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        return pooled if self.head is None else self.head(pooled)
 
 
 FALLBACK_SENTENCES = CANARY_SENTENCES + [
@@ -418,7 +423,8 @@ def export_artifact(
     """Export a Hugging Face / sentence-transformers encoder directory to an artifact.
 
     Pooling and max_seq_length default to the directory's sentence-transformers
-    config (else ``mean`` and the tokenizer's limit, capped at 512). With
+    config (else ``mean`` and the tokenizer's limit, capped at 512). A sentence-transformers ``Dense`` module
+    (supervised SimCSE's MLP kept at test time) goes into the graph, and the manifest's ``training`` says so. With
     ``quantize="int8"`` the fp32 graph is exported to a temporary directory and
     ``output_dir`` receives the int8 artifact.
 
@@ -445,7 +451,13 @@ def export_artifact(
         encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
     if base_model is None:
         base_model = DEFAULT_BASE_MODEL if model_dir.resolve() == default_model_dir().resolve() else str(model_dir)
-    module = PooledEncoder(encoder, pooling)
+    from training.encoder import MLPHead, read_st_dense
+
+    dense = read_st_dense(model_dir)
+    head = MLPHead.load_st_dense(dense).float().eval() if dense is not None else None
+    if head is not None:
+        training = {**(training or {}), "inference_head": "MLP (tanh Dense) after pooling, kept in the graph"}
+    module = PooledEncoder(encoder, pooling, head)
     kw = dict(
         name=name,
         version=version,

@@ -82,6 +82,11 @@ class Trainer:
         torch.manual_seed(cfg.seed)
 
         self.encoder = SentenceEncoder(cfg.model_name_or_path, cfg.pooling, cfg.mlp_head, cfg.max_seq_length)
+        keep = cfg.head_at_inference if cfg.head_at_inference is not None else cfg.data.mode == "sup"
+        if keep and self.encoder.head is None:
+            raise ValueError("head_at_inference needs an MLP head (mlp_head: true or pooling: cls)")
+        #: SimCSE: supervised models keep the MLP at test time, unsupervised ones drop it (cls_before_pooler)
+        self.encoder.inference_head = bool(keep)
         self.encoder.to(self.device)
         self.supervised = cfg.data.mode == "sup"
         if self.supervised:
@@ -329,7 +334,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval / io
     def encode_fn(self, max_seq_length: int | None = None):
-        """Sentences → ``(N, D)`` numpy with the current encoder (no head, eval mode)."""
+        """Sentences → ``(N, D)`` numpy with the current encoder (eval mode; the MLP head only when it is kept at
+        test time, :attr:`SentenceEncoder.inference_head`)."""
         L = max_seq_length or self.cfg.eval_max_seq_length
 
         def enc(sents):
@@ -446,7 +452,7 @@ class Trainer:
             rec["c"] = float(self.three_r.c.detach())
         if score > self.best_score:
             self.best_score, self.best_step = score, self.step
-            self.encoder.save_sentence_transformer(self.out / "best")
+            self.encoder.save_sentence_transformer(self.out / "best", with_head=self.encoder.inference_head)
             rec["best"] = True
         self._log(rec)
         self.plot()
@@ -519,7 +525,11 @@ class Trainer:
                 if not cfg.model_name_or_path
                 else cfg.model_name_or_path
             )
-            recipe["inference"] = "plain fine-tuned encoder + pooling; 3R and the MLP head are training-only"
+            recipe["inference"] = (
+                "fine-tuned encoder + pooling + the MLP head (kept at test time, supervised SimCSE); 3R is training-only"
+                if self.encoder.inference_head
+                else "plain fine-tuned encoder + pooling; 3R and the MLP head are training-only"
+            )
             art_dir = Path(cfg.models_dir) / cfg.artifact_name / cfg.artifact_version
             export_artifact(
                 str(best_dir),
