@@ -1,7 +1,7 @@
 """InforMin-CL: contrast + reconstruction, optional MLM auxiliary.
 
-Chen et al., "Information Minimization in Contrastive Learning of Sentence Embeddings" (InforMin-CL),
-Eq. 8: ``L_R = E[‖z1 − z2‖²]`` between the two positive views (written there as the log-likelihood
+Chen et al., "An Information Minimization Based Contrastive Learning Model for Unsupervised Sentence
+Embeddings Learning" (InforMin-CL, COLING 2022, arXiv:2209.10951), Eq. 8: ``L_R = E[‖z1 − z2‖²]`` between the two positive views (written there as the log-likelihood
 ``−‖z1 − z2‖²`` of a Gaussian reconstruction ``Q(z1|z2)``; minimising the squared distance maximises it).
 Eq. 9: ``L = L_C + λ·L_R``, λ = 0.4 by default (Table 3); §4.1: optionally ``+ β·L_MLM`` (β = 0.1 in the
 "w/ MLM" rows).
