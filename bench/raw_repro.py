@@ -1,0 +1,195 @@
+"""Raw-encoder reproduction (not in CI): SimCSE vs SimCSE + 3R on the raw encoder pretrained here, N seeds.
+
+The papers' regime at a 2-core-CPU scale: the encoder of ``configs/pretrain_raw_small.yaml`` (MLM only, never
+sentence-tuned), SimCSE's unsupervised recipe (``configs/raw_small_simcse*.yaml``: [CLS] + MLP head at training,
+[CLS] at test, length 32, batch 64, lr 3e-5, temperature 0.05, STS-B dev every 125 steps, best checkpoint kept).
+
+For each setting and seed: ``python -m training train`` (the exact command is recorded), then the best checkpoint's
+STS "all" (7 tasks + mean), alignment/uniformity, and optionally the SentEval transfer tasks
+(``python -m training eval --tasks transfer``). 3R's internals over training (c, |S|, sigma's quantiles, loss) are
+summarised from ``metrics.jsonl``. ``--baseline`` also scores the untrained raw encoder with [CLS] and with mean
+pooling. One JSON line per finished run goes to ``<out>/runs.jsonl``; finished runs are skipped and unfinished
+ones resume from their checkpoints, so a table can be built over several sittings.
+
+``--report`` prints the markdown tables: mean ± std per setting, and the paired per-seed difference
+(3R − SimCSE) of the STS mean with its 95 % t-interval.
+
+Usage::
+
+    python bench/raw_repro.py --out ~/.cache/redundancy-embed/raw_repro --seeds 0 1 2 3 4 --baseline
+    python bench/raw_repro.py --out ~/.cache/redundancy-embed/raw_repro --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+TRANSFER = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
+SETTINGS = {"simcse": "configs/raw_small_simcse.yaml", "simcse_3r": "configs/raw_small_simcse_3r.yaml"}
+
+
+def _runs(out: Path) -> list[dict]:
+    f = out / "runs.jsonl"
+    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.is_file() else []
+
+
+def _append(out: Path, rec: dict) -> None:
+    with open(out / "runs.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def _run(cmd: list[str], log: Path) -> int:
+    with open(log, "a") as f:
+        return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env={**os.environ}).returncode
+
+
+def _internals(metrics: Path) -> dict:
+    """3R's c, |S|, sigma quantiles and the loss at the first, middle and last logged training steps."""
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if r.get("kind") == "train"]
+    if not rows:
+        return {}
+    keys = ["step", "loss", "c", "n_redundant_dims", "sigma_q10", "sigma_q50", "sigma_q90"]
+    pick = [rows[0], rows[len(rows) // 2], rows[-1]]
+    return {"trajectory": [{k: r[k] for k in keys if k in r} for r in pick]}
+
+
+def run_one(out: Path, setting: str, seed: int, args: argparse.Namespace) -> dict:
+    run_dir = out / "runs" / f"{setting}-s{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "training", "train", "--config", SETTINGS[setting], "--seed", str(seed),
+           "--output_dir", str(run_dir), "--export", "false", "--progress", "false", "--threads", str(args.threads),
+           "--model_name_or_path", args.encoder]  # fmt: skip
+    if args.max_steps:
+        cmd += ["--max_steps", str(args.max_steps)]
+    if args.eval_limit:
+        cmd += ["--eval_limit", str(args.eval_limit)]
+    t0 = time.time()
+    rc = _run(cmd, run_dir / "bench.log")
+    rec = {"setting": setting, "seed": seed, "returncode": rc, "wall_seconds": round(time.time() - t0, 1),
+           "command": " ".join(["python", *cmd[1:]])}  # fmt: skip
+    if rc != 0:
+        return rec
+    res = json.loads((run_dir / "results.json").read_text())
+    rec.update({k: res.get(k) for k in ("best_step", "steps", "alignment", "uniformity", "c_final", "train_seconds")})
+    rec["scores"] = {k.split("@")[0]: v for k, v in res.get("scores", {}).items()}
+    rec.update(_internals(run_dir / "metrics.jsonl"))
+    if args.transfer:
+        js = run_dir / "transfer.json"
+        ev = [sys.executable, "-m", "training", "eval", "--model", str(run_dir / "best"), "--tasks", "transfer",
+              "--kfold", str(args.kfold), "--json", str(js)]  # fmt: skip
+        if _run(ev, run_dir / "bench.log") == 0:
+            rec["transfer"] = json.loads(js.read_text())
+    return rec
+
+
+def baseline(out: Path, args: argparse.Namespace) -> None:
+    """The untrained raw encoder's STS "all" with [CLS] and with mean pooling (and transfer if asked)."""
+    done = {r["setting"] for r in _runs(out)}
+    for pooling in ("cls", "mean"):
+        name = f"untrained_{pooling}"
+        if name in done:
+            continue
+        js = out / f"{name}.json"
+        tasks = "all" if args.transfer else "sts"
+        cmd = [sys.executable, "-m", "training", "eval", "--model", args.encoder, "--pooling", pooling,
+               "--tasks", tasks, "--kfold", str(args.kfold), "--json", str(js)]  # fmt: skip
+        if args.eval_limit:
+            cmd += ["--limit", str(args.eval_limit)]
+        if _run(cmd, out / "bench.log") == 0:
+            scores = json.loads(js.read_text())
+            rec = {"setting": name, "seed": None, "scores": {k: v for k, v in scores.items() if k not in TRANSFER}}
+            rec["transfer"] = {k: v for k, v in scores.items() if k in TRANSFER or k == "transfer_avg"}
+            rec["command"] = " ".join(["python", *cmd[1:]])
+            _append(out, rec)
+
+
+def _ms(xs: list[float]) -> str:
+    return f"{np.mean(xs):.2f} ± {np.std(xs, ddof=1):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
+
+
+def report(out: Path) -> str:
+    """Markdown: per-setting mean ± std (STS tasks, mean, transfer average, alignment, uniformity, c), then the
+    paired 3R − SimCSE difference of the STS mean per seed with its 95 % t-interval."""
+    from scipy import stats
+
+    runs = [r for r in _runs(out) if r.get("returncode", 0) == 0]
+    lines = ["| setting | seeds | " + " | ".join(TASKS) + " | mean | transfer avg | align | uniform | c final |",
+             "|---" * (len(TASKS) + 7) + "|"]  # fmt: skip
+    by: dict[str, list[dict]] = {}
+    for r in runs:
+        by.setdefault(r["setting"], []).append(r)
+    for setting, rs in by.items():
+        cells = [_ms([r["scores"][t] for r in rs]) for t in [*TASKS, "mean"]]
+        tr = [r["transfer"]["transfer_avg"] for r in rs if "transfer_avg" in r.get("transfer", {})]
+        extra = [_ms(tr) if tr else "-"]
+        for k in ("alignment", "uniformity", "c_final"):
+            v = [r[k] for r in rs if r.get(k) is not None]
+            extra.append(f"{np.mean(v):.3f}" if v else "-")
+        seeds = ",".join(str(r["seed"]) for r in rs) if rs[0]["seed"] is not None else "-"
+        lines.append(f"| {setting} | {seeds} | " + " | ".join(cells + extra) + " |")
+    lines += ["", "3R internals (first / middle / last logged step): c, |S| (dimensions below c), sigma quantiles",
+              "", "| seed | step | loss | c | abs S | sigma q10 | q50 | q90 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in by.get("simcse_3r", []):
+        for t in r.get("trajectory", []):
+            cells = [t.get(k) for k in ("step", "loss", "c", "n_redundant_dims", "sigma_q10", "sigma_q50", "sigma_q90")]
+            lines.append(f"| {r['seed']} | " + " | ".join("-" if v is None else f"{v:.4g}" for v in cells) + " |")
+    a = {r["seed"]: r["scores"]["mean"] for r in by.get("simcse", [])}
+    b = {r["seed"]: r["scores"]["mean"] for r in by.get("simcse_3r", [])}
+    common = sorted(set(a) & set(b))
+    if len(common) >= 2:
+        d = np.array([b[s] - a[s] for s in common])
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        lines += ["", f"Paired difference of the STS mean, 3R − SimCSE, seeds {common}: "
+                  + ", ".join(f"{x:+.2f}" for x in d)
+                  + f"; mean {d.mean():+.2f}, 95 % t-interval [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path.home() / ".cache" / "redundancy-embed" / "raw_repro"))
+    ap.add_argument("--encoder", default=str(Path.home() / ".cache" / "redundancy-embed" / "raw_small" / "encoder"))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--max-steps", type=int, default=0, help="0: the configs' budget (one epoch)")
+    ap.add_argument("--eval-limit", type=int, default=None, help="STS pairs per task (dry runs only)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--transfer", action="store_true", help="also the SentEval transfer tasks per run")
+    ap.add_argument("--kfold", type=int, default=10)
+    ap.add_argument("--baseline", action="store_true", help="also the untrained encoder, [CLS] and mean")
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args(argv)
+    out = Path(args.out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        print(report(out))
+        return 0
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    if args.baseline:
+        baseline(out, args)
+    done = {(r["setting"], r["seed"]) for r in _runs(out) if r.get("returncode", 0) == 0}
+    for seed in args.seeds:  # interleaved, so a partial table already pairs seeds
+        for setting in args.settings:
+            if (setting, seed) in done:
+                continue
+            rec = run_one(out, setting, seed, args)
+            _append(out, rec)
+            print(json.dumps({k: rec.get(k) for k in ("setting", "seed", "returncode", "wall_seconds")}), flush=True)
+    print(f"load average after: {os.getloadavg()}")
+    print(report(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
