@@ -7,12 +7,16 @@ installed by :func:`install_error_handlers` render it.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("service.errors")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -92,5 +96,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {})).response()
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error").response()
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # the client gets an id to quote; the exception text (paths, internals) stays in the server log
+        error_id = uuid.uuid4().hex[:12]
+        log.error("error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
+        return APIError(500, f"internal error (id {error_id}); see the server log", type="server_error").response()

@@ -6,14 +6,18 @@ Order per HTTP request:
    and ``/metrics`` needs ``Authorization: Bearer <key>`` (else 401 ``invalid_api_key``);
 2. payload limit: ``Content-Length`` above ``max_payload_bytes`` → 413 at once; a body
    that turns out larger while being read (chunked uploads) → 413 as well;
-3. the app, with the already-read body replayed to it;
-4. ``embed_requests_total`` and ``embed_request_duration_seconds`` recorded with the
+3. body rules, one place for every route: a body sent with a non-JSON ``Content-Type`` → 415; a JSON
+   ``\\uXXXX`` escape that leaves an unpaired UTF-16 surrogate (valid JSON, but not Unicode text: no tokenizer
+   or database can take it) → 422 ``invalid_text``;
+4. the app, with the already-read body replayed to it;
+5. ``embed_requests_total`` and ``embed_request_duration_seconds`` recorded with the
    route template (unknown paths as ``other``) and the final status.
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,8 +35,48 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-class _TooLarge(Exception):
-    pass
+# a JSON string escape: an escaped backslash (skipped, so "\\\\ud800" is text, not an escape) or \uXXXX
+_ESCAPE = re.compile(rb"\\\\|\\u([0-9a-fA-F]{4})")
+
+
+def unpaired_surrogate(body: bytes) -> str | None:
+    """The first ``\\uXXXX`` escape in a JSON body that decodes to an unpaired UTF-16 surrogate, else None.
+
+    ``json.loads`` accepts ``"\\udcff"`` and yields a ``str`` that cannot be encoded as UTF-8; every text the
+    service passes on (tokenizer, SQLite, responses) must be encodable, so such bodies are refused up front.
+    """
+    if b"\\u" not in body:
+        return None
+    pending_high: str | None = None
+    last_end = -1
+    for m in _ESCAPE.finditer(body):
+        hexa = m.group(1)
+        code = int(hexa, 16) if hexa else None
+        adjacent = m.start() == last_end
+        if pending_high is not None and not (adjacent and code is not None and 0xDC00 <= code <= 0xDFFF):
+            return pending_high
+        if code is not None and 0xDC00 <= code <= 0xDFFF and pending_high is None:
+            return f"\\u{hexa.decode()}"
+        pending_high = f"\\u{hexa.decode()}" if code is not None and 0xD800 <= code <= 0xDBFF else None
+        last_end = m.end()
+    return pending_high
+
+
+def bearer_token(authorization: bytes) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, or None (other scheme, empty)."""
+    scheme, _, token = authorization.partition(b" ")
+    token = token.strip()
+    return token if scheme.lower() == b"bearer" and token else None
+
+
+def key_matches(token: bytes | None, keys: list[bytes]) -> bool:
+    """Constant-time membership of ``token`` in ``keys``."""
+    return token is not None and any(hmac.compare_digest(token, k) for k in keys)
+
+
+def _is_json(content_type: bytes) -> bool:
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
 
 
 class ServiceMiddleware:
@@ -59,7 +103,8 @@ class ServiceMiddleware:
         try:
             err = self._check_auth(scope)
             if err is None and scope["method"] in _BODY_METHODS:
-                err, receive = await self._read_body(scope, receive)
+                err, receive, body = await self._read_body(scope, receive)
+                err = err or self._check_body(scope, body)
             if err is not None:
                 await err.response()(scope, receive, send_wrapper)
             else:
@@ -79,23 +124,22 @@ class ServiceMiddleware:
             if k == b"authorization":
                 auth = v
                 break
-        scheme, _, token = auth.partition(b" ")
-        token = token.strip()
-        if scheme.lower() == b"bearer" and token and any(hmac.compare_digest(token, k) for k in self.api_keys):
+        if key_matches(bearer_token(auth), self.api_keys):
             return None
         msg = "missing API key: send 'Authorization: Bearer <key>'" if not auth else "invalid API key"
         return APIError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[APIError | None, Receive]:
+    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[APIError | None, Receive, bytes]:
+        """Read the whole body (within the limit); returns ``(error, replaying receive, body)``."""
         limit = self.max_payload_bytes
         for k, v in scope.get("headers", []):
             if k == b"content-length":
                 try:
                     n = int(v)
                 except ValueError:
-                    return APIError(400, "invalid Content-Length header", code="invalid_request"), receive
+                    return APIError(400, "invalid Content-Length header", code="invalid_request"), receive, b""
                 if n > limit:
-                    return self._too_large(n), receive
+                    return self._too_large(n), receive, b""
                 break
         chunks: list[bytes] = []
         size = 0
@@ -109,7 +153,7 @@ class ServiceMiddleware:
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > limit:
-                return self._too_large(size, at_least=True), receive
+                return self._too_large(size, at_least=True), receive, b""
             chunks.append(chunk)
             if not msg.get("more_body", False):
                 body_msgs = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
@@ -122,7 +166,27 @@ class ServiceMiddleware:
             except StopIteration:
                 return await receive()
 
-        return None, replay_receive
+        return None, replay_receive, b"".join(chunks)
+
+    @staticmethod
+    def _check_body(scope: Scope, body: bytes) -> APIError | None:
+        if not body:
+            return None
+        ctype = next((v for k, v in scope.get("headers", []) if k == b"content-type"), None)
+        if ctype is not None and not _is_json(ctype):
+            return APIError(
+                415,
+                f"unsupported Content-Type {ctype.decode('latin-1')!r}: send the body as 'application/json'",
+                code="unsupported_media_type",
+            )
+        bad = unpaired_surrogate(body)
+        if bad is not None:
+            return APIError(
+                422,
+                f"the body contains the escape {bad}, an unpaired UTF-16 surrogate: text must be valid Unicode",
+                code="invalid_text",
+            )
+        return None
 
     def _too_large(self, n: int, at_least: bool = False) -> APIError:
         what = f"more than {n - 1}" if at_least else str(n)

@@ -7,9 +7,10 @@ Every field has a default, so ``Settings()`` always works.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -77,6 +78,12 @@ class Settings(BaseSettings):
         repr=False,
         description="keys for /admin routes; empty = the api_keys; neither set = admin routes disabled (403)",
     )
+    api_keys_file: str | None = Field(
+        None,
+        description="file of API keys, one per line (# comments), added to api_keys; keeps keys out of "
+        "the command line, which other users of the host can read (ps)",
+    )
+    admin_api_keys_file: str | None = Field(None, description="file of admin API keys, added to admin_api_keys")
     model_control: Literal["explicit", "poll"] = Field(
         "explicit",
         description="'explicit': models change only through /admin routes; 'poll': also watch models_dir "
@@ -116,6 +123,18 @@ class Settings(BaseSettings):
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split_csv(v)
+
+    @model_validator(mode="after")
+    def _read_key_files(self) -> Settings:
+        for field, path in (("api_keys", self.api_keys_file), ("admin_api_keys", self.admin_api_keys_file)):
+            if path:
+                try:
+                    lines = Path(path).read_text(encoding="utf-8").splitlines()
+                except OSError as e:
+                    raise ValueError(f"{field}_file {path!r} cannot be read: {e.strerror}") from None
+                keys = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
+                setattr(self, field, [*getattr(self, field), *(k for k in keys if k not in getattr(self, field))])
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

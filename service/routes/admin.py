@@ -15,14 +15,14 @@ Auth: ``Authorization: Bearer <key>`` with a key of ``admin_api_keys``, or of ``
 when no admin keys are set. With neither configured the admin routes answer 403
 ``admin_disabled`` (model control is never open to anonymous callers).
 
-Errors: 401 ``invalid_api_key``, 403 ``admin_disabled``, 404 ``model_not_found``,
+Errors: 401 ``invalid_api_key``, 403 ``admin_disabled`` / ``insufficient_permissions`` (a valid user key that
+is not an admin key), 404 ``model_not_found``,
 409 ``model_in_use``, 422 ``model_load_failed`` (the message says what failed; the
 active model is unchanged and keeps serving), 500 ``persist_failed``.
 """
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..backend import ModelInfo, ModelLoadError
 from ..errors import APIError
+from ..middleware import bearer_token, key_matches
 from ..model_control import ModelControl, ModelInUse
 from ..registry import LoadedModel, ModelNotFound
 from . import json_response
@@ -46,16 +47,20 @@ class VersionBody(BaseModel):
 
 def _check_admin(request: Request) -> None:
     s = request.app.state.settings
-    keys = s.admin_api_keys or s.api_keys
+    keys = [k.encode() for k in (s.admin_api_keys or s.api_keys)]
     if not keys:
         raise APIError(
             403, "admin API disabled: start the service with --admin-api-keys (or --api-keys)", code="admin_disabled"
         )
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    token = token.strip().encode()
-    if scheme.lower() == "bearer" and token and any(hmac.compare_digest(token, k.encode()) for k in keys):
+    token = bearer_token(request.headers.get("authorization", "").encode("latin-1"))
+    if key_matches(token, keys):
         return
+    if key_matches(token, [k.encode() for k in s.api_keys]):
+        raise APIError(
+            403,
+            "this API key is valid but lacks admin rights: /admin routes need one of the admin_api_keys",
+            code="insufficient_permissions",
+        )
     raise APIError(
         401,
         "admin routes need 'Authorization: Bearer <admin key>'",
