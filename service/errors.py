@@ -73,7 +73,10 @@ class APIError(Exception):
 
 
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    """``("body", "query", "list[float]", 0)`` -> ``"query.0"``: the location prefix and pydantic's union-member
+    tags dropped (a field may itself be called ``query`` or ``path``)."""
+    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
+    parts = [str(p) for p in parts if not (isinstance(p, str) and ("[" in p or p.startswith("constrained-")))]
     return ".".join(parts) or None
 
 

@@ -100,3 +100,79 @@ def test_surrogate_scanner_cases():
     assert unpaired_surrogate(b'{"a": "\\ud83d\\ud83d\\ude00"}') == "\\ud83d"
     assert unpaired_surrogate(b'{"a": "\\ud83d x"}') == "\\ud83d"
     assert unpaired_surrogate(b'{"a": "\\udcff"}') == "\\udcff"
+
+
+@pytest.fixture(scope="module")
+def sts_sentences() -> list[str]:
+    s = load_task("STSBenchmark")
+    return list(dict.fromkeys(s.sent1 + s.sent2))[:40]
+
+
+def test_point_ids_are_all_addressable(client, sts_sentences):
+    assert client.put("/collections/ids", json={"index": "flat", "metric": "cosine"}).status_code == 200
+    ids = ["a/b", "007", 7, "7", "x/../y"]
+    pts = [{"id": i, "text": t} for i, t in zip(ids, sts_sentences)]
+    r = client.put("/collections/ids/points", json={"points": pts + [{"id": 7, "text": sts_sentences[9]}]})
+    assert r.status_code == 200 and r.json()["upserted"] == 5  # the repeated 7 is one point (last one wins)
+    assert client.get("/collections/ids").json()["count"] == 5
+    got = lambda path: client.get(f"/collections/ids/points/{path}").json()  # noqa: E731
+    assert got("a/b")["id"] == "a/b" and got("a/b")["text"] == sts_sentences[0]
+    assert got("007")["id"] == "007"
+    assert got("7")["id"] == 7 and got("7")["text"] == sts_sentences[9]
+    assert client.get("/collections/ids/points/7", params={"id_type": "string"}).json()["id"] == "7"
+    assert client.get("/collections/ids/points/007", params={"id_type": "int"}).status_code == 422
+    assert client.get("/collections/ids/points/x%2F..%2Fy").json()["id"] == "x/../y"
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ('{"query": "a dog", "top_k": "5"}', "top_k"),
+        ('{"query": "a dog", "with_text": 0}', "with_text"),
+        ('{"query": "a dog", "score_threshold": NaN}', "score_threshold"),
+        ('{"query": [NaN, 1.0]}', "query"),
+    ],
+)
+def test_search_validation_is_strict(client, sts_sentences, body, param):
+    client.put("/collections/strict", json={"index": "flat"})
+    client.put("/collections/strict/points", json={"points": [{"id": 1, "text": sts_sentences[0]}]})
+    r = _post_raw(client, "/collections/strict/search", body)
+    assert r.status_code == 422, r.text
+    assert param in (r.json()["error"]["param"] or "") + r.json()["error"]["message"]
+
+
+def test_payload_integers_beyond_64_bits_are_refused(client, sts_sentences):
+    client.put("/collections/strict", json={"index": "flat"})
+    r = client.put(
+        "/collections/strict/points", json={"points": [{"id": 2, "text": sts_sentences[1], "payload": {"n": 2**70}}]}
+    )
+    assert r.status_code == 422 and "64-bit" in r.text
+    ok = client.put(
+        "/collections/strict/points", json={"points": [{"id": 2, "text": sts_sentences[1], "payload": {"n": 2**62}}]}
+    )
+    assert ok.status_code == 200
+    hits = client.post("/collections/strict/search", json={"query": "x", "filter": {"n": 2**62}}).json()
+    assert [h["id"] for h in hits] == [2]
+
+
+def test_extreme_query_vectors_score_like_their_direction(client, sts_sentences):
+    client.put("/collections/vec_cos", json={"index": "flat", "metric": "cosine"})
+    client.put("/collections/vec_l2", json={"index": "flat", "metric": "l2"})
+    pts = [{"id": i, "text": t} for i, t in enumerate(sts_sentences)]
+    for name in ("vec_cos", "vec_l2"):
+        assert client.put(f"/collections/{name}/points", json={"points": pts}).status_code == 200
+    direction = [1.0 if i % 3 else -0.5 for i in range(384)]
+
+    def search(name, scale):
+        r = client.post(f"/collections/{name}/search", json={"query": [scale * x for x in direction], "top_k": 5})
+        return r
+
+    ref = search("vec_cos", 1.0).json()
+    for scale in (1e-30, 3e37):
+        got = search("vec_cos", scale).json()
+        assert [h["id"] for h in got] == [h["id"] for h in ref]
+        assert [h["score"] for h in got] == pytest.approx([h["score"] for h in ref], abs=1e-5)
+        assert abs(ref[0]["score"]) > 1e-3
+    r = search("vec_l2", 3e37)
+    assert r.status_code == 422 and "norm" in r.json()["error"]["message"]
+    assert len(search("vec_l2", 1.0).json()) == 5

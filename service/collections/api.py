@@ -7,7 +7,8 @@
 ``DELETE /collections/{name}``                delete it and its files
 ``PUT    /collections/{name}/points``         upsert ``{points: [{id, text, payload}]}`` (durable on answer)
 ``POST   /collections/{name}/points/delete``  delete ``{ids: [...]}`` or ``{filter: {...}}``
-``GET    /collections/{name}/points/{id}``    one point ``{id, text, payload}`` (``?with_vector=true``)
+``GET    /collections/{name}/points/{id}``    one point ``{id, text, payload}`` (``?with_vector=true``,
+                                              ``?id_type=auto|int|string``; ids may contain ``/``)
 ``POST   /collections/{name}/search``         ``{query, top_k, filter, score_threshold, with_payload, with_text}``
                                               -> ``[{id, score, text, payload}]``
 ``POST   /collections/{name}/search/batch``   ``{searches: [search, ...]}`` -> ``[[hit, ...], ...]``
@@ -25,16 +26,27 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import APIError
 from ..routes import json_response
 from .collection import Collection, CollectionClosed, Hit, ModelChanged
 from .filters import FilterError, parse_filter
 from .manager import CollectionManager
+from .vectors import query_problem
 
 router = APIRouter(tags=["collections"])
 
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=False)]
 PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
 
@@ -57,15 +69,35 @@ class PointIn(BaseModel):
 
     @field_validator("payload")
     @classmethod
-    def _finite(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        import json
-
+    def _plain_json(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
-            try:
-                json.dumps(v, allow_nan=False)
-            except ValueError as e:
-                raise ValueError(f"payload must be plain JSON (no NaN/Infinity): {e}") from e
+            check_payload_values(v)
         return v
+
+
+INT64 = (-(2**63), 2**63 - 1)  # what SQLite stores and filters compare as integers
+
+
+def check_payload_values(v: Any, path: str = "payload") -> None:
+    """Payloads are plain JSON whose numbers a filter can match: no NaN/Infinity, integers within signed 64 bits.
+
+    Raises:
+        ValueError: naming the offending path.
+    """
+    if isinstance(v, dict):
+        for k, x in v.items():
+            check_payload_values(x, f"{path}.{k}")
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            check_payload_values(x, f"{path}[{i}]")
+    elif isinstance(v, bool) or v is None or isinstance(v, str):
+        return
+    elif isinstance(v, int):
+        if not INT64[0] <= v <= INT64[1]:
+            raise ValueError(f"{path}: integer {v} is outside the signed 64-bit range filters can compare")
+    elif isinstance(v, float):
+        if not np.isfinite(v):
+            raise ValueError(f"{path}: payload must be plain JSON (no NaN/Infinity)")
 
 
 class UpsertPoints(BaseModel):
@@ -93,12 +125,12 @@ class SearchRequest(BaseModel):
     """One search: ``query`` (text or vector), ``top_k``, optional ``filter`` and ``score_threshold``."""
 
     model_config = ConfigDict(extra="forbid")
-    query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[float], Field(min_length=1)]
-    top_k: int = Field(10, ge=1)
+    query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)]
+    top_k: StrictInt = Field(10, ge=1)
     filter: Any = None
-    score_threshold: float | None = None
-    with_payload: bool = True
-    with_text: bool = True
+    score_threshold: FiniteFloat | None = None
+    with_payload: StrictBool = True
+    with_text: StrictBool = True
 
 
 class SearchBatch(BaseModel):
@@ -239,7 +271,8 @@ async def upsert_points(name: str, body: UpsertPoints, request: Request) -> Resp
                     code="model_changed",
                     headers={"Retry-After": "1"},
                 ) from e
-    return json_response({"status": "completed", "upserted": len(body.points), "sequence": seq})
+    # a repeated id is written once (the last occurrence wins): count the points that changed
+    return json_response({"status": "completed", "upserted": len({p.id for p in body.points}), "sequence": seq})
 
 
 @router.post("/collections/{name}/points/delete")
@@ -260,12 +293,27 @@ async def delete_points(name: str, body: DeletePoints, request: Request) -> Resp
     return json_response({"status": "completed", "deleted": n, "sequence": seq})
 
 
-@router.get("/collections/{name}/points/{point_id}")
-async def get_point(name: str, point_id: str, request: Request, with_vector: bool = False) -> Response:
-    """One point. A path id made of digits is looked up as an unsigned integer first, then as a string."""
+@router.get("/collections/{name}/points/{point_id:path}")
+async def get_point(
+    name: str,
+    point_id: str,
+    request: Request,
+    with_vector: bool = False,
+    id_type: Literal["auto", "int", "string"] = "auto",
+) -> Response:
+    """One point. Any string id is addressable (``/`` included: the rest of the path is the id). With
+    ``id_type=auto`` an id in canonical decimal form (``7``, not ``007``) is looked up as an unsigned integer
+    first, then as a string; ``id_type=string`` or ``int`` picks one (a string id ``"7"`` beside an integer 7)."""
     m = manager_of(request)
     c = m.get(name)
-    candidates: list[int | str] = [int(point_id), point_id] if point_id.isdigit() and point_id.isascii() else [point_id]
+    canonical = point_id.isascii() and point_id.isdigit() and str(int(point_id)) == point_id
+    if id_type == "int" and not canonical:
+        raise APIError(422, f"{point_id!r} is not an unsigned integer id", param="id", code="invalid_value")
+    candidates: list[int | str] = {
+        "auto": [int(point_id), point_id] if canonical else [point_id],
+        "int": [int(point_id)] if canonical else [],
+        "string": [point_id],
+    }[id_type]
     try:
         for pid in candidates:
             p = await m.run(c.get, pid, with_vector)
@@ -329,13 +377,9 @@ async def _run_searches_once(
                     param=f"{pre}query",
                     code="wrong_dimension",
                 )
-            if not np.all(np.isfinite(v)) or (c.spec.metric == "cosine" and not np.any(v)):
-                raise APIError(
-                    422,
-                    "query vector must be finite (and non-zero for cosine)",
-                    param=f"{pre}query",
-                    code="invalid_value",
-                )
+            problem = query_problem(v, c.spec.metric)
+            if problem is not None:
+                raise APIError(422, problem, param=f"{pre}query", code="invalid_value")
             plans.append((s, conditions, v))
     qvecs = await _embed(request, c, texts, m.settings.embed_chunk, model=model) if texts else None
 

@@ -29,6 +29,7 @@ import numpy as np
 from .filters import Condition
 from .index import IndexSpec, VectorIndex, exact_search, fsync_dir, higher_is_better
 from .store import Store, decode_id, encode_id
+from .vectors import unit_rows
 
 log = logging.getLogger("service.collections")
 
@@ -238,8 +239,7 @@ class Collection:
         if v.ndim != 2 or v.shape[1] != self.spec.dimension:
             raise ValueError(f"vectors must have shape (n, {self.spec.dimension}), got {v.shape}")
         if self.spec.metric == "cosine":
-            norms = np.linalg.norm(v, axis=1, keepdims=True)
-            v = v / np.where(norms > 0, norms, 1)
+            return unit_rows(v)
         return np.ascontiguousarray(v, dtype=np.float32)
 
     def upsert(

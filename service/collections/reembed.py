@@ -42,6 +42,7 @@ import numpy as np
 from .collection import Collection
 from .index import IndexSpec, VectorIndex, normalize_params
 from .manager import CollectionManager
+from .vectors import unit_rows
 
 log = logging.getLogger("service.collections.reembed")
 
@@ -144,8 +145,7 @@ class Shadow:
         if v.ndim != 2 or v.shape != (len(iids), self.spec.dimension):
             raise ValueError(f"shadow vectors must have shape ({len(iids)}, {self.spec.dimension}), got {v.shape}")
         if self.spec.metric == "cosine":
-            n = np.linalg.norm(v, axis=1, keepdims=True)
-            v = np.ascontiguousarray(v / np.where(n > 0, n, 1), dtype=np.float32)
+            v = unit_rows(v)
         with self._lock:
             c = self._conn
             c.execute("BEGIN IMMEDIATE")
