@@ -84,7 +84,9 @@ class Settings(BaseSettings):
         description="file of API keys, one per line (# comments), added to api_keys; keeps keys out of "
         "the command line, which other users of the host can read (ps)",
     )
-    admin_api_keys_file: str | None = Field(None, repr=False, description="file of admin API keys, added to admin_api_keys")
+    admin_api_keys_file: str | None = Field(
+        None, repr=False, description="file of admin API keys, added to admin_api_keys"
+    )
     model_control: Literal["explicit", "poll"] = Field(
         "explicit",
         description="'explicit': models change only through /admin routes; 'poll': also watch models_dir "
