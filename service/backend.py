@@ -64,6 +64,10 @@ class ModelInfo:
         return f"{self.name}:{self.version}"
 
 
+#: upper bound of characters one token covers (BERT's WordPiece turns words over 100 characters into [UNK])
+CHARS_PER_TOKEN = 100
+
+
 @dataclass
 class Tokenized:
     """Token ids of one request's inputs, ``ids[i]`` an int64 array of shape ``(len_i,)`` (special tokens included)."""
@@ -225,10 +229,31 @@ class OnnxModel:
 
         With ``truncate=True`` each input is cut to ``max_seq_length`` tokens; with
         ``truncate=False`` it is not (the caller rejects over-long inputs).
+
+        Bounded work: a text longer than :attr:`char_budget` characters is cut to that many before tokenizing
+        (no token of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first
+        ``max_seq_length`` tokens are unchanged but for whitespace runs longer than that), so a 2 MB string costs
+        what a max-length one does. With ``truncate=False`` a cut text that still fits is tokenized in full.
         """
+        budget = self.char_budget
+        cut = [t[:budget] if len(t) > budget else t for t in texts]
         tok = self._tok_trunc if truncate else self._tok_full
-        enc = tok.encode_batch_fast(texts) if hasattr(tok, "encode_batch_fast") else tok.encode_batch(texts)
-        return Tokenized([np.asarray(e.ids, dtype=np.int64) for e in enc])
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in self._encode(tok, cut)]
+        if not truncate:
+            limit = self.info.max_seq_length
+            for i, t in enumerate(texts):
+                if len(t) > budget and len(ids[i]) <= limit:  # whitespace-heavy: count it properly
+                    ids[i] = np.asarray(self._encode(tok, [t])[0].ids, dtype=np.int64)
+        return Tokenized(ids)
+
+    @property
+    def char_budget(self) -> int:
+        """Characters of a text read by the tokenizer: ``CHARS_PER_TOKEN * max_seq_length``."""
+        return CHARS_PER_TOKEN * self.info.max_seq_length
+
+    @staticmethod
+    def _encode(tok: Tokenizer, texts: list[str]) -> list:
+        return tok.encode_batch_fast(texts) if hasattr(tok, "encode_batch_fast") else tok.encode_batch(texts)
 
     def pad(self, ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Right-pad to the longest sequence: ``(input_ids, attention_mask)``, both int64 ``(batch, max_len)``."""

@@ -50,12 +50,14 @@ class QueueFull(Exception):
 class InputTooLong(Exception):
     """An input has more tokens than ``max_seq_length`` and truncation was off.
 
-    Attributes: ``index`` (position in the request), ``n_tokens``, ``max_tokens``.
+    Attributes: ``index`` (position in the request), ``n_tokens`` (a lower bound when ``at_least``: only the
+    text's first ``char_budget`` characters were tokenized), ``max_tokens``.
     """
 
-    def __init__(self, index: int, n_tokens: int, max_tokens: int) -> None:
-        super().__init__(f"input[{index}] has {n_tokens} tokens, more than the model's maximum of {max_tokens}")
-        self.index, self.n_tokens, self.max_tokens = index, n_tokens, max_tokens
+    def __init__(self, index: int, n_tokens: int, max_tokens: int, at_least: bool = False) -> None:
+        count = f"at least {n_tokens}" if at_least else str(n_tokens)
+        super().__init__(f"input[{index}] has {count} tokens, more than the model's maximum of {max_tokens}")
+        self.index, self.n_tokens, self.max_tokens, self.at_least = index, n_tokens, max_tokens, at_least
 
 
 class BatchFailed(RuntimeError):
@@ -173,7 +175,7 @@ class Batcher:
                 if len(over):
                     i = int(over[0])
                     self.metrics.rejected.labels(self._label, "input_too_long").inc()
-                    raise InputTooLong(i, int(tokens.lengths[i]), limit)
+                    raise InputTooLong(i, int(tokens.lengths[i]), limit, len(texts[i]) > self.model.char_budget)
             job = _Job(
                 tokens,
                 loop.create_future(),

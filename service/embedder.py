@@ -112,7 +112,8 @@ class Embedder:
         except InputTooLong as e:
             raise APIError(
                 413,
-                f"{param}[{e.index}] has {e.n_tokens} tokens, more than the maximum of {e.max_tokens} "
+                f"{param}[{e.index}] has {'at least ' if e.at_least else ''}{e.n_tokens} tokens, "
+                f"more than the maximum of {e.max_tokens} "
                 f"for model {lm.info.name}; shorten it or send truncate=true",
                 param=param,
                 code="input_too_long",

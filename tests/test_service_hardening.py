@@ -176,3 +176,16 @@ def test_extreme_query_vectors_score_like_their_direction(client, sts_sentences)
     r = search("vec_l2", 3e37)
     assert r.status_code == 422 and "norm" in r.json()["error"]["message"]
     assert len(search("vec_l2", 1.0).json()) == 5
+
+
+def test_huge_single_string_costs_a_max_length_one(client):
+    """A ~1 MB string is read only up to the character budget: same embedding as a text with the same first
+    tokens, and with truncate=false a 413 that gives a lower bound of its token count."""
+    long_text = "the quick brown fox jumps over the lazy dog " * 23_000  # ~1 MB
+    short = "the quick brown fox jumps over the lazy dog " * 60  # > 256 tokens: truncated the same way
+    r = client.post("/embed", json={"inputs": [long_text, short]})
+    assert r.status_code == 200, r.text
+    a, b = r.json()
+    assert sum(x * y for x, y in zip(a, b)) > 0.99999
+    r = client.post("/embed", json={"inputs": [long_text], "truncate": False})
+    assert r.status_code == 413 and "at least" in r.json()["error"]["message"]
