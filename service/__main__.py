@@ -9,6 +9,7 @@ override defaults. List settings take comma-separated values
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -58,14 +59,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from_args(argv)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         access_log=settings.log_level == "debug",
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=settings.graceful_timeout_s,
     )
+    draining_server(config, app, settings.drain_s).run()
+
+
+def draining_server(config, app, drain_s: float):
+    """A ``uvicorn.Server`` with a drain window: on the first SIGTERM, ``/ready`` answers 503 ``draining`` for
+    ``drain_s`` seconds while every request is still served (a load balancer stops routing here), then uvicorn's
+    graceful shutdown starts (no new connections; in-flight requests finish within ``graceful_timeout_s``).
+    SIGINT, or a second SIGTERM, shuts down at once."""
+    import signal
+
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            if sig == signal.SIGTERM and drain_s > 0 and not app.state.draining and not self.should_exit:
+                app.state.draining = True
+                logging.getLogger("service").info("SIGTERM: draining for %.1f s, then shutting down", drain_s)
+                asyncio.get_running_loop().call_later(drain_s, super().handle_exit, sig, frame)
+                return
+            super().handle_exit(sig, frame)
+
+    return _Server(config)
 
 
 if __name__ == "__main__":

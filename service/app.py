@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.reembedder = None
     app.state.embedder = None
     app.state.ready = False
+    app.state.draining = False
     install_error_handlers(app)
     app.include_router(embeddings.router)
     app.include_router(similarity.router)
@@ -102,5 +103,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.routes.admin)
     keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
-    app.add_middleware(ServiceMiddleware, metrics=metrics, api_keys=keys, max_payload_bytes=settings.max_payload_bytes)
+    app.add_middleware(
+        ServiceMiddleware,
+        metrics=metrics,
+        api_keys=keys,
+        max_payload_bytes=settings.max_payload_bytes,
+        request_timeout_s=settings.request_timeout_s,
+    )
     return app

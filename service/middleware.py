@@ -9,13 +9,18 @@ Order per HTTP request:
 3. body rules, one place for every route: a body sent with a non-JSON ``Content-Type`` → 415; a JSON
    ``\\uXXXX`` escape that leaves an unpaired UTF-16 surrogate (valid JSON, but not Unicode text: no tokenizer
    or database can take it) → 422 ``invalid_text``;
-4. the app, with the already-read body replayed to it;
+4. the app, with the already-read body replayed to it, under a time budget (``request_timeout_s``; not for
+   ``/admin``): past it the app is cancelled and, if nothing was sent yet, 503 ``request_timeout`` answers; a
+   client that disconnects has its app task cancelled at once (status ``499`` in the metrics). Cancelling drops
+   the request's queued inputs from the batcher (a batch already running finishes, nothing more of it runs);
+
 5. ``embed_requests_total`` and ``embed_request_duration_seconds`` recorded with the
    route template (unknown paths as ``other``) and the final status.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 import time
@@ -62,6 +67,16 @@ def unpaired_surrogate(body: bytes) -> str | None:
     return pending_high
 
 
+def _once(message: Message, receive: Receive) -> Receive:
+    """A receive that yields ``message`` first, then defers to ``receive``."""
+    pending = [message]
+
+    async def _receive() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return _receive
+
+
 def bearer_token(authorization: bytes) -> bytes | None:
     """The token of an ``Authorization: Bearer <token>`` header value, or None (other scheme, empty)."""
     scheme, _, token = authorization.partition(b" ")
@@ -82,11 +97,20 @@ def _is_json(content_type: bytes) -> bool:
 class ServiceMiddleware:
     """ASGI middleware. Args: the app, :class:`Metrics`, accepted API keys, payload limit in bytes."""
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, api_keys: list[str], max_payload_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        api_keys: list[str],
+        max_payload_bytes: int,
+        request_timeout_s: float = 60.0,
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.api_keys = [k.encode() for k in api_keys]
         self.max_payload_bytes = max_payload_bytes
+        self.request_timeout_s = request_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,19 +126,74 @@ class ServiceMiddleware:
 
         try:
             err = self._check_auth(scope)
+            body = b""
             if err is None and scope["method"] in _BODY_METHODS:
                 err, receive, body = await self._read_body(scope, receive)
                 err = err or self._check_body(scope, body)
             if err is not None:
                 await err.response()(scope, receive, send_wrapper)
             else:
-                await self.app(scope, receive, send_wrapper)
+                await self._run_app(scope, receive, send_wrapper, body, status)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", None) or ("other" if scope.get("path") not in OPEN_PATHS else scope["path"])
             method = scope.get("method", "")
             self.metrics.requests.labels(path, method, str(status["code"])).inc()
             self.metrics.request_duration.labels(path, method).observe(time.perf_counter() - t0)
+
+    async def _run_app(self, scope: Scope, receive: Receive, send: Send, body: bytes, status: dict) -> None:
+        """Run the app with the body replayed, cancelled on client disconnect or past the time budget."""
+        if scope["method"] not in _BODY_METHODS:
+            receive = _once({"type": "http.request", "body": b"", "more_body": False}, receive)
+        disconnected = asyncio.Event()
+        first = await receive()  # the (replayed) body message: the app gets it, the watcher owns the rest
+
+        async def app_receive() -> Message:
+            nonlocal first
+            if first is not None:
+                msg, first = first, None
+                return msg
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch() -> None:
+            while True:
+                if (await receive())["type"] == "http.disconnect":
+                    disconnected.set()
+                    return
+
+        started = {"yes": False}
+
+        async def tracking_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started["yes"] = True
+            await send(message)
+
+        app_task = asyncio.ensure_future(self.app(scope, app_receive, tracking_send))
+        watcher = asyncio.ensure_future(watch())
+        timeout = None if str(scope.get("path", "")).startswith("/admin") else self.request_timeout_s
+        try:
+            done, _ = await asyncio.wait({app_task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if app_task in done:
+            app_task.result()
+            return
+        app_task.cancel()
+        try:
+            await app_task
+        except asyncio.CancelledError:
+            pass
+        if watcher in done:  # the client went away: nobody to answer
+            status["code"] = 499
+            return
+        if not started["yes"]:
+            await APIError(
+                503,
+                f"request took longer than request_timeout_s={self.request_timeout_s:g} s; it was stopped",
+                code="request_timeout",
+                headers={"Retry-After": "1"},
+            ).response()(scope, app_receive, send)
 
     def _check_auth(self, scope: Scope) -> APIError | None:
         if not self.api_keys or scope.get("path") in OPEN_PATHS or scope.get("method") == "OPTIONS":

@@ -87,6 +87,18 @@ class Settings(BaseSettings):
     admin_api_keys_file: str | None = Field(
         None, repr=False, description="file of admin API keys, added to admin_api_keys"
     )
+    request_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="time budget of a request (not /admin): past it the request answers 503 request_timeout and "
+        "its queued inputs are dropped; a client that disconnects has its queued inputs dropped at once",
+    )
+    drain_s: float = Field(
+        5.0, ge=0, description="after SIGTERM, seconds /ready answers 503 while requests are still served"
+    )
+    graceful_timeout_s: float = Field(
+        30.0, gt=0, description="after the drain, seconds in-flight requests get to finish before the exit"
+    )
     model_control: Literal["explicit", "poll"] = Field(
         "explicit",
         description="'explicit': models change only through /admin routes; 'poll': also watch models_dir "

@@ -100,7 +100,8 @@ def run_server(
         str(workdir / "data"),
         *(args or []),
     ]
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # no drain window on SIGTERM unless a test asks for one (--drain-s): teardown stays fast
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "EMBED_DRAIN_S": "0", **(env or {})}
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=logf, stderr=subprocess.STDOUT)
     server = ServerProcess(url, port, proc, log_path)

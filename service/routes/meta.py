@@ -81,6 +81,8 @@ async def health() -> Response:
 @router.get("/ready")
 async def ready(request: Request) -> Response:
     """Readiness: 200 once the model is loaded, warmed up and its canary checked; 503 otherwise (and while shutting down)."""
+    if getattr(request.app.state, "draining", False):
+        raise APIError(503, "draining: shutting down soon, still serving requests", code="draining")
     if not getattr(request.app.state, "ready", False):
         raise APIError(503, "not ready", code="not_ready")
     lm = request.app.state.registry.active
