@@ -2,8 +2,8 @@
 
 Lifespan: load and warm up the persisted active model (``<data_dir>/active_model.json``,
 see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
-with the loader's message), then start ``service.collections`` if that package
-is present, then mark the app ready. At shutdown: not ready, collections closed,
+with the loader's message), then start ``service.collections`` (its routes are mounted here, so a broken
+faiss install is an import error at start, not silently missing routes), then mark the app ready. At shutdown: not ready, collections closed,
 batchers drained.
 
 ``app.state`` holds ``settings`` (:class:`Settings`), ``metrics`` (:class:`Metrics`),
@@ -21,11 +21,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from .collections import api as collections_api
+from .collections import setup_collections
+from .collections.reembed import Reembedder
 from .embedder import Embedder
 from .errors import install_error_handlers
 from .metrics import Metrics
 from .middleware import ServiceMiddleware
 from .model_control import ModelControl
+from .openapi import document
 from .registry import ModelRegistry
 from .routes import admin, embeddings, meta, similarity
 from .settings import Settings
@@ -50,25 +54,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.collections = None
         await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
-        try:
-            from service.collections import setup_collections  # another package; optional
-        except ImportError:
-            setup_collections = None
         manager = None
         reembedder = None
         try:
-            if setup_collections is not None:
-                manager = setup_collections(app, settings)
-                await manager.start()
-                app.state.collections = manager
-                try:
-                    from service.collections.reembed import Reembedder  # collections follow the active model
-                except ImportError:
-                    Reembedder = None
-                if Reembedder is not None:
-                    reembedder = Reembedder(app, manager, control)
-                    await reembedder.start()
-                    app.state.reembedder = reembedder
+            manager = setup_collections(app, settings)
+            await manager.start()
+            app.state.collections = manager
+            reembedder = Reembedder(app, manager, control)  # collections follow the active model
+            await reembedder.start()
+            app.state.reembedder = reembedder
             app.state.ready = True
             log.info("ready: model %s, limits %s", registry.active.info.id, settings.limits())
             yield
@@ -97,10 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = False
     app.state.draining = False
     install_error_handlers(app)
-    app.include_router(embeddings.router)
-    app.include_router(similarity.router)
-    app.include_router(meta.router)
-    app.include_router(admin.router)
+    for router in (embeddings.router, similarity.router, meta.router, admin.router, collections_api.router):
+        app.include_router(document(router))
     # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.routes.admin)
     keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
     app.add_middleware(

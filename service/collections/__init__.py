@@ -1,4 +1,4 @@
-"""Persistent nearest-neighbour collections (issue 3): SQLite is the truth, FAISS is derived.
+"""Persistent nearest-neighbour collections: SQLite is the truth, FAISS is derived.
 
 Layers, bottom up:
 
@@ -9,8 +9,8 @@ Layers, bottom up:
 * :mod:`.manager`: every collection under ``<data_dir>/collections/`` and background upkeep.
 * :mod:`.api`: the HTTP routes (Qdrant's names).
 
-The service calls :func:`setup_collections` in its lifespan, then ``await manager.start()``
-and, at shutdown, ``await manager.close()``.
+The service mounts :data:`.api.router` in ``create_app``, calls :func:`setup_collections` in its lifespan,
+then ``await manager.start()`` and, at shutdown, ``await manager.close()``.
 """
 
 from __future__ import annotations
@@ -37,15 +37,11 @@ __all__ = [
 
 
 def setup_collections(app: Any, settings: Any) -> CollectionManager:
-    """Mount the collection routes on ``app`` and return the (not yet started) manager.
+    """The (not yet started) manager of ``<settings.data_dir>/collections/``, stored on ``app.state.collections``.
 
-    Collections live in ``<settings.data_dir>/collections/``; tuning comes from
-    the service settings' ``collections_*`` fields (:class:`CollectionSettings`). The manager is stored on
-    ``app.state.collections``.
+    Tuning comes from the service settings' ``collections_*`` fields (:class:`CollectionSettings`). The routes
+    (:data:`.api.router`) are mounted by ``service.app.create_app``.
     """
-    from .api import router
-
     manager = CollectionManager(Path(settings.data_dir) / "collections", CollectionSettings(settings), app=app)
-    app.include_router(router)
     app.state.collections = manager
     return manager

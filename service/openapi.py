@@ -1,0 +1,169 @@
+"""The OpenAPI contract: what every operation answers, in one table.
+
+Routes build their bodies with :func:`service.routes.json_response` (no per-route ``response_model``), so the
+documented success bodies and error answers live here: :data:`OPERATIONS` maps ``(method, path)`` to the success
+schema and the error statuses the operation can answer; :func:`document` attaches them to the app's routes
+(every error uses :class:`ErrorBody`, the OpenAI shape of :mod:`service.errors`). A test fails when a route is
+missing from the table, and the fuzz gate checks live responses against what is written here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorDetail(BaseModel):
+    message: str = Field(description="what was wrong, for a person")
+    type: str = Field(description="error class, e.g. invalid_request_error, rate_limit_error")
+    param: str | None = Field(None, description="the request field at fault, if any")
+    code: str | None = Field(None, description="stable machine-readable code, e.g. input_too_long")
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body: ``{"error": {message, type, param, code}}`` (OpenAI's shape)."""
+
+    error: ErrorDetail
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class EmbeddingItem(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str = Field(description="floats, or base64 little-endian float32")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"]
+    data: list[EmbeddingItem]
+    model: str
+    model_version: str
+    usage: Usage
+
+
+class SimilarityResponse(BaseModel):
+    scores: list[float] = Field(description="cosine similarity per sentence or pair")
+    model: str
+
+
+class Status(_Open):
+    status: str
+
+
+class ModelList(_Open):
+    object: Literal["list"]
+    data: list[dict[str, Any]]
+
+
+class CollectionInfo(_Open):
+    name: str
+    count: int
+    dimension: int
+    metric: str
+    index: dict[str, Any]
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionInfo]
+
+
+class WriteResult(_Open):
+    status: Literal["completed"]
+    sequence: int
+
+
+class Point(_Open):
+    id: int | str
+    text: str
+    payload: dict[str, Any] | None
+
+
+class Hit(_Open):
+    id: int | str
+    score: float
+
+
+#: statuses every operation with a body can answer: malformed body, auth, size, media type, validation, timeout
+COMMON = (400, 401, 413, 415, 422, 503)
+EMBED = (*COMMON, 404, 429)
+COLLECTION = (*COMMON, 404, 409, 429)
+ADMIN = (*COMMON, 403, 404, 409)
+
+#: (method, path) -> (success status, success body schema (None: plain text), error statuses)
+OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
+    ("POST", "/v1/embeddings"): (200, EmbeddingsResponse, EMBED),
+    ("POST", "/embed"): (200, list[list[float]], EMBED),
+    ("POST", "/similarity"): (200, SimilarityResponse, EMBED),
+    ("GET", "/v1/models"): (200, ModelList, (401, 503)),
+    ("GET", "/info"): (200, _Open, (401, 503)),
+    ("GET", "/health"): (200, Status, ()),
+    ("GET", "/ready"): (200, Status, (503,)),
+    ("GET", "/metrics"): (200, None, ()),
+    ("POST", "/admin/models/reload"): (200, _Open, ADMIN),
+    ("POST", "/admin/models/{name}/load"): (200, _Open, ADMIN),
+    ("POST", "/admin/models/{name}/activate"): (200, _Open, ADMIN),
+    ("POST", "/admin/models/{name}/unload"): (200, _Open, ADMIN),
+    ("PUT", "/collections/{name}"): (200, CollectionInfo, COLLECTION),
+    ("GET", "/collections"): (200, CollectionList, (401, 503)),
+    ("GET", "/collections/{name}"): (200, CollectionInfo, (401, 404, 422, 503)),
+    ("DELETE", "/collections/{name}"): (200, _Open, (401, 404, 409, 422, 503)),
+    ("PUT", "/collections/{name}/points"): (200, WriteResult, COLLECTION),
+    ("POST", "/collections/{name}/points/delete"): (200, WriteResult, COLLECTION),
+    ("GET", "/collections/{name}/points/{point_id}"): (200, Point, (401, 404, 422, 503)),
+    ("POST", "/collections/{name}/search"): (200, list[Hit], COLLECTION),
+    ("POST", "/collections/{name}/search/batch"): (200, list[list[Hit]], COLLECTION),
+}
+
+_DESCRIPTIONS = {
+    400: "the body is not valid JSON",
+    401: "missing or wrong API key",
+    403: "the key lacks admin rights, or the admin API is disabled",
+    404: "no such model, collection or point",
+    409: "conflict: exists already, in use, or the collection's model is not loaded",
+    413: "body, batch or input too large",
+    415: "the body is not application/json",
+    422: "invalid request (the message says which field and why)",
+    429: "queue full; retry after Retry-After seconds",
+    500: "internal error; the body carries an error id to quote",
+    503: "starting, draining, or past request_timeout_s",
+}
+
+
+def _route_key(route: APIRoute, method: str) -> tuple[str, str]:
+    return method, route.path.replace("{point_id:path}", "{point_id}")
+
+
+def document(router: APIRouter) -> APIRouter:
+    """Attach :data:`OPERATIONS` to ``router``'s routes (call before mounting it); returns the router.
+
+    Raises:
+        KeyError: a route has no entry in :data:`OPERATIONS` (document it there).
+    """
+    for route in router.routes:
+        if not isinstance(route, APIRoute):
+            continue
+        for method in route.methods:
+            status, schema, errors = OPERATIONS[_route_key(route, method)]
+            ok: dict[str, Any] = {"description": "success"}
+            if schema is None:
+                ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
+                route.response_class = PlainTextResponse
+            else:
+                ok["model"] = schema
+            responses: dict[int | str, Any] = {status: ok}
+            for code in (*errors, 500):
+                responses[code] = {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
+            route.responses = responses
+    return router
