@@ -1,0 +1,159 @@
+"""Hostile-client benchmark (not in CI; run alone on the machine): abandoned work, deadlines, memory.
+
+Against the real service (``python -m service`` on loopback, the default artifact):
+
+1. **abandoned request**: a client sends ``{"input": ["word " * 300] * 500}`` (500 inputs, ~128k tokens after
+   truncation) and gives up after 0.5 s; meanwhile and afterwards one-sentence requests are timed. The service
+   must drop the abandoned inputs: the one-sentence latency stays under 1 s (target) instead of waiting tens of s;
+2. **deadline**: the same heavy request with ``--request-timeout-s 2`` answers 503 ``request_timeout`` at ~2 s,
+   one-sentence requests around it are timed;
+3. **memory**: the server's RSS (``/proc/<pid>/status`` VmRSS) fresh, then after a hostile round: four
+   concurrent 1.9 MB single-string requests, huge batches, unpaired surrogates, non-JSON bodies (target: within
+   +150 MB of the fresh server).
+
+Prints a markdown table with the CPU model and the load average before and after.
+
+Usage::
+
+    python bench/hostile_bench.py [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.server_utils import run_server  # noqa: E402
+
+HEAVY = {"input": ["word " * 300] * 500}
+ONE = {"input": "A man is playing a guitar."}
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _time_one(url: str) -> float:
+    t0 = time.perf_counter()
+    r = httpx.post(f"{url}/v1/embeddings", json=ONE, timeout=120)
+    r.raise_for_status()
+    return time.perf_counter() - t0
+
+
+def _probe_while(url: str, seconds: float) -> list[float]:
+    """One-sentence latencies, one request at a time, for ``seconds``."""
+    out, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        out.append(_time_one(url))
+        time.sleep(0.1)
+    return out
+
+
+def abandoned(url: str) -> dict:
+    def give_up():
+        try:
+            httpx.post(f"{url}/v1/embeddings", json=HEAVY, timeout=httpx.Timeout(120, read=0.5))
+        except httpx.ReadTimeout:
+            pass
+
+    t = threading.Thread(target=give_up)
+    t.start()
+    time.sleep(0.2)
+    lat = _probe_while(url, 6.0)
+    t.join()
+    return {"n": len(lat), "p50": statistics.median(lat), "max": max(lat)}
+
+
+def deadline(url: str) -> dict:
+    res = {}
+
+    def heavy():
+        t0 = time.perf_counter()
+        r = httpx.post(f"{url}/v1/embeddings", json=HEAVY, timeout=120)
+        res["status"], res["code"] = r.status_code, r.json().get("error", {}).get("code")
+        res["seconds"] = time.perf_counter() - t0
+
+    t = threading.Thread(target=heavy)
+    t.start()
+    time.sleep(0.2)
+    lat = _probe_while(url, 4.0)
+    t.join()
+    return {**res, "n": len(lat), "p50": statistics.median(lat), "max": max(lat)}
+
+
+def hostile_round(url: str) -> None:
+    big = "word " * 380_000  # ~1.9 MB, under the 2 MB body limit
+    threads = [
+        threading.Thread(target=lambda: httpx.post(f"{url}/v1/embeddings", json={"input": big}, timeout=120))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    raw = [b'{"input": "\\udcff"}', b'{"input": ["x", "\\ud800"]}', b"input=hello", b"{not json"]
+    for body in raw:
+        httpx.post(f"{url}/v1/embeddings", content=body, headers={"Content-Type": "application/json"}, timeout=60)
+    httpx.post(f"{url}/v1/embeddings", content=b"input=x", headers={"Content-Type": "text/plain"}, timeout=60)
+    httpx.post(f"{url}/v1/embeddings", json={"input": ["short"] * 2048}, timeout=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
+    ap.add_argument("--models-dir", default=str(REPO / "models"))
+    ap.add_argument("--model", default="all-minilm-l6-v2")
+    a = ap.parse_args(argv)
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next(
+        (line.split(":", 1)[1].strip() for line in cpu.splitlines() if "Model name" in line), platform.processor()
+    )
+    load0 = os.getloadavg()
+    base = ["--default-model", a.model, "--intra-op-threads", str(a.threads), "--log-level", "warning"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with run_server(Path(a.models_dir), workdir=Path(tmp) / "a", args=base) as srv:
+            for _ in range(3):
+                _time_one(srv.url)
+            fresh = _rss_mb(srv.proc.pid)
+            idle = statistics.median(_time_one(srv.url) for _ in range(10))
+            ab = abandoned(srv.url)
+            hostile_round(srv.url)
+            after = _rss_mb(srv.proc.pid)
+            ok = httpx.get(f"{srv.url}/health").status_code
+        with run_server(Path(a.models_dir), workdir=Path(tmp) / "b", args=[*base, "--request-timeout-s", "2"]) as srv:
+            _time_one(srv.url)
+            dl = deadline(srv.url)
+    load1 = os.getloadavg()
+    print(f"CPU: {model}; load average before {load0[0]:.2f}, after {load1[0]:.2f}; ORT threads {a.threads}\n")
+    print("| scenario | result |\n|---|---|")
+    print(f"| one sentence, idle server (median of 10) | {idle * 1000:.0f} ms |")
+    print(f"| one sentence while an abandoned 500 x 256-token request is dropped: p50 / max over {ab['n']} | "
+          f"{ab['p50'] * 1000:.0f} ms / {ab['max'] * 1000:.0f} ms (target max < 1000 ms) |")  # fmt: skip
+    print(f"| heavy request with request_timeout_s=2 | {dl.get('status')} {dl.get('code')} after "
+          f"{dl.get('seconds', float('nan')):.2f} s |")  # fmt: skip
+    print(f"| one sentence during that request: p50 / max over {dl['n']} | {dl['p50'] * 1000:.0f} ms / "
+          f"{dl['max'] * 1000:.0f} ms |")  # fmt: skip
+    print(f"| server RSS fresh -> after the hostile round | {fresh:.0f} MB -> {after:.0f} MB "
+          f"(+{after - fresh:.0f} MB; target <= +150) |")  # fmt: skip
+    print(f"| /health after the hostile round | {ok} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
