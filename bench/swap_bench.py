@@ -46,8 +46,8 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from tests.artifact_utils import NAME, sliced_artifact, versioned_copy  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
-from tests.test_hotswap_artifacts import NAME, sliced_artifact, versioned_copy  # noqa: E402
 from training.data.sts import load_stsb  # noqa: E402
 
 ADMIN = {"Authorization": "Bearer bench-admin"}

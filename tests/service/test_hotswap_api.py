@@ -25,14 +25,14 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.server_utils import run_server
-from tests.test_hotswap_artifacts import (
+from tests.artifact_utils import (
     NAME,
     corrupt_artifact,
     sliced_artifact,
     versioned_copy,
     wrong_dimension_artifact,
 )
+from tests.server_utils import run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)

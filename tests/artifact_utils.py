@@ -1,12 +1,5 @@
-"""Artifacts for the hot-swap tests (issue 6), built cheaply from the default ones, and checks of the builders.
-
-* :func:`versioned_copy`: an existing artifact re-labelled ``models/<name>/<version>/``
-  (model.onnx hard-linked when possible; manifest rewritten with the new name/version).
-* :func:`sliced_artifact`: a genuinely different model — the source graph followed by an
-  ONNX ``Slice`` keeping the first ``dim`` columns of ``sentence_embedding`` — with its
-  own sha256 and a canary recorded from the new graph, so it loads like any export.
-* :func:`corrupt_artifact` / :func:`wrong_dimension_artifact`: artifacts that must fail to load.
-"""
+"""Artifact builders for the hot-swap tests and benchmarks: versioned copies, sliced (different) models and
+deliberately broken artifacts, all made from a real exported artifact."""
 
 from __future__ import annotations
 
@@ -14,16 +7,12 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 from artifact_contract import (
     MODEL_FILE,
     OUTPUT_NAME,
     Canary,
     load_manifest,
     sha256_file,
-    validate_artifact,
     write_manifest,
 )
 
@@ -120,33 +109,3 @@ def wrong_dimension_artifact(src: Path, models_dir: Path, name: str, version: st
 
 
 # ---------------------------------------------------------------------------------------------- checks of the builders
-def test_versioned_copy_validates(int8_artifact, tmp_path):
-    d = versioned_copy(int8_artifact, tmp_path, NAME, "7")
-    m = validate_artifact(d)
-    assert (m.name, m.version, m.dimension) == (NAME, "7", 384)
-
-
-def test_sliced_artifact_is_a_different_loadable_model(int8_artifact, tmp_path):
-    from service.backend import OnnxModel
-
-    full = OnnxModel(versioned_copy(int8_artifact, tmp_path, NAME, "1"), providers=["CPUExecutionProvider"])
-    cut = OnnxModel(sliced_artifact(int8_artifact, tmp_path, NAME, "2", 256), providers=["CPUExecutionProvider"])
-    cut.warm_up()  # canary agrees with its own manifest
-    texts = ["A man is playing a guitar.", "Cats sleep most of the day."]
-    a, b = full.embed_sync(texts), cut.embed_sync(texts)
-    assert b.shape == (2, 256)
-    want = a[:, :256] / np.linalg.norm(a[:, :256], axis=1, keepdims=True)
-    np.testing.assert_allclose(b, want, atol=1e-5)  # exactly the Matryoshka cut of the source
-    assert cut.info.sha256 != full.info.sha256
-
-
-@pytest.mark.parametrize(
-    "builder,needle", [(corrupt_artifact, "cannot open model.onnx"), (wrong_dimension_artifact, "256")]
-)
-def test_broken_artifacts_fail_to_load(int8_artifact, tmp_path, builder, needle):
-    from service.backend import ModelLoadError, OnnxModel
-
-    d = builder(int8_artifact, tmp_path, NAME, "9")
-    with pytest.raises(ModelLoadError, match=needle):
-        m = OnnxModel(d, providers=["CPUExecutionProvider"])
-        m.warm_up()

@@ -18,8 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
 from tests.server_utils import run_server
-from tests.test_hotswap_artifacts import NAME, sliced_artifact, versioned_copy
 from training.data.sts import load_stsb
 
 pytestmark = pytest.mark.timeout(600)
