@@ -2,15 +2,16 @@
 
 ``app.state.embedder`` is an :class:`Embedder`. Stable interface::
 
-    result = await app.state.embedder.embed(texts, model=None)
+    result = await app.state.embedder.encode(texts, model=None)
     result.embeddings   # np.float32, shape (len(texts), dimension), rows L2-normalised
     result.model        # ModelInfo: .name .version .sha256 .dimension (.max_seq_length)
     result.prompt_tokens  # int, tokens after truncation, special tokens included
 
-Errors are :class:`service.errors.APIError` (already in the HTTP shape, so a
-route may let them propagate): 404 ``model_not_found``, 413 ``input_too_long``,
-422 ``invalid_value``, 429 ``queue_full`` (with ``Retry-After``), 500
-``inference_failed``, 503 ``shutting_down`` / ``model_not_ready``.
+Errors are domain exceptions (``service.errors.ERROR_TABLE`` maps each to its HTTP answer once):
+:class:`~service.registry.ModelNotFound` (404), :class:`ModelNotReady` (503), :class:`InvalidInput` (422),
+:class:`~service.batcher.InputTooLong` (413), :class:`~service.batcher.QueueFull` (429),
+:class:`~service.batcher.BatchFailed` (500), :class:`~service.batcher.BatcherClosed` (503). Each carries the
+request field it concerns in ``param``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,20 @@ import numpy as np
 from artifact_contract import postprocess
 
 from .backend import ModelInfo
-from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull
-from .errors import APIError
+from .batcher import InputTooLong
 from .registry import LoadedModel, ModelNotFound, ModelRegistry
+
+
+class ModelNotReady(RuntimeError):
+    """No model is loaded yet (start-up)."""
+
+
+class InvalidInput(ValueError):
+    """A request value the embedder cannot take; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass
@@ -50,26 +62,15 @@ class Embedder:
         """The loaded model a request names (None: the active one).
 
         Raises:
-            APIError: 404 ``model_not_found``; 503 ``model_not_ready`` when none is loaded.
+            ModelNotFound: ``model`` is not loaded (``param`` set). ModelNotReady: none is loaded.
         """
         try:
             return self.registry.get(model)
         except ModelNotFound as e:
             if model is None or model == "":
-                raise APIError(503, "no model is loaded yet", code="model_not_ready") from e
-            raise APIError(404, str(e), param=param, code="model_not_found") from e
-
-    async def embed(self, texts: list[str], *, model: str | None = None) -> EmbedResult:
-        """L2-normalised embeddings of ``texts`` (truncated to the model's max_seq_length).
-
-        Args:
-            texts: non-empty list of strings.
-            model: a loaded model's ``name`` or ``name:version``; None for the active model.
-
-        Raises:
-            APIError: see the module docstring.
-        """
-        return await self.encode(texts, model=model)
+                raise ModelNotReady("no model is loaded yet") from e
+            e.param = param
+            raise
 
     async def encode(
         self,
@@ -81,46 +82,31 @@ class Embedder:
         dimensions: int | None = None,
         param: str = "input",
     ) -> EmbedResult:
-        """Like :meth:`embed` with the request options of the HTTP API.
+        """Embeddings of ``texts`` with the request options of the HTTP API.
 
         Args:
+            texts: non-empty list of strings.
+            model: a loaded model's ``name`` or ``name:version`` (or the :class:`LoadedModel`); None: the active one.
             truncate: cut inputs to ``max_seq_length`` tokens; if False, an over-long input is a 413.
             normalize: L2-normalise rows (``dimensions`` always renormalises).
             dimensions: keep the first ``dimensions`` columns, in ``[1, dimension]``.
             param: the request field named in errors about the inputs.
 
         Raises:
-            APIError: see the module docstring.
+            see the module docstring.
         """
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise APIError(422, "texts must be a non-empty list of strings", param=param, code="invalid_value")
+            raise InvalidInput("texts must be a non-empty list of strings", param)
         lm = model if isinstance(model, LoadedModel) else self.resolve(model)
         dim = lm.info.dimension
         if dimensions is not None and not 1 <= dimensions <= dim:
-            raise APIError(
-                422,
-                f"dimensions must be between 1 and {dim} for model {lm.info.name}, got {dimensions}",
-                param="dimensions",
-                code="invalid_value",
+            raise InvalidInput(
+                f"dimensions must be between 1 and {dim} for model {lm.info.name}, got {dimensions}", "dimensions"
             )
         try:
             res = await lm.batcher.submit(texts, truncate=truncate)
-        except QueueFull as e:
-            raise APIError(
-                429, f"server busy: {e}; retry later", code="queue_full", headers={"Retry-After": "1"}
-            ) from e
         except InputTooLong as e:
-            raise APIError(
-                413,
-                f"{param}[{e.index}] has {'at least ' if e.at_least else ''}{e.n_tokens} tokens, "
-                f"more than the maximum of {e.max_tokens} "
-                f"for model {lm.info.name}; shorten it or send truncate=true",
-                param=param,
-                code="input_too_long",
-            ) from e
-        except BatchFailed as e:
-            raise APIError(500, str(e), code="inference_failed", type="server_error") from e
-        except BatcherClosed as e:
-            raise APIError(503, str(e), code="shutting_down") from e
+            e.param, e.model = param, lm.info.name
+            raise
         emb = postprocess(res.pooled, normalize=normalize, dimensions=dimensions)
         return EmbedResult(emb, lm.info, res.prompt_tokens)

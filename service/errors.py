@@ -1,20 +1,26 @@
 """API errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
 
 Every 4xx/5xx answer of the service uses this body, so clients (the OpenAI SDKs
-included) can parse it. Raise :class:`APIError` anywhere in a route; the handlers
-installed by :func:`install_error_handlers` render it.
+included) can parse it. Core code raises domain exceptions; :data:`ERROR_TABLE` maps each to its answer in one
+place. Routes raise :class:`APIError` for what only HTTP knows (auth, request shape); the handlers installed by
+:func:`install_error_handlers` render both.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull
+from .embedder import InvalidInput, ModelNotReady
+from .registry import ModelNotFound
 
 log = logging.getLogger("service.errors")
 
@@ -80,8 +86,50 @@ def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
     return ".".join(parts) or None
 
 
+def _too_long(e: InputTooLong) -> APIError:
+    model = f" for model {e.model}" if getattr(e, "model", None) else ""
+    count = f"{'at least ' if e.at_least else ''}{e.n_tokens}"
+    param = getattr(e, "param", "input")
+    return APIError(
+        413,
+        f"{param}[{e.index}] has {count} tokens, more than the maximum of {e.max_tokens}{model}; "
+        "shorten it or send truncate=true",
+        param=param,
+        code="input_too_long",
+    )
+
+
+#: domain exception -> its HTTP answer: the one place core errors become HTTP
+ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
+    ModelNotFound: lambda e: APIError(404, str(e), param=getattr(e, "param", "model"), code="model_not_found"),
+    ModelNotReady: lambda e: APIError(503, str(e), code="model_not_ready"),
+    InvalidInput: lambda e: APIError(422, str(e), param=e.param, code="invalid_value"),
+    InputTooLong: _too_long,
+    QueueFull: lambda e: APIError(
+        429, f"server busy: {e}; retry later", code="queue_full", headers={"Retry-After": "1"}
+    ),
+    BatchFailed: lambda e: APIError(500, str(e), code="inference_failed", type="server_error"),
+    BatcherClosed: lambda e: APIError(503, str(e), code="shutting_down"),
+}
+
+
+def to_api_error(exc: Exception) -> APIError | None:
+    """The HTTP answer :data:`ERROR_TABLE` gives ``exc`` (by its class or a base class), or None."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls](exc)
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Render :class:`APIError`, validation errors (422), HTTP errors and any unexpected error (500) as JSON."""
+    """Render :class:`APIError`, the domain exceptions of :data:`ERROR_TABLE`, validation errors (422), HTTP
+    errors and any unexpected error (500) as JSON."""
+
+    async def _domain(_: Request, exc: Exception) -> JSONResponse:
+        return to_api_error(exc).response()
+
+    for cls in ERROR_TABLE:
+        app.add_exception_handler(cls, _domain)
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:

@@ -37,7 +37,9 @@ from pydantic import (
     model_validator,
 )
 
+from ..embedder import ModelNotReady
 from ..errors import APIError
+from ..registry import ModelNotFound
 from ..routes import json_response
 from .collection import Collection, CollectionClosed, Hit, ModelChanged
 from .filters import FilterError, parse_filter
@@ -167,7 +169,7 @@ async def _embed(
     model_id = f"{want['name']}:{want['version']}"
     try:
         lm = emb.resolve(model_id)
-    except APIError as e:
+    except (ModelNotFound, ModelNotReady) as e:
         raise APIError(
             409,
             f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded",
