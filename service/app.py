@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from .collections import api as collections_api
 from .collections import setup_collections
@@ -81,7 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     log.exception("closing collections failed")
             await registry.close()
 
-    app = FastAPI(title="redundancy-embed", version="0.1.0", lifespan=lifespan)
+    # /docs and /redoc load Swagger UI / ReDoc from the fastapi-offline package: they work air-gapped (no CDN)
+    app = FastAPIOffline(title="redundancy-embed", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.registry = registry

@@ -363,3 +363,17 @@ def test_metrics_after_traffic(client):
     assert 'status="422"' in text and 'status="413"' in text and 'status="404"' in text
     info = [line for line in text.splitlines() if line.startswith("embed_model_info{")]
     assert len(info) == 1 and 'name="all-minilm-l6-v2"' in info[0] and "sha256=" in info[0]
+
+
+def test_api_docs_load_without_a_cdn(server):
+    """/docs and /redoc reference only this server's own assets (air-gapped users see the pages)."""
+    import re as _re
+
+    for page in ("/docs", "/redoc"):
+        r = httpx.get(f"{server.url}{page}", timeout=30)
+        assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+        urls = _re.findall(r'(?:src|href)="([^"]+)"', r.text) + _re.findall(r"url: '([^']+)'", r.text)
+        assert urls and not [u for u in urls if u.startswith(("http:", "https:", "//"))], urls
+        for u in urls:
+            if u.endswith((".js", ".css")):
+                assert httpx.get(f"{server.url}{u}", timeout=30).status_code == 200, u
