@@ -1,4 +1,4 @@
-"""Benchmark of issue 5's methods (not in CI): InforMin-CL, SSCL, MSSE, each alone and + 3R.
+"""Benchmark of methods (not in CI): InforMin-CL, SSCL, MSSE, each alone and + 3R.
 
 Same protocol as ``bench/train_bench.py`` (engineer B's SimCSE/3R bench), whose ``run_one`` it
 reuses: from the default encoder, ``python -m training train`` in a subprocess per run, batch 64,

@@ -1,4 +1,4 @@
-"""Vector search benchmark: flat vs HNSW vs IVF-PQ at top_k 10 (issue 3).
+"""Vector search benchmark: flat vs HNSW vs IVF-PQ at top_k 10.
 
 Datasets (384-d, unit-norm float32):
 

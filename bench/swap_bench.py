@@ -1,4 +1,4 @@
-"""Hot-swap benchmark (issue 6): request latency during a model swap vs steady state, and the re-embedding rate.
+"""Hot-swap benchmark: request latency during a model swap vs steady state, and the re-embedding rate.
 
 Setup (all in a temporary directory): ``minilm/1`` = the default fp32 artifact; ``minilm/2`` =
 the same encoder cut to 256 dimensions by an ONNX Slice (a different model, built by

@@ -5,7 +5,7 @@ on the shared corpus, the same budget and seeds for every setting:
 
 * ``none``: no training (evaluated once; deterministic);
 * ``simcse``; ``simcse_3r``; ``dynamic_mask``; ``overall_subtraction``; ``token_subtraction``;
-  ``static_identification`` (paper 000 Table 3);
+  ``static_identification`` (the 3R paper Table 3);
 * loss at step 0 and at the end for batch 64, 256 and 512 (256/512 with gradient caching,
   chunk 64), unsupervised SimCSE.
 

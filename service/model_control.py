@@ -1,4 +1,4 @@
-"""Model control (issue 6): load, activate, unload and rescan artifacts while serving.
+"""Model control: load, activate, unload and rescan artifacts while serving.
 
 :class:`ModelControl` sits on top of :class:`~service.registry.ModelRegistry` and owns
 the policy the registry does not know about:

@@ -3,7 +3,7 @@
 Each :class:`LoadedModel` pairs an :class:`~service.backend.OnnxModel` with its own
 :class:`~service.batcher.Batcher`, so several models (or versions) can be served at
 once. A request resolves its model once, at the start, and finishes on that object
-even if the active model changes meanwhile (what issue 6's hot swap needs).
+even if the active model changes meanwhile (what hot swap needs).
 """
 
 from __future__ import annotations

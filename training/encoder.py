@@ -218,7 +218,7 @@ class SentenceEncoder(nn.Module):
         )
         logger.info("encoder %s: %s pooling (%s)", path, self.pooling, why)
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-        if (Path(path) / "sparse_structure.json").is_file():  # physically pruned (training/sparse, issue 5)
+        if (Path(path) / "sparse_structure.json").is_file():  # physically pruned (training/sparse)
             from training.sparse.prune import load_pruned
 
             self.model = load_pruned(path)
@@ -369,7 +369,7 @@ class SentenceEncoder(nn.Module):
         d.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(d)
         structure = Path(self.source) / "sparse_structure.json"
-        if structure.is_file():  # pruned shapes travel with the weights (training/sparse, issue 5)
+        if structure.is_file():  # pruned shapes travel with the weights (training/sparse)
             (d / structure.name).write_bytes(structure.read_bytes())
         self.tokenizer.save_pretrained(d)
         modules = [

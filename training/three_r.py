@@ -1,4 +1,4 @@
-"""3R: Redundant Representation Reduction (paper 000, §3, Eqs. 3–5, Table 3 variants).
+"""3R: Redundant Representation Reduction (the 3R paper, §3, Eqs. 3–5, Table 3 variants).
 
 Per training step:
 
@@ -63,7 +63,7 @@ def words(sentence: str) -> list[str]:
 
 
 def top_words(sentences: Iterable[str], n: int = 300) -> list[str]:
-    """The ``n`` most frequent words of a corpus (paper 000 §3.1 step 1), most frequent first."""
+    """The ``n`` most frequent words of a corpus (the 3R paper §3.1 step 1), most frequent first."""
     c: Counter[str] = Counter()
     for s in sentences:
         c.update(words(s))

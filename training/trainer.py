@@ -5,7 +5,7 @@ One optimisation step on a batch of N sentences (unsupervised) or N triplets (su
 1. Encode the views (``anchor``/``positive`` = two dropout passes of the same sentences, or
    premise/entailment/contradiction) → h ``(N, D)`` each (pooling + train-only head).
 2. 3R (if enabled, ``training/three_r.py``): h̄ from k pool sentences, σ over the batch, mask
-   with the learnable c, ĥ = transform(h) for every view (paper 000 Eqs. 3–5).
+   with the learnable c, ĥ = transform(h) for every view (the 3R paper Eqs. 3–5).
 3. Loss = Σ_terms weight × objective(batch) (``training/objectives``; SimCSE = InfoNCE, Eqs. 1/2/4).
 4. AdamW step, linear schedule with warmup.
 
@@ -93,7 +93,7 @@ class Trainer:
             self.data: list = load_triplets(cfg.data.train_file)
             if cfg.data.max_train_samples:
                 self.data = self.data[: cfg.data.max_train_samples]
-        elif cfg.data.mode == "pairs":  # (anchor, positive) from a user file (issue 5, MSSE positives)
+        elif cfg.data.mode == "pairs":  # (anchor, positive) from a user file
             from training.objectives.msse import read_pairs
 
             self.data = list(zip(*read_pairs(cfg.data.train_file)))[: cfg.data.max_train_samples or None]

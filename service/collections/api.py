@@ -246,7 +246,7 @@ async def upsert_points(name: str, body: UpsertPoints, request: Request) -> Resp
         )
     texts = [p.text for p in body.points]
     for attempt in range(_RETRIES):
-        # while a re-embedding runs (issue 6) the texts are embedded by both models and written to both
+        # while a re-embedding runs the texts are embedded by both models and written to both
         model, shadow = dict(c.model), c.shadow
         smodel = dict(shadow.model) if shadow is not None else None
         vectors = await _embed(request, c, texts, m.settings.embed_chunk, model=model)
@@ -327,7 +327,7 @@ async def get_point(
 
 
 # --- search -------------------------------------------------------------------------------------------------------
-_RETRIES = 3  # embeddings made just before a re-embedding swap (issue 6) are redone with the new model
+_RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
 
 
 async def _run_searches(

@@ -131,7 +131,7 @@ class Collection:
         self._wmutex = threading.Lock()
         self._closed = False
         self.last_error: str | None = None
-        # re-embedding towards another model (issue 6, see .reembed): a Shadow while running, and its status
+        # re-embedding towards another model: a Shadow while running, and its status
         self.shadow: Any = None
         self.reembed_status: dict[str, Any] | None = None
 

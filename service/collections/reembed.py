@@ -1,4 +1,4 @@
-"""Collections follow the active model (issue 6): background re-embedding into a shadow, then an atomic swap.
+"""Collections follow the active model: background re-embedding into a shadow, then an atomic swap.
 
 When the active model changes (:meth:`ModelControl.activate` calls :meth:`Reembedder.on_activate`),
 every collection embedded by another model is re-embedded from its stored texts:

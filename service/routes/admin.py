@@ -1,4 +1,4 @@
-"""Admin routes (issue 6): model control, behind an admin API key.
+"""Admin routes: model control, behind an admin API key.
 
 =====================================  =============================================================
 ``POST /admin/models/{name}/load``      body ``{"version": "2"}`` optional (default: newest on disk);

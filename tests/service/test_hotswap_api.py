@@ -1,4 +1,4 @@
-"""Hot swap through the real service (issue 6): admin auth, failed loads, a swap under load, rollback, restart.
+"""Hot swap through the real service: admin auth, failed loads, a swap under load, rollback, restart.
 
 One models dir, built from the default fp32 artifact:
 

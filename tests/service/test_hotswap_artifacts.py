@@ -1,4 +1,4 @@
-"""Artifacts for the hot-swap tests (issue 6), built cheaply from the default ones, and checks of the builders.
+"""Artifacts for the hot-swap tests, built cheaply from the default ones, and checks of the builders.
 
 * :func:`versioned_copy`: an existing artifact re-labelled ``models/<name>/<version>/``
   (model.onnx hard-linked when possible; manifest rewritten with the new name/version).

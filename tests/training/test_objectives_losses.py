@@ -89,7 +89,7 @@ def test_mask_tokens_respects_specials_and_padding():
     assert int((l0 != -100).sum()) == 1
 
 
-# ---------------------------------------------------------------- SSCL (paper 002 §3.2)
+# ---------------------------------------------------------------- SSCL (SSCL (arXiv:2305.06154) §3.2)
 def test_sscl_layers():
     assert sscl_layers() == [-2]
     assert sscl_layers(3) == [3]
@@ -138,7 +138,7 @@ def test_sscl_gradient_pushes_negative_away():
     assert after.item() < before.item()
 
 
-# ---------------------------------------------------------------- MSSE DCM (paper 004 Eqs. 2-4)
+# ---------------------------------------------------------------- MSSE DCM (MSSE Eqs. 2-4)
 def test_dcm_hand_computed():
     H = torch.tensor([[1.0, 2.0], [2.0, 0.0], [3.0, 1.0]])
     # columns centred: (-1,0,1), (1,-1,0); correlation -0.5 ; C = [[1,-.5],[-.5,1]]
@@ -159,7 +159,7 @@ def test_dcm_decorrelated_identical_views_is_zero_and_swapped_is_max():
         dcm_loss(H[:1], H[:1])
 
 
-# ---------------------------------------------------------------- MSSE ICM (paper 004 Eqs. 8-9)
+# ---------------------------------------------------------------- MSSE ICM (MSSE Eqs. 8-9)
 def test_icm_hand_computed_and_gradients_reach_encoder_side():
     emb = _emb([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     dec = ICMDecoder(emb, dim=2, max_len=4)

@@ -1,4 +1,4 @@
-"""CPU smoke trainings of issue 5's methods, alone and + 3R, exported and served by one real service.
+"""CPU smoke trainings of methods, alone and + 3R, exported and served by one real service.
 
 Each run uses the repository's config file (``configs/<method>[_3r].yaml``) with tiny
 overrides: 4 steps of batch 8 on the first 64 corpus sentences. STS evaluation and the

@@ -1,4 +1,4 @@
-"""SparseCSE (paper 003 §2): masks, importance, physical pruning, save/load, smaller ONNX artifact.
+"""SparseCSE (SparseCSE §2): masks, importance, physical pruning, save/load, smaller ONNX artifact.
 
 Runs on the real default encoder (all-MiniLM-L6-v2) and real STS-B sentences.
 """

@@ -1,4 +1,4 @@
-"""SimCSE InfoNCE (paper 000 Eqs. 1-2) against a hand computation; the objective registry."""
+"""SimCSE InfoNCE (the 3R paper Eqs. 1-2) against a hand computation; the objective registry."""
 
 from __future__ import annotations
 

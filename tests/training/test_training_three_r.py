@@ -1,4 +1,4 @@
-"""3R (paper 000, Eqs. 3-5) on hand-computed tensors, the Table 3 variants, and the pool miner."""
+"""3R (the 3R paper, Eqs. 3-5) on hand-computed tensors, the Table 3 variants, and the pool miner."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A training run is a **weighted sum of named loss terms** from the config::
 
     losses:
       simcse:   {type: simcse, weight: 1.0, params: {temperature: 0.05}}
-      informin: {type: informin, weight: 1.0, params: {lam: 0.4}}   # issue 5
+      informin: {type: informin, weight: 1.0, params: {lam: 0.4}}
 
 Each term is an :class:`Objective` (a small ``nn.Module``), ONE FILE PER METHOD in
 ``training/objectives/<type>.py``, registered with :func:`training.objectives.register`.
@@ -40,7 +40,7 @@ What an objective receives (:class:`ObjectiveBatch`)
 ----------------------------------------------------
 * ``anchor`` ``(N, D)``: h_i, ``positive`` ``(N, D)``: h_i⁺, ``hard_negative`` ``(N, D)`` or
   ``None``: h_i⁻ — pooled (+ train-only head) sentence embeddings, float32, **already
-  transformed by 3R** when 3R is enabled (paper 000, Eq. 5: every embedding the loss sees).
+  transformed by 3R** when 3R is enabled (the 3R paper, Eq. 5: every embedding the loss sees).
   Unsupervised: ``anchor``/``positive`` are two dropout views of the same sentences.
   Supervised: anchor = premise, positive = entailment, hard_negative = contradiction.
 * ``raw``: the same views before 3R, ``{"anchor", "positive", "hard_negative"?}``.

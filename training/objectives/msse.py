@@ -1,6 +1,6 @@
-"""MSSE (paper 004 §3.2–3.3): dimension-level contrast (DCM) and information compensation (ICM).
+"""MSSE (MSSE §3.2–3.3): dimension-level contrast (DCM) and information compensation (ICM).
 
-Paper 004, Eq. 10: ``L = L_NCE + μ·L_DCM + γ·L_ICM`` (μ = 0.8, γ = 0.2 in its
+MSSE, Eq. 10: ``L = L_NCE + μ·L_DCM + γ·L_ICM`` (μ = 0.8, γ = 0.2 in its
 Appendix; ``L_NCE`` is the run's InfoNCE, engineer B's SimCSE objective).
 
 **DCM** (Eqs. 2–4). ``H, H⁺ ∈ R^{N×D}`` are the two views' batch embeddings.
@@ -21,7 +21,7 @@ encoder's word embeddings (``u_j E^T + c``), since the default encoder has no
 MLM head. Gradients reach the encoder through ``h`` and through ``E``.
 
 Positives: dropout (the second view of the same sentence) or a user pairs
-file (:func:`read_pairs`, e.g. back-translations as in paper 004 §3.1).
+file (:func:`read_pairs`, e.g. back-translations as in MSSE §3.1).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = ["dcm_loss", "cross_correlation", "ICMDecoder", "icm_loss", "read_pair
 
 
 def cross_correlation(h: torch.Tensor, h_pos: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``C`` of paper 004, Eq. 3: ``(D, D)`` cosines between batch-normalised columns of ``h`` and ``h_pos``.
+    """``C`` of MSSE, Eq. 3: ``(D, D)`` cosines between batch-normalised columns of ``h`` and ``h_pos``.
 
     Args:
         h, h_pos: ``(N, D)``, N ≥ 2.
@@ -57,7 +57,7 @@ def cross_correlation(h: torch.Tensor, h_pos: torch.Tensor, eps: float = 1e-8) -
 
 
 def dcm_loss(h: torch.Tensor, h_pos: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
-    """``L_DCM = Σ_{i,j} (C_ij − δ_ij)²`` (paper 004, Eq. 4).
+    """``L_DCM = Σ_{i,j} (C_ij − δ_ij)²`` (MSSE, Eq. 4).
 
     Args:
         h, h_pos: ``(N, D)`` view embeddings.
@@ -76,7 +76,7 @@ def dcm_loss(h: torch.Tensor, h_pos: torch.Tensor, reduction: str = "sum") -> to
 
 
 class ICMDecoder(nn.Module):
-    """Train-only decoder ``q(s|h)`` of paper 004 §3.3: sentence embedding → token logits.
+    """Train-only decoder ``q(s|h)`` of MSSE §3.3: sentence embedding → token logits.
 
     ``(N, D)`` embeddings and a length ``T`` → ``(N, T, V)`` logits, through an
     output layer tied to ``word_embeddings`` (shared, not copied) plus a bias.
@@ -125,7 +125,7 @@ def icm_loss(
     attention_mask: torch.Tensor,
     special_ids: set[int] | frozenset[int] = frozenset(),
 ) -> torch.Tensor:
-    """``L_ICM``: mean cross-entropy (nats per token) of reconstructing ``input_ids`` from ``h`` (paper 004, Eq. 9).
+    """``L_ICM``: mean cross-entropy (nats per token) of reconstructing ``input_ids`` from ``h`` (MSSE, Eq. 9).
 
     Positions with ``attention_mask == 0`` and tokens in ``special_ids``
     (e.g. ``[CLS]``, ``[SEP]``) are not predicted. Only the predicted
@@ -175,7 +175,7 @@ from training.objectives.base import Objective, ObjectiveBatch, ObjectiveContext
 
 @register("msse")
 class MSSE(Objective):
-    """MSSE's extra terms (paper 004, Eq. 10): ``{"dcm": μ·L_DCM, "icm": γ·L_ICM}``.
+    """MSSE's extra terms (MSSE, Eq. 10): ``{"dcm": μ·L_DCM, "icm": γ·L_ICM}``.
 
     Combine with the InfoNCE term ``L_NCE`` (SimCSE) in the config::
 

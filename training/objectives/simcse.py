@@ -1,6 +1,6 @@
 """SimCSE (Gao et al., 2021): InfoNCE over in-batch negatives, unsupervised and supervised.
 
-Paper 000 (3R), Eq. 1 (unsupervised) and Eq. 2 (supervised with hard negatives);
+the 3R paper (3R), Eq. 1 (unsupervised) and Eq. 2 (supervised with hard negatives);
 with 3R the inputs are the reduced embeddings ĥ (Eq. 4).
 """
 
@@ -19,7 +19,7 @@ def info_nce(
 ) -> torch.Tensor:
     """InfoNCE with in-batch negatives, mean over the batch.
 
-    Unsupervised (paper 000 Eq. 1):
+    Unsupervised (the 3R paper Eq. 1):
     ``L_i = -log exp(sim(h_i, h_i⁺)/τ) / Σ_j exp(sim(h_i, h_j⁺)/τ)``.
     Supervised (Eq. 2): the denominator also sums ``exp(sim(h_i, h_j⁻)/τ)`` over all j.
     ``sim`` is cosine similarity (:func:`training.encoder.cosine_matrix`).

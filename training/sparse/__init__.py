@@ -1,4 +1,4 @@
-"""SparseCSE (paper 003 §2): structured pruning of attention heads and FFN neurons.
+"""SparseCSE (SparseCSE §2): structured pruning of attention heads and FFN neurons.
 
 * :mod:`training.sparse.masks` — head masks ξ and neuron masks ν as forward hooks (transformers 5 has no ``head_mask``).
 * :mod:`training.sparse.importance` — ``L_score = λ·L_alignment + (1 − λ)·L_uniformity`` and

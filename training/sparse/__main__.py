@@ -1,4 +1,4 @@
-"""``python -m training.sparse {score,prune,sweep}``: SparseCSE from the command line (paper 003 §2).
+"""``python -m training.sparse {score,prune,sweep}``: SparseCSE from the command line (SparseCSE §2).
 
 Examples::
 
@@ -147,7 +147,7 @@ def cmd_sweep(args) -> int:
             name=name,
             evaluate="none" if args.eval_limit else args.eval,
             training={
-                "method": "SparseCSE (paper 003)",
+                "method": "SparseCSE (SparseCSE)",
                 "sparsity": s,
                 "finetune_config": args.finetune_config,
                 "overrides": ov,
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def scoring(sp):
         sp.add_argument("--model", default=None, help="scored model directory (default: the default encoder)")
-        sp.add_argument("--lam", type=float, default=0.5, help="λ of L_score (paper 003 §2.3)")
+        sp.add_argument("--lam", type=float, default=0.5, help="λ of L_score (SparseCSE §2.3)")
         sp.add_argument("--min-gold", type=float, default=4.0, help="STS-B train gold >= this is a positive pair")
         sp.add_argument("--score-batch-size", type=int, default=32)
         sp.add_argument("--score-batches", type=int, default=16, help="0: every positive pair")

@@ -1,6 +1,6 @@
-"""Alignment-and-uniformity importance scores for heads and FFN neurons (SparseCSE, paper 003 §2.3).
+"""Alignment-and-uniformity importance scores for heads and FFN neurons (SparseCSE, SparseCSE §2.3).
 
-``L_score = λ·L_alignment + (1 − λ)·L_uniformity`` (paper 003, the L_Score
+``L_score = λ·L_alignment + (1 − λ)·L_uniformity`` (SparseCSE, the L_Score
 equation of §2.3, λ = 0.5 by default), with
 
 * ``L_alignment = log E_{(i,i+)} ‖h_i − h_i⁺‖²`` over positive pairs,
@@ -39,11 +39,11 @@ __all__ = [
 
 
 def alignment_loss(h: torch.Tensor, h_pos: torch.Tensor, *, log: bool = True) -> torch.Tensor:
-    """``log E_i ‖ĥ_i − ĥ_i⁺‖²`` on L2-normalised rows (paper 003 §2.3, L_Alignment).
+    """``log E_i ‖ĥ_i − ĥ_i⁺‖²`` on L2-normalised rows (SparseCSE §2.3, L_Alignment).
 
     Args:
         h, h_pos: ``(N, D)`` embeddings of positive pairs (normalised here).
-        log: take the log as paper 003 writes it (Wang & Isola use no log).
+        log: take the log as SparseCSE writes it (Wang & Isola use no log).
     Returns:
         scalar tensor (squared Euclidean units on the unit sphere, ``[0, 4]`` before the log).
     Raises:
@@ -57,7 +57,7 @@ def alignment_loss(h: torch.Tensor, h_pos: torch.Tensor, *, log: bool = True) ->
 
 
 def uniformity_loss(h: torch.Tensor, t: float = 2.0) -> torch.Tensor:
-    """``log E_{i≠j} exp(−t‖ĥ_i − ĥ_j‖²)`` on L2-normalised rows (paper 003 §2.3, L_Uniformity, t = 2).
+    """``log E_{i≠j} exp(−t‖ĥ_i − ĥ_j‖²)`` on L2-normalised rows (SparseCSE §2.3, L_Uniformity, t = 2).
 
     Args:
         h: ``(N, D)``, N ≥ 2.
@@ -76,7 +76,7 @@ def uniformity_loss(h: torch.Tensor, t: float = 2.0) -> torch.Tensor:
 
 
 def score_loss(h: torch.Tensor, h_pos: torch.Tensor, lam: float = 0.5) -> torch.Tensor:
-    """``L_score = λ·L_alignment(h, h⁺) + (1 − λ)·L_uniformity`` (paper 003 §2.3).
+    """``L_score = λ·L_alignment(h, h⁺) + (1 − λ)·L_uniformity`` (SparseCSE §2.3).
 
     Uniformity is averaged over the two views, ``(U(h) + U(h⁺)) / 2``, as in
     Wang & Isola's reference code. ``h``, ``h_pos``: ``(N, D)``.
@@ -152,7 +152,7 @@ def compute_importance(
     batch_size: int = 32,
     max_batches: int | None = None,
 ) -> Importance:
-    """``E_D |∂L_score/∂ξ|`` and ``E_D |∂L_score/∂ν|`` over batches of positive pairs (paper 003 §2.3).
+    """``E_D |∂L_score/∂ξ|`` and ``E_D |∂L_score/∂ν|`` over batches of positive pairs (SparseCSE §2.3).
 
     The model runs in eval mode (no dropout; the two sides of a pair are the
     two sentences) with all-ones masks attached; its own parameters get no

@@ -1,9 +1,9 @@
-"""Structured masks over BERT attention heads and FFN neurons (SparseCSE, paper 003 §2.2).
+"""Structured masks over BERT attention heads and FFN neurons (SparseCSE, SparseCSE §2.2).
 
 transformers 5 dropped ``head_mask``, so the masks are applied with forward
 hooks, which works for every attention implementation (eager, sdpa):
 
-* head mask ξ (paper 003, the MHA equation of §2.2): a forward *pre*-hook on
+* head mask ξ (SparseCSE, the MHA equation of §2.2): a forward *pre*-hook on
   ``layer.attention.output.dense`` multiplies the concatenated per-head context
   ``(batch, seq, n_heads * head_dim)`` head by head before the output
   projection, i.e. ``MHA(X) = Σ_i ξ_i Attn_i(X)``;

@@ -1,4 +1,4 @@
-"""SparseCSE end to end (paper 003 §2, Fig. 2): score → prune → rewind → fine-tune → export → measure.
+"""SparseCSE end to end (SparseCSE §2, Fig. 2): score → prune → rewind → fine-tune → export → measure.
 
 1. **Score** (§2.3): importance of every head and FFN neuron of the *scored*
    model (by default the default encoder; in the paper a SimCSE-trained model,
@@ -152,7 +152,7 @@ def finetune_pruned(
     config_file: str | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Path:
-    """Fine-tune a pruned model with the project trainer (SimCSE by default; paper 003 §2.1 "rewinding").
+    """Fine-tune a pruned model with the project trainer (SimCSE by default; SparseCSE §2.1 "rewinding").
 
     The trainer's own export and final STS suite are switched off (the pruned
     model is exported by :func:`export_pruned`); ``sparse_structure.json`` is

@@ -1,4 +1,4 @@
-"""Physical structured pruning of a BERT encoder (SparseCSE, paper 003 §2.2–2.3).
+"""Physical structured pruning of a BERT encoder (SparseCSE, SparseCSE §2.2–2.3).
 
 Pruned heads remove ``head_dim`` rows from the query/key/value projections and
 the matching columns of the attention output projection; pruned FFN neurons
@@ -119,7 +119,7 @@ def select_structure(
 ) -> PruneStructure:
     """Choose what to prune: the lowest-importance heads and neurons at ``sparsity``.
 
-    As in paper 003 §2.3 (last paragraph), heads and neurons are ranked
+    As in SparseCSE §2.3 (last paragraph), heads and neurons are ranked
     separately, each globally across layers, and the fraction ``sparsity`` of
     each with the lowest importance is pruned.
 
@@ -163,7 +163,7 @@ def apply_structure(model: nn.Module, structure: PruneStructure) -> nn.Module:
 
     ``model`` must be unpruned with the layer shapes ``structure.original``
     (use this on a fresh copy of the scored model, or of the base model to
-    *rewind*, paper 003 §2.1).
+    *rewind*, SparseCSE §2.1).
 
     Raises:
         ValueError: the model's layer shapes differ from ``structure.original``.

@@ -1,4 +1,4 @@
-"""Collections follow the active model (issue 6), through the real service on STS-B sentences.
+"""Collections follow the active model, through the real service on STS-B sentences.
 
 A flat cosine collection of STS-B test sentences is embedded by ``minilm:1`` (384 dims). A
 different model, ``minilm:2`` (the same encoder cut to 256 dims by an ONNX Slice), is
