@@ -48,6 +48,12 @@ def _append(out: Path, rec: dict) -> None:
         f.write(json.dumps(rec) + "\n")
 
 
+def _rewrite(out: Path, runs: list[dict]) -> None:
+    tmp = out / "runs.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    os.replace(tmp, out / "runs.jsonl")
+
+
 def _run(cmd: list[str], log: Path) -> int:
     with open(log, "a") as f:
         return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env={**os.environ}).returncode
@@ -84,13 +90,31 @@ def run_one(out: Path, setting: str, seed: int, args: argparse.Namespace) -> dic
     rec.update({k: res.get(k) for k in ("best_step", "steps", "alignment", "uniformity", "c_final", "train_seconds")})
     rec["scores"] = {k.split("@")[0]: v for k, v in res.get("scores", {}).items()}
     rec.update(_internals(run_dir / "metrics.jsonl"))
+    rec["max_steps"] = args.max_steps
     if args.transfer:
-        js = run_dir / "transfer.json"
-        ev = [sys.executable, "-m", "training", "eval", "--model", str(run_dir / "best"), "--tasks", "transfer",
-              "--kfold", str(args.kfold), "--json", str(js)]  # fmt: skip
-        if _run(ev, run_dir / "bench.log") == 0:
-            rec["transfer"] = json.loads(js.read_text())
+        _transfer(rec, run_dir, args)
     return rec
+
+
+def _transfer(rec: dict, run_dir: Path, args: argparse.Namespace) -> None:
+    js = run_dir / "transfer.json"
+    ev = [sys.executable, "-m", "training", "eval", "--model", str(run_dir / "best"), "--tasks", "transfer",
+          "--kfold", str(args.kfold), "--json", str(js)]  # fmt: skip
+    t0 = time.time()
+    if _run(ev, run_dir / "bench.log") == 0:
+        rec["transfer"] = json.loads(js.read_text())
+        rec["transfer_seconds"] = round(time.time() - t0, 1)
+
+
+def add_transfer(out: Path, args: argparse.Namespace) -> None:
+    """The SentEval transfer tasks for every finished run that lacks them (a separate, resumable pass)."""
+    for i, rec in enumerate(runs := _runs(out)):
+        if rec.get("seed") is None or rec.get("returncode") != 0 or "transfer_avg" in rec.get("transfer", {}):
+            continue
+        _transfer(rec, out / "runs" / f"{rec['setting']}-s{rec['seed']}", args)
+        runs[i] = rec
+        _rewrite(out, runs)
+        print(json.dumps({"setting": rec["setting"], "seed": rec["seed"], "transfer": rec.get("transfer_seconds")}))
 
 
 def baseline(out: Path, args: argparse.Namespace) -> None:
@@ -166,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-limit", type=int, default=None, help="STS pairs per task (dry runs only)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--transfer", action="store_true", help="also the SentEval transfer tasks per run")
+    ap.add_argument("--transfer-only", action="store_true", help="only add transfer scores to finished runs")
     ap.add_argument("--kfold", type=int, default=10)
     ap.add_argument("--baseline", action="store_true", help="also the untrained encoder, [CLS] and mean")
     ap.add_argument("--report", action="store_true")
@@ -176,10 +201,15 @@ def main(argv: list[str] | None = None) -> int:
         print(report(out))
         return 0
     print(f"load average before: {os.getloadavg()}", flush=True)
-    if args.baseline:
+    with open(out / "loadavg.jsonl", "a") as f:
+        f.write(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "start",
+                            "argv": sys.argv[1:], "loadavg": os.getloadavg()}) + "\n")  # fmt: skip
+    if args.transfer_only:
+        add_transfer(out, args)
+    elif args.baseline:
         baseline(out, args)
     done = {(r["setting"], r["seed"]) for r in _runs(out) if r.get("returncode", 0) == 0}
-    for seed in args.seeds:  # interleaved, so a partial table already pairs seeds
+    for seed in [] if args.transfer_only else args.seeds:  # interleaved, so a partial table already pairs seeds
         for setting in args.settings:
             if (setting, seed) in done:
                 continue
@@ -187,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             _append(out, rec)
             print(json.dumps({k: rec.get(k) for k in ("setting", "seed", "returncode", "wall_seconds")}), flush=True)
     print(f"load average after: {os.getloadavg()}")
+    with open(out / "loadavg.jsonl", "a") as f:
+        f.write(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "end",
+                            "loadavg": os.getloadavg()}) + "\n")  # fmt: skip
     print(report(out))
     return 0
 

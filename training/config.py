@@ -54,7 +54,12 @@ class ThreeRConfig(BaseModel):
     )
     learn_c: bool = True
     c_lr: float = Field(1e-3, gt=0, description="learning rate of c (AdamW, no weight decay, same schedule)")
-    surrogate_temperature: float = Field(0.02, gt=0)
+    c_estimator: Literal["identity", "sigmoid"] = Field(
+        "identity",
+        description="gradient of the hard mask 1[σ<c] w.r.t. c: 'identity' (plain straight-through, never vanishes) "
+        "or 'sigmoid' (sigmoid((c-σ)/surrogate_temperature); zero once c is a few β outside σ's range)",
+    )
+    surrogate_temperature: float = Field(0.02, gt=0, description="β of the sigmoid estimator")
     refresh_every: int = Field(10, ge=1, description="word-embedding refresh interval (word-based variants)")
 
 

@@ -9,10 +9,19 @@ Per training step:
 3. ĥ^d = h^d − h̄^d for d ∈ S, ĥ^d = h^d otherwise (Eq. 5), applied to every embedding the
    loss sees (h_i, h_i⁺, h_j⁺, h_j⁻), which then enter InfoNCE (Eq. 4).
 
-The threshold c is a learnable scalar. The mask is hard in the forward pass,
-``m_d = 1[σ^d < c]``, and its gradient is that of the sigmoid surrogate
-``sigmoid((c − σ^d) / β)`` (straight-through estimator; β = ``surrogate_temperature``),
-so ∂L/∂c = Σ_d ∂L/∂m_d · sigmoid'((c − σ^d)/β) / β. σ is treated as a statistic (no gradient).
+The threshold c is a learnable scalar. The mask is hard in the forward pass, ``m_d = 1[σ^d < c]``; the paper
+does not say how its gradient reaches c, so it is a straight-through estimator (``c_estimator``):
+
+* ``identity`` (default): ∂m_d/∂c = 1, so ∂L/∂c = Σ_d ∂L/∂m_d (the plain straight-through estimator of
+  Bengio, Léonard & Courville 2013, "Estimating or Propagating Gradients Through Stochastic Neurons",
+  arXiv:1308.3432). It never vanishes, which the paper's Table 7 requires: c converges to 0.273 from
+  inits of 1.0 and 0.00001, i.e. from outside the range of σ, where no dimension changes side.
+* ``sigmoid``: the gradient of ``sigmoid((c − σ^d) / β)`` (β = ``surrogate_temperature``), so
+  ∂L/∂c = Σ_d ∂L/∂m_d · sigmoid'((c − σ^d)/β) / β. It only moves c while some σ^d lies within a few β
+  of c; from an init above every σ^d (c ~ U(0, 1) on a small raw encoder, σ in ~0.06–0.45) the float32
+  sigmoid saturates to exactly 1 and c never moves (measured: docs/results.md).
+
+σ is treated as a statistic (no gradient).
 
 Table 3 variants (``variant``):
 
@@ -166,17 +175,25 @@ def batch_sigma(h: torch.Tensor) -> torch.Tensor:
     return h.std(dim=0, unbiased=False)
 
 
-def redundant_mask(sigma: torch.Tensor, c: torch.Tensor, surrogate_temperature: float = 0.02) -> torch.Tensor:
+def redundant_mask(
+    sigma: torch.Tensor, c: torch.Tensor, surrogate_temperature: float = 0.02, estimator: str = "identity"
+) -> torch.Tensor:
     """Straight-through mask of redundant dimensions S = {d : σ^d < c} (§3.2).
 
-    Forward: ``1[σ^d < c]`` (float, ``(D,)``). Backward: gradient of
-    ``sigmoid((c − σ^d) / surrogate_temperature)`` with respect to c (and σ if it requires grad).
+    Forward: ``1[σ^d < c]`` (float, ``(D,)``). Backward (``estimator``): ``identity`` gives ∂m_d/∂c = 1
+    (arXiv:1308.3432); ``sigmoid`` gives the gradient of ``sigmoid((c − σ^d) / surrogate_temperature)`` with
+    respect to c (and σ if it requires grad).
 
     Raises:
-        ValueError: ``surrogate_temperature`` ≤ 0.
+        ValueError: ``surrogate_temperature`` ≤ 0 or an unknown estimator.
     """
     if surrogate_temperature <= 0:
         raise ValueError("surrogate_temperature must be > 0")
+    if estimator == "identity":
+        hard = (sigma < c).to(c.dtype if c.is_floating_point() else sigma.dtype)
+        return hard + (c - c.detach())
+    if estimator != "sigmoid":
+        raise ValueError(f"unknown c estimator {estimator!r}; one of ('identity', 'sigmoid')")
     soft = torch.sigmoid((c - sigma) / surrogate_temperature)
     hard = (sigma < c).to(soft.dtype)
     return hard + soft - soft.detach()
@@ -227,13 +244,14 @@ class ThreeR(nn.Module):
         c_init: initial threshold c (in the units of the embedding values), or ``"uniform"``: c ~ U(0, 1) drawn
             with ``seed`` (the paper's initialisation).
         learn_c: c trainable (straight-through); False keeps it fixed (paper Table 8).
-        surrogate_temperature: β of the sigmoid surrogate.
+        surrogate_temperature: β of the sigmoid surrogate (``c_estimator="sigmoid"`` only).
+        c_estimator: how the hard mask's gradient reaches c, ``identity`` or ``sigmoid`` (module docstring).
         variant: one of :data:`VARIANTS`.
         refresh_every: steps between re-encoding the top words (word-based variants).
         seed: for the per-step pool sample (``default_rng([seed, step])``: resumable).
 
     Raises:
-        ValueError: unknown variant, k < 1, or an empty pool/word list the variant needs.
+        ValueError: unknown variant or c estimator, k < 1, or an empty pool/word list the variant needs.
     """
 
     def __init__(
@@ -245,6 +263,7 @@ class ThreeR(nn.Module):
         c_init: float | str = 0.16,
         learn_c: bool = True,
         surrogate_temperature: float = 0.02,
+        c_estimator: str = "identity",
         variant: str = "3r",
         refresh_every: int = 10,
         seed: int = 0,
@@ -254,6 +273,8 @@ class ThreeR(nn.Module):
             raise ValueError(f"unknown 3R variant {variant!r}; one of {VARIANTS}")
         if k < 1:
             raise ValueError("k must be >= 1")
+        if c_estimator not in ("identity", "sigmoid"):
+            raise ValueError(f"unknown c estimator {c_estimator!r}; one of ('identity', 'sigmoid')")
         if variant in ("3r", "overall_subtraction", "static_identification") and not pool:
             raise ValueError(f"3R variant {variant!r} needs a non-empty redundant pool")
         if variant in ("token_subtraction", "static_identification") and not top:
@@ -263,6 +284,7 @@ class ThreeR(nn.Module):
         self.k = min(k, len(self.pool)) if self.pool else k
         self.variant = variant
         self.surrogate_temperature = surrogate_temperature
+        self.c_estimator = c_estimator
         self.refresh_every = max(1, refresh_every)
         self.seed = seed
         if c_init == "uniform":
@@ -311,6 +333,6 @@ class ThreeR(nn.Module):
             sigma = batch_sigma(anchor.detach().float())
         mask = None
         if sigma is not None:
-            mask = redundant_mask(sigma.to(anchor.device), self.c, self.surrogate_temperature)
+            mask = redundant_mask(sigma.to(anchor.device), self.c, self.surrogate_temperature, self.c_estimator)
         self.last_seconds = time.perf_counter() - t0
         return ThreeRStep(hbar.to(anchor.device) if hbar is not None else None, sigma, mask, self.mode)

@@ -135,6 +135,7 @@ class Trainer:
                 c_init=t.c_init,
                 learn_c=t.learn_c,
                 surrogate_temperature=t.surrogate_temperature,
+                c_estimator=t.c_estimator,
                 variant=t.variant,
                 refresh_every=t.refresh_every,
                 seed=cfg.seed,

@@ -41,7 +41,7 @@ def test_gradient_reaches_c_through_sigmoid_surrogate():
     c = torch.tensor(0.75, requires_grad=True)
     sigma = batch_sigma(H)
     w = torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]])
-    out = reduce_redundancy(H, HBAR, redundant_mask(sigma, c, beta), "subtract")
+    out = reduce_redundancy(H, HBAR, redundant_mask(sigma, c, beta, "sigmoid"), "subtract")
     (out * w).sum().backward()
     # dL/dm_d = sum_i w_id * (-hbar_d); dm_d/dc = s(1-s)/beta with s = sigmoid((c - sigma_d)/beta)
     expected = 0.0
@@ -54,9 +54,35 @@ def test_gradient_reaches_c_through_sigmoid_surrogate():
     assert out[0, 1].item() == -18.0
 
 
+def test_identity_estimator_gives_c_the_sum_of_mask_gradients():
+    c = torch.tensor(0.75, requires_grad=True)
+    w = torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]])
+    out = reduce_redundancy(H, HBAR, redundant_mask(batch_sigma(H), c, estimator="identity"), "subtract")
+    (out * w).sum().backward()
+    # dm_d/dc = 1 for every d: dL/dc = sum_d sum_i w_id * (-hbar_d)
+    expected = sum((w[0, d] + w[1, d]).item() * -HBAR[d].item() for d in range(3))
+    assert c.grad.item() == pytest.approx(expected, rel=1e-6)
+    assert out.tolist() == [[1.0, -18.0, -30.0], [3.0, -18.0, -29.0]]  # forward unchanged: S = {1, 2}
+
+
+def test_c_moves_from_outside_sigmas_range_only_with_identity_estimator():
+    """c above every sigma (the paper's U(0,1) init on a small encoder): the float32 sigmoid saturates."""
+    sigma = torch.tensor([0.06, 0.24, 0.45])
+    grads = {}
+    for est in ("sigmoid", "identity"):
+        c = torch.tensor(0.88, requires_grad=True)
+        out = reduce_redundancy(H, HBAR, redundant_mask(sigma, c, 0.02, est), "subtract")
+        out.sum().backward()
+        grads[est] = c.grad.item()
+    assert grads["sigmoid"] == 0.0
+    assert grads["identity"] == pytest.approx(-2 * HBAR.sum().item())
+    with pytest.raises(ValueError):
+        redundant_mask(sigma, torch.tensor(0.5), estimator="straight")
+
+
 def test_dynamic_mask_gradient_uses_embedding_values():
     c = torch.tensor(0.75, requires_grad=True)
-    out = reduce_redundancy(H, HBAR, redundant_mask(batch_sigma(H), c, 1.0), "zero")
+    out = reduce_redundancy(H, HBAR, redundant_mask(batch_sigma(H), c, 1.0, "sigmoid"), "zero")
     out.sum().backward()
     s = [1.0 / (1.0 + math.exp(-(0.75 - sd))) for sd in (1.0, 0.0, 0.5)]
     expected = sum(-(H[0, d] + H[1, d]).item() * s[d] * (1 - s[d]) for d in range(3))
