@@ -3,14 +3,14 @@
 Lifespan: load and warm up the persisted active model (``<data_dir>/active_model.json``,
 see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
 with the loader's message), then start ``service.collections`` (its routes are mounted here, so a broken
-faiss install is an import error at start, not silently missing routes), then mark the app ready. At shutdown: not ready, collections closed,
-batchers drained.
+faiss install is an import error at start, not silently missing routes), then mark the app ready. At
+shutdown: not ready, collections closed, batchers drained.
 
 ``app.state`` holds ``settings`` (:class:`Settings`), ``metrics`` (:class:`Metrics`),
 ``registry`` (:class:`ModelRegistry`), ``model_control`` (:class:`ModelControl`),
 ``reembedder`` (``service.collections.reembed.Reembedder`` or None), ``embedder`` (:class:`Embedder`, see
-``service.embedder`` for its stable interface), ``collections`` (the collections
-manager or None) and ``ready`` (bool).
+``service.embedder`` for its stable interface), ``collection_service``
+(``service.collections.CollectionService`` once started, else None) and ``ready`` (bool).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from .collections import CollectionService, setup_collections
 from .collections import api as collections_api
-from .collections import setup_collections
 from .collections.reembed import Reembedder
 from .embedder import Embedder
 from .errors import install_error_handlers
@@ -52,15 +52,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.ready = False
-        app.state.collections = None
+        app.state.collection_service = None
         await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
         manager = None
         reembedder = None
         try:
-            manager = setup_collections(app, settings)
+            manager = setup_collections(settings)
             await manager.start()
-            app.state.collections = manager
+            app.state.collection_service = CollectionService(manager, lambda: app.state.embedder)
             reembedder = Reembedder(app, manager, control)  # collections follow the active model
             await reembedder.start()
             app.state.reembedder = reembedder
@@ -89,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = registry
     app.state.model_control = control
     app.state.reembedder = None
+    app.state.collection_service = None
     app.state.embedder = None
     app.state.ready = False
     app.state.draining = False

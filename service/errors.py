@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull
+from .collections import errors as col
 from .embedder import InvalidInput, ModelNotReady
 from .registry import ModelNotFound
 
@@ -110,6 +111,14 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     ),
     BatchFailed: lambda e: APIError(500, str(e), code="inference_failed", type="server_error"),
     BatcherClosed: lambda e: APIError(503, str(e), code="shutting_down"),
+    col.CollectionsNotReady: lambda e: APIError(503, str(e), code="not_ready"),
+    col.CollectionNotFound: lambda e: APIError(404, str(e), param=e.param, code="collection_not_found"),
+    col.CollectionExists: lambda e: APIError(409, str(e), param=e.param, code="collection_exists"),
+    col.InvalidCollectionRequest: lambda e: APIError(422, str(e), param=e.param, code=e.code),
+    col.TooManyItems: lambda e: APIError(413, str(e), param=e.param, code=e.code),
+    col.PointNotFound: lambda e: APIError(404, str(e), param=e.param, code="point_not_found"),
+    col.ModelUnavailable: lambda e: APIError(409, str(e), code="model_unavailable"),
+    col.ModelChanged: lambda e: APIError(503, str(e), code="model_changed", headers={"Retry-After": "1"}),
 }
 
 

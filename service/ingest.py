@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-body-bytes", type=int, default=1_500_000, help="cut a batch before its JSON body exceeds this"
     )
     p.add_argument("--create", action="store_true", help="create the collection first (kept if it exists)")
-    p.add_argument("--index", choices=["flat", "hnsw", "ivf_pq"], default="flat")
+    p.add_argument("--index", default="flat", help="index type; the server validates it (GET /openapi.json lists them)")
     p.add_argument("--metric", choices=["cosine", "dot", "l2"], default="cosine")
     p.add_argument("--params", type=json.loads, default=None, help="index params as JSON, e.g. '{\"M\": 32}'")
     p.add_argument("--state-file", type=Path, default=None)

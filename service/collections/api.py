@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -37,17 +37,15 @@ from pydantic import (
     model_validator,
 )
 
-from ..embedder import ModelNotReady
-from ..errors import APIError
-from ..registry import ModelNotFound
 from ..routes import json_response
-from .collection import Collection, CollectionClosed, Hit, ModelChanged
-from .filters import FilterError, parse_filter
-from .manager import CollectionManager
-from .vectors import query_problem
+from .collection import Hit
+from .errors import CollectionsNotReady, InvalidCollectionRequest
+from .index import index_kinds
+from .service import CollectionService
 
 router = APIRouter(tags=["collections"])
 
+IndexKind = Literal[index_kinds()]  # the registered index types, listed in the OpenAPI schema
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=False)]
 PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
@@ -56,7 +54,7 @@ class CreateCollection(BaseModel):
     """Body of ``PUT /collections/{name}``."""
 
     model_config = ConfigDict(extra="forbid")
-    index: Literal["flat", "hnsw", "ivf_pq"] = "flat"
+    index: IndexKind = "flat"
     params: dict[str, Any] | None = None
     metric: Literal["cosine", "dot", "l2"] = "cosine"
 
@@ -142,50 +140,19 @@ class SearchBatch(BaseModel):
     searches: list[SearchRequest] = Field(min_length=1)
 
 
-def manager_of(request: Request) -> CollectionManager:
-    """``app.state.collections``, or 503 while it is not started."""
-    m = getattr(request.app.state, "collections", None)
-    if m is None:
-        raise APIError(503, "collections are not available yet", code="not_ready")
-    return m
-
-
-def _closed(name: str) -> APIError:
-    return APIError(404, f"collection {name!r} not found (deleted)", param="name", code="collection_not_found")
-
-
-async def _embed(
-    request: Request, c: Collection, texts: list[str], chunk: int, model: dict[str, Any] | None = None
-) -> np.ndarray:
-    """Embed ``texts`` with ``model`` (default: the model that embedded the collection): float32 ``(n, d)``.
+def collection_service(request: Request) -> CollectionService:
+    """Dependency: the :class:`CollectionService` on ``app.state.collection_service``.
 
     Raises:
-        APIError: 409 ``model_unavailable`` when that exact model (name, version, sha256) is not loaded.
+        CollectionsNotReady: the collections are not started yet.
     """
-    emb = getattr(request.app.state, "embedder", None)
-    if emb is None:
-        raise APIError(503, "service is starting", code="model_not_ready")
-    want = model or c.model
-    model_id = f"{want['name']}:{want['version']}"
-    try:
-        lm = emb.resolve(model_id)
-    except (ModelNotFound, ModelNotReady) as e:
-        raise APIError(
-            409,
-            f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded",
-            code="model_unavailable",
-        ) from e
-    if lm.info.sha256 != want["sha256"]:
-        raise APIError(
-            409,
-            f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs {want['sha256'][:12]}...",
-            code="model_unavailable",
-        )
-    parts = []
-    for i in range(0, len(texts), chunk):
-        res = await emb.encode(texts[i : i + chunk], model=lm, param="points")
-        parts.append(res.embeddings)
-    return np.concatenate(parts).astype(np.float32, copy=False)
+    svc = getattr(request.app.state, "collection_service", None)
+    if svc is None:
+        raise CollectionsNotReady("collections are not available yet")
+    return svc
+
+
+Service = Annotated[CollectionService, Depends(collection_service)]
 
 
 def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
@@ -199,99 +166,44 @@ def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
 
 # --- collections -------------------------------------------------------------------------------------------------
 @router.put("/collections/{name}")
-async def create_collection(name: str, body: CreateCollection, request: Request) -> Response:
+async def create_collection(name: str, body: CreateCollection, svc: Service) -> Response:
     """Create a collection embedded by the active model; answers its info."""
-    m = manager_of(request)
-    emb = getattr(request.app.state, "embedder", None)
-    if emb is None:
-        raise APIError(503, "service is starting", code="model_not_ready")
-    info = emb.resolve(None).info
-    model = {"name": info.name, "version": info.version, "sha256": info.sha256}
-    c = await m.create(name, body.index, body.params, body.metric, model, info.dimension)
+    c = await svc.create(name, body.index, body.params, body.metric)
     return json_response(c.info())
 
 
 @router.get("/collections")
-async def list_collections(request: Request) -> Response:
+async def list_collections(svc: Service) -> Response:
     """``{"collections": [info, ...]}`` sorted by name."""
-    m = manager_of(request)
-    return json_response({"collections": [c.info() for _, c in sorted(m.collections.items())]})
+    return json_response({"collections": [c.info() for _, c in sorted(svc.manager.collections.items())]})
 
 
 @router.get("/collections/{name}")
-async def get_collection(name: str, request: Request) -> Response:
+async def get_collection(name: str, svc: Service) -> Response:
     """Count, index type/params/trained, dimension, metric, model (name, version, sha256), sequence."""
-    return json_response(manager_of(request).get(name).info())
+    return json_response(svc.manager.get(name).info())
 
 
 @router.delete("/collections/{name}")
-async def delete_collection(name: str, request: Request) -> Response:
+async def delete_collection(name: str, svc: Service) -> Response:
     """Delete the collection and its files."""
-    await manager_of(request).delete(name)
+    await svc.manager.delete(name)
     return json_response({"deleted": True, "name": name})
 
 
 # --- points ---------------------------------------------------------------------------------------------------------
 @router.put("/collections/{name}/points")
-async def upsert_points(name: str, body: UpsertPoints, request: Request) -> Response:
+async def upsert_points(name: str, body: UpsertPoints, svc: Service) -> Response:
     """Embed and upsert points; answers once the write is durable (SQLite commit, fsynced) and searchable."""
-    m = manager_of(request)
-    c = m.get(name)
-    if len(body.points) > m.settings.max_points_per_request:
-        raise APIError(
-            413,
-            f"{len(body.points)} points in one request; the maximum is {m.settings.max_points_per_request}",
-            param="points",
-            code="too_many_points",
-        )
-    texts = [p.text for p in body.points]
-    for attempt in range(_RETRIES):
-        # while a re-embedding runs the texts are embedded by both models and written to both
-        model, shadow = dict(c.model), c.shadow
-        smodel = dict(shadow.model) if shadow is not None else None
-        vectors = await _embed(request, c, texts, m.settings.embed_chunk, model=model)
-        svectors = await _embed(request, c, texts, m.settings.embed_chunk, model=smodel) if smodel else None
-        try:
-            seq = await m.run(
-                c.upsert,
-                [p.id for p in body.points],
-                texts,
-                [p.payload for p in body.points],
-                vectors,
-                model=model,
-                shadow_model=smodel,
-                shadow_vectors=svectors,
-            )
-            break
-        except CollectionClosed:
-            raise _closed(name) from None
-        except ModelChanged as e:
-            if attempt == _RETRIES - 1:
-                raise APIError(
-                    503,
-                    f"collection {name!r} changed model during the write; retry ({e})",
-                    code="model_changed",
-                    headers={"Retry-After": "1"},
-                ) from e
-    # a repeated id is written once (the last occurrence wins): count the points that changed
-    return json_response({"status": "completed", "upserted": len({p.id for p in body.points}), "sequence": seq})
+    pts = body.points
+    n, seq = await svc.upsert(name, [p.id for p in pts], [p.text for p in pts], [p.payload for p in pts])
+    return json_response({"status": "completed", "upserted": n, "sequence": seq})
 
 
 @router.post("/collections/{name}/points/delete")
-async def delete_points(name: str, body: DeletePoints, request: Request) -> Response:
+async def delete_points(name: str, body: DeletePoints, svc: Service) -> Response:
     """Delete points by ``ids`` or by ``filter``; answers ``{deleted, sequence}`` once durable."""
-    m = manager_of(request)
-    c = m.get(name)
-    conditions = None
-    if body.filter is not None:
-        try:
-            conditions = parse_filter(body.filter)
-        except FilterError as e:
-            raise APIError(422, str(e), param="filter", code="invalid_filter") from e
-    try:
-        n, seq = await m.run(c.delete, body.ids, conditions)
-    except CollectionClosed:
-        raise _closed(name) from None
+    n, seq = await svc.delete_points(name, body.ids, body.filter)
     return json_response({"status": "completed", "deleted": n, "sequence": seq})
 
 
@@ -299,123 +211,36 @@ async def delete_points(name: str, body: DeletePoints, request: Request) -> Resp
 async def get_point(
     name: str,
     point_id: str,
-    request: Request,
+    svc: Service,
     with_vector: bool = False,
     id_type: Literal["auto", "int", "string"] = "auto",
 ) -> Response:
     """One point. Any string id is addressable (``/`` included: the rest of the path is the id). With
     ``id_type=auto`` an id in canonical decimal form (``7``, not ``007``) is looked up as an unsigned integer
     first, then as a string; ``id_type=string`` or ``int`` picks one (a string id ``"7"`` beside an integer 7)."""
-    m = manager_of(request)
-    c = m.get(name)
     canonical = point_id.isascii() and point_id.isdigit() and str(int(point_id)) == point_id
     if id_type == "int" and not canonical:
-        raise APIError(422, f"{point_id!r} is not an unsigned integer id", param="id", code="invalid_value")
+        raise InvalidCollectionRequest(f"{point_id!r} is not an unsigned integer id", param="id")
     candidates: list[int | str] = {
         "auto": [int(point_id), point_id] if canonical else [point_id],
         "int": [int(point_id)] if canonical else [],
         "string": [point_id],
     }[id_type]
-    try:
-        for pid in candidates:
-            p = await m.run(c.get, pid, with_vector)
-            if p is not None:
-                return json_response(p)
-    except CollectionClosed:
-        raise _closed(name) from None
-    raise APIError(404, f"point {point_id!r} not found in collection {name!r}", param="id", code="point_not_found")
+    return json_response(await svc.get_point(name, candidates, with_vector))
 
 
 # --- search -------------------------------------------------------------------------------------------------------
-_RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
-
-
-async def _run_searches(
-    request: Request, name: str, searches: list[SearchRequest], param: str
-) -> list[list[dict[str, Any]]]:
-    for attempt in range(_RETRIES):
-        try:
-            return await _run_searches_once(request, name, searches, param)
-        except ModelChanged as e:
-            if attempt == _RETRIES - 1:
-                raise APIError(
-                    503,
-                    f"collection {name!r} changed model during the search; retry ({e})",
-                    code="model_changed",
-                    headers={"Retry-After": "1"},
-                ) from e
-    raise AssertionError("unreachable")
-
-
-async def _run_searches_once(
-    request: Request, name: str, searches: list[SearchRequest], param: str
-) -> list[list[dict[str, Any]]]:
-    m = manager_of(request)
-    c = m.get(name)
-    model = dict(c.model)
-    d = c.spec.dimension
-    plans = []
-    texts: list[str] = []
-    for i, s in enumerate(searches):
-        where = f"{param}[{i}]" if param == "searches" else ""
-        pre = f"{where}." if where else ""
-        if s.top_k > m.settings.max_top_k:
-            raise APIError(
-                422, f"top_k must be at most {m.settings.max_top_k}", param=f"{pre}top_k", code="invalid_value"
-            )
-        try:
-            conditions = parse_filter(s.filter) if s.filter is not None else None
-        except FilterError as e:
-            raise APIError(422, str(e), param=f"{pre}filter", code="invalid_filter") from e
-        if isinstance(s.query, str):
-            plans.append((s, conditions, len(texts)))
-            texts.append(s.query)
-        else:
-            v = np.asarray(s.query, dtype=np.float32)
-            if len(v) != d:
-                raise APIError(
-                    422,
-                    f"query vector has dimension {len(v)}; collection {name!r} has {d}",
-                    param=f"{pre}query",
-                    code="wrong_dimension",
-                )
-            problem = query_problem(v, c.spec.metric)
-            if problem is not None:
-                raise APIError(422, problem, param=f"{pre}query", code="invalid_value")
-            plans.append((s, conditions, v))
-    qvecs = await _embed(request, c, texts, m.settings.embed_chunk, model=model) if texts else None
-
-    def _search_all() -> list[list[dict[str, Any]]]:
-        out = []
-        for s, conditions, q in plans:
-            vec = qvecs[q] if isinstance(q, int) else q
-            hits = c.search(
-                vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text, model=model
-            )[0]
-            out.append([_hit_json(h, s.with_payload, s.with_text) for h in hits])
-        return out
-
-    try:
-        return await m.run(_search_all)
-    except CollectionClosed:
-        raise _closed(name) from None
-
-
 @router.post("/collections/{name}/search")
-async def search(name: str, body: SearchRequest, request: Request) -> Response:
+async def search(name: str, body: SearchRequest, svc: Service) -> Response:
     """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter)."""
-    return json_response((await _run_searches(request, name, [body], "query"))[0])
+    hits = (await svc.search(name, [body], "query"))[0]
+    return json_response([_hit_json(h, body.with_payload, body.with_text) for h in hits])
 
 
 @router.post("/collections/{name}/search/batch")
-async def search_batch(name: str, body: SearchBatch, request: Request) -> Response:
+async def search_batch(name: str, body: SearchBatch, svc: Service) -> Response:
     """One result list per search, in order."""
-    m = manager_of(request)
-    if len(body.searches) > m.settings.max_batch_searches:
-        raise APIError(
-            413,
-            f"{len(body.searches)} searches in one request; the maximum is {m.settings.max_batch_searches}",
-            param="searches",
-            code="too_many_searches",
-        )
-    return json_response(await _run_searches(request, name, body.searches, "searches"))
+    results = await svc.search(name, body.searches, "searches")
+    return json_response(
+        [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)]
+    )

@@ -26,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from artifact_contract.fsio import fsync_dir
+
+from .errors import CollectionClosed, ModelChanged
 from .filters import Condition
-from .index import IndexSpec, VectorIndex, exact_search, fsync_dir, higher_is_better
+from .index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
 from .store import Store, decode_id, encode_id
 from .vectors import unit_rows
 
@@ -36,15 +39,8 @@ log = logging.getLogger("service.collections")
 SNAPSHOT_RE = re.compile(r"^index-(\d{20})\.snap$")
 
 
-class CollectionClosed(RuntimeError):
-    """The collection was deleted or closed while an operation waited."""
-
-
-class ModelChanged(RuntimeError):
-    """The collection's model, or its re-embedding target, changed since the caller embedded; embed again and retry."""
-
-
-def _same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+def same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two model dicts (``{name, version, sha256}``) denote the same artifact."""
     return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ("name", "version", "sha256"))
 
 
@@ -193,7 +189,7 @@ class Collection:
                     raise ValueError(f"snapshot seq {snap_seq} is ahead of the store ({seq})")
                 index, snap_seq = VectorIndex.read_snapshot(snap_path, self.spec)
                 removed = self.store.removed_after(snap_seq)
-                index.remove(removed, present=index.id_array() if self.spec.kind == "hnsw" else None)
+                index.remove(removed, may_be_absent=True)
                 n_new = 0
                 for ids, vecs in self.store.iter_vectors(self.spec.dimension, after_seq=snap_seq):
                     index.add(ids, vecs)
@@ -215,9 +211,8 @@ class Collection:
         log.info("collection %s: %d points, %s in %.2fs", self.name, count, how, time.monotonic() - t0)
 
     def _build_index(self, count: int) -> VectorIndex:
-        sample = None
-        if self.spec.kind == "ivf_pq" and count >= self.spec.params["min_train_points"]:
-            sample = self.store.sample_vectors(self.spec.dimension, self.spec.params["train_sample"])
+        n = get_type(self.spec.kind).train_sample_size(self.spec, count)
+        sample = self.store.sample_vectors(self.spec.dimension, n) if n else None
         return VectorIndex.build(self.spec, self.store.iter_vectors(self.spec.dimension), train_sample=sample)
 
     def close(self) -> None:
@@ -231,7 +226,7 @@ class Collection:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise CollectionClosed(self.name)
+            raise CollectionClosed(f"collection {self.name!r} not found (deleted)")
 
     # --- writes ----------------------------------------------------------------------------------------------
     def _prepare(self, vectors: np.ndarray) -> np.ndarray:
@@ -283,12 +278,12 @@ class Collection:
         payloads_ = [json.dumps(payloads[i] or {}, ensure_ascii=False, allow_nan=False) for i in order]
         with self._wmutex:
             self._check_open()
-            if model is not None and not _same_model(model, self.model):
-                if not _same_model(shadow_model, self.model):
+            if model is not None and not same_model(model, self.model):
+                if not same_model(shadow_model, self.model):
                     raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
                 vectors, shadow_model, shadow_vectors = shadow_vectors, None, None  # a swap happened meanwhile
             shadow = self.shadow
-            if shadow is not None and (shadow_vectors is None or not _same_model(shadow_model, shadow.model)):
+            if shadow is not None and (shadow_vectors is None or not same_model(shadow_model, shadow.model)):
                 raise ModelChanged(f"collection {self.name} is being re-embedded with {shadow.model}")
             vecs = self._prepare(vectors)[order]
             with self._rw.write():
@@ -397,7 +392,7 @@ class Collection:
         """
         with self._rw.read():
             self._check_open()
-            if model is not None and not _same_model(model, self.model):
+            if model is not None and not same_model(model, self.model):
                 raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
             q = self._prepare(queries)
             allowed = None
@@ -412,8 +407,8 @@ class Collection:
                     exact = exact_search(q, vecs, ids, top_k, self.spec.metric)
             if exact is not None:
                 D, I = exact
-            elif self.index.trained and self.spec.kind == "ivf_pq" and self.spec.params.get("rerank", 1) > 1:
-                D, I = self._rerank(q, top_k, allowed)
+            elif (factor := self.index.rerank_factor()) > 1:
+                D, I = self._rerank(q, top_k, allowed, factor)
             else:
                 D, I = self.index.search(q, top_k, allowed)
             hib = higher_is_better(self.spec.metric)
@@ -438,9 +433,11 @@ class Collection:
             out.append(hits)
         return out
 
-    def _rerank(self, q: np.ndarray, top_k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """IVF-PQ candidates (``rerank * top_k``) re-scored exactly with the stored vectors."""
-        _, cand = self.index.search(q, top_k * self.spec.params["rerank"], allowed)
+    def _rerank(
+        self, q: np.ndarray, top_k: int, allowed: np.ndarray | None, factor: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``factor * top_k`` approximate candidates re-scored exactly with the stored vectors."""
+        _, cand = self.index.search(q, top_k * factor, allowed)
         ids, vecs = self.store.vectors_for(np.unique(cand[cand >= 0]), self.spec.dimension)
         pos = {int(i): j for j, i in enumerate(ids)}
         D = np.full((len(q), top_k), np.nan, np.float32)

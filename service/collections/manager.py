@@ -21,9 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import APIError
-from .collection import Collection, CollectionClosed
-from .index import IndexConfigError, IndexSpec, faiss_metric, fsync_dir, normalize_params
+from artifact_contract.fsio import fsync_dir
+
+from .collection import Collection
+from .errors import CollectionClosed, CollectionExists, CollectionNotFound, InvalidCollectionRequest
+from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 
 log = logging.getLogger("service.collections")
 T = TypeVar("T")
@@ -63,13 +65,11 @@ class CollectionManager:
     Args:
         root: the collections directory (``<data_dir>/collections``).
         settings: :class:`CollectionSettings`.
-        app: the FastAPI app (for ``app.state.embedder``), or None outside the service.
     """
 
-    def __init__(self, root: Path, settings: CollectionSettings | None = None, app: Any = None) -> None:
+    def __init__(self, root: Path, settings: CollectionSettings | None = None) -> None:
         self.root = Path(root)
         self.settings = settings or CollectionSettings()
-        self.app = app
         self.collections: dict[str, Collection] = {}
         self._lock = asyncio.Lock()
         self._pool = ThreadPoolExecutor(
@@ -140,11 +140,11 @@ class CollectionManager:
         """The open collection ``name``.
 
         Raises:
-            APIError: 404 ``collection_not_found``.
+            CollectionNotFound: no such collection.
         """
         c = self.collections.get(name)
         if c is None:
-            raise APIError(404, f"collection {name!r} not found", param="name", code="collection_not_found")
+            raise CollectionNotFound(f"collection {name!r} not found")
         return c
 
     async def create(
@@ -153,20 +153,19 @@ class CollectionManager:
         """Create collection ``name`` for vectors of ``dimension`` embedded by ``model`` ({name, version, sha256}).
 
         Raises:
-            APIError: 422 bad name/params/metric; 409 ``collection_exists``.
+            InvalidCollectionRequest: bad name, index kind, params or metric.
+            CollectionExists: the name is taken.
         """
         if not NAME_RE.match(name):
-            raise APIError(
-                422, f"collection name {name!r} must match {NAME_RE.pattern}", param="name", code="invalid_value"
-            )
+            raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
         try:
             faiss_metric(metric)
             spec = IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
         except IndexConfigError as e:
-            raise APIError(422, str(e), param="params", code="invalid_value") from e
+            raise InvalidCollectionRequest(str(e), param="params") from e
         async with self._lock:
             if name in self.collections:
-                raise APIError(409, f"collection {name!r} already exists", param="name", code="collection_exists")
+                raise CollectionExists(f"collection {name!r} already exists")
             try:
                 c = await self.run(
                     Collection.create,
@@ -176,9 +175,7 @@ class CollectionManager:
                     exact_filter_threshold=self.settings.exact_filter_threshold,
                 )
             except FileExistsError as e:
-                raise APIError(
-                    409, f"collection {name!r} already exists", param="name", code="collection_exists"
-                ) from e
+                raise CollectionExists(f"collection {name!r} already exists") from e
             self.collections[name] = c
             return c
 
@@ -186,7 +183,7 @@ class CollectionManager:
         """Delete collection ``name`` and its files (waits for running operations on it).
 
         Raises:
-            APIError: 404 ``collection_not_found``.
+            CollectionNotFound: no such collection.
         """
         async with self._lock:
             c = self.get(name)

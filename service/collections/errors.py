@@ -1,0 +1,71 @@
+"""Domain exceptions of the collections. ``service.errors.ERROR_TABLE`` maps each to its HTTP answer; nothing in
+this package builds an HTTP error itself."""
+
+from __future__ import annotations
+
+
+class CollectionError(Exception):
+    """Base of the collections' domain errors. ``param``: the request field at fault, if any."""
+
+    param: str | None = None
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        if param is not None:
+            self.param = param
+
+
+class CollectionsNotReady(CollectionError):
+    """The collections subsystem is not started yet (or is shutting down)."""
+
+
+class CollectionNotFound(CollectionError):
+    """No collection of that name (or it was deleted while the request waited)."""
+
+    param = "name"
+
+
+class CollectionClosed(CollectionNotFound):
+    """The collection was deleted or closed while an operation waited."""
+
+
+class CollectionExists(CollectionError):
+    """A collection of that name exists already."""
+
+    param = "name"
+
+
+class InvalidCollectionRequest(CollectionError):
+    """A value the collections cannot accept (name, index params, filter, query, top_k).
+
+    Args:
+        code: ``invalid_value``, ``invalid_filter`` or ``wrong_dimension``.
+    """
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value") -> None:
+        super().__init__(message, param)
+        self.code = code
+
+
+class TooManyItems(CollectionError):
+    """More points or searches in one request than the configured maximum. ``code``: ``too_many_points`` or
+    ``too_many_searches``."""
+
+    def __init__(self, message: str, param: str, code: str) -> None:
+        super().__init__(message, param)
+        self.code = code
+
+
+class PointNotFound(CollectionError):
+    """No point with that id."""
+
+    param = "id"
+
+
+class ModelUnavailable(CollectionError):
+    """The exact model (name, version, sha256) that embedded the collection is not loaded."""
+
+
+class ModelChanged(CollectionError):
+    """The collection's model, or its re-embedding target, changed since the caller embedded; embed again and
+    retry."""

@@ -1,0 +1,26 @@
+"""Collection indexes: one interface (:class:`IndexType`), one module per type, a registry, and the generic
+:class:`VectorIndex` that holds a collection's FAISS index.
+
+Types: ``flat`` (exact), ``hnsw`` (graph, tombstoned deletes), ``ivf_pq`` (trained product quantisation with an
+exact fallback until trained). See ``registry.py`` to add one.
+"""
+
+from .base import METRICS, IndexConfigError, IndexSpec, IndexType, faiss_metric, higher_is_better
+from .exact import exact_search
+from .registry import get_type, index_kinds, normalize_params, register
+from .vector_index import VectorIndex
+
+__all__ = [
+    "METRICS",
+    "IndexConfigError",
+    "IndexSpec",
+    "IndexType",
+    "VectorIndex",
+    "exact_search",
+    "faiss_metric",
+    "get_type",
+    "higher_is_better",
+    "index_kinds",
+    "normalize_params",
+    "register",
+]

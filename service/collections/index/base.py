@@ -1,0 +1,132 @@
+"""The index-type interface: what every FAISS index type of a collection provides.
+
+An index is *derived* data: the SQLite store holds every point, and an index can always be rebuilt from it. An
+:class:`IndexType` says how one kind of index validates its params, creates (and optionally trains) its FAISS
+index, searches it and when it needs maintenance; :class:`~.vector_index.VectorIndex` does the rest (ids,
+deletions, tombstones, filtered search, snapshots) the same way for every type. Types are listed in
+``registry.py``; adding one is a new module here plus one line there.
+
+Scores: ``cosine`` and ``dot`` use inner product (vectors of a cosine collection are L2-normalised), higher is
+better; ``l2`` reports the Euclidean distance (not squared), lower is better.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+
+METRICS = ("cosine", "dot", "l2")
+
+
+class IndexConfigError(ValueError):
+    """Index kind, metric or params are invalid (message names the field)."""
+
+
+@dataclass
+class IndexSpec:
+    """What a collection's index is: ``kind``, ``metric``, complete ``params``, vector ``dimension``."""
+
+    kind: str
+    metric: str
+    params: dict[str, Any]
+    dimension: int
+
+
+def faiss_metric(metric: str) -> int:
+    """The FAISS metric constant for ``cosine``/``dot`` (inner product) or ``l2``.
+
+    Raises:
+        IndexConfigError: unknown metric.
+    """
+    if metric not in METRICS:
+        raise IndexConfigError(f"metric must be one of {METRICS}, got {metric!r}")
+    return faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+
+
+def higher_is_better(metric: str) -> bool:
+    """True for similarity scores (cosine, dot), False for distances (l2)."""
+    return metric != "l2"
+
+
+def int_param(params: dict[str, Any], name: str, lo: int, hi: int) -> int:
+    """``params[name]`` checked to be an integer in ``[lo, hi]``.
+
+    Raises:
+        IndexConfigError: not an integer (bools included) or out of range.
+    """
+    v = params[name]
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise IndexConfigError(f"params.{name} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def reject_unknown(kind: str, params: dict[str, Any], known: set[str]) -> None:
+    """Raise :class:`IndexConfigError` naming any param of ``kind`` outside ``known``."""
+    unknown = set(params) - known
+    if unknown:
+        raise IndexConfigError(f"params: unknown {kind} params {sorted(unknown)} (known: {sorted(known)})")
+
+
+class IndexType:
+    """One kind of index. Subclasses set :attr:`name` and override what differs from an exact flat index.
+
+    Attributes:
+        name: the ``index`` value users give when creating a collection.
+        removes_in_place: False when the FAISS index cannot delete vectors (HNSW): deleted ids are then kept as
+            tombstones, excluded from results, until :meth:`rebuild_due` asks for a rebuild.
+    """
+
+    name: str = ""
+    removes_in_place: bool = True
+
+    def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        """Defaults filled in and every value validated, for vectors of ``dimension``.
+
+        Raises:
+            IndexConfigError: an unknown param name or a value out of range.
+        """
+        raise NotImplementedError
+
+    def user_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The params to carry over when the dimension changes (derived defaults are dropped and recomputed)."""
+        return dict(params)
+
+    def create(self, spec: IndexSpec) -> faiss.Index:
+        """An empty FAISS index that accepts ``add_with_ids`` at once (no training)."""
+        raise NotImplementedError
+
+    def train_sample_size(self, spec: IndexSpec, live_count: int) -> int | None:
+        """Vectors to sample for training once the collection holds ``live_count``; None: no training (yet)."""
+        return None
+
+    def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
+        """An empty index trained on ``sample`` (float32 ``(s, dimension)``); only for types that train."""
+        raise NotImplementedError(f"index type {self.name!r} is not trained")
+
+    def is_trained(self, spec: IndexSpec, index: faiss.Index) -> bool:
+        """Whether ``index`` is the configured index rather than a pre-training fallback."""
+        return True
+
+    def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
+        """Per-search FAISS parameters for ``k`` results (an ``IDSelector`` is added by the caller)."""
+        return faiss.SearchParameters()
+
+    def rerank_factor(self, spec: IndexSpec, index: faiss.Index) -> int:
+        """Fetch ``factor * top_k`` candidates and re-score them exactly with the stored vectors (1: no rerank)."""
+        return 1
+
+    def rebuild_due(self, spec: IndexSpec, ntotal: int, n_tombstones: int) -> bool:
+        """Whether tombstones have grown enough to rebuild the index from the store."""
+        return False
+
+    def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
+        """Restore search-time settings FAISS does not serialise, after reading a snapshot."""
+        return index
+
+
+def id_map(spec: IndexSpec, inner: faiss.Index) -> faiss.Index:
+    """``inner`` wrapped in an ``IndexIDMap2`` (int64 ids, removal, ``id_map`` readable)."""
+    return faiss.IndexIDMap2(inner)

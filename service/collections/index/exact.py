@@ -1,0 +1,32 @@
+"""Brute-force search over stored vectors: narrow filters and the re-scoring of approximate candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def exact_search(
+    queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray, k: int, metric: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force top ``k`` of ``queries`` (``(nq, d)``) over ``vectors`` (``(n, d)``) with ``ids`` (``(n,)``).
+
+    Returns ``(scores, ids)`` shaped ``(nq, min(k, n))``, best first, in the same
+    units as :meth:`VectorIndex.search`.
+    """
+    nq = len(queries)
+    if len(ids) == 0:
+        return np.zeros((nq, 0), np.float32), np.zeros((nq, 0), np.int64)
+    k = min(k, len(ids))
+    if metric == "l2":
+        d2 = (queries**2).sum(1)[:, None] - 2 * queries @ vectors.T + (vectors**2).sum(1)[None, :]
+        score = -np.maximum(d2, 0)
+    else:
+        score = queries @ vectors.T
+    part = np.argpartition(-score, k - 1, axis=1)[:, :k] if k < len(ids) else np.tile(np.arange(len(ids)), (nq, 1))
+    ps = np.take_along_axis(score, part, 1)
+    order = np.argsort(-ps, axis=1, kind="stable")
+    top = np.take_along_axis(part, order, 1)
+    s = np.take_along_axis(score, top, 1).astype(np.float32)
+    if metric == "l2":
+        s = np.sqrt(-s)
+    return s, ids[top]

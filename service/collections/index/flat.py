@@ -1,0 +1,28 @@
+"""``flat``: exact search (``IndexFlatIP`` / ``IndexFlatL2`` behind an ``IndexIDMap2``); ids removed in place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faiss
+
+from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, id_map
+
+
+def flat_index(spec: IndexSpec) -> faiss.Index:
+    """An empty exact index with ids for ``spec``'s dimension and metric."""
+    return id_map(spec, faiss.IndexFlat(spec.dimension, faiss_metric(spec.metric)))
+
+
+class FlatType(IndexType):
+    """Exact nearest neighbours; no params."""
+
+    name = "flat"
+
+    def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        if params:
+            raise IndexConfigError(f"params: flat takes no params, got {sorted(params)}")
+        return {}
+
+    def create(self, spec: IndexSpec) -> faiss.Index:
+        return flat_index(spec)

@@ -1,0 +1,50 @@
+"""``hnsw``: ``IndexHNSWFlat`` behind an ``IndexIDMap2`` (Malkov & Yashunin, arXiv:1603.09320).
+
+HNSW cannot remove vectors, so a deleted or replaced id becomes a *tombstone*: it stays in the graph, is excluded
+from results by an ``IDSelector``, and the index is rebuilt from the stored vectors once tombstones exceed
+``rebuild_fraction`` of the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faiss
+
+from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, id_map, int_param, reject_unknown
+
+HNSW_DEFAULTS = {"M": 32, "ef_construction": 100, "ef_search": 64, "rebuild_fraction": 0.2}
+
+
+class HNSWType(IndexType):
+    """Params: ``M`` (4..256), ``ef_construction`` (8..4096), ``ef_search`` (1..4096), ``rebuild_fraction``
+    (0.01..1, the tombstone share that triggers a rebuild)."""
+
+    name = "hnsw"
+    removes_in_place = False
+
+    def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        reject_unknown(self.name, params, set(HNSW_DEFAULTS))
+        out = {**HNSW_DEFAULTS, **params}
+        int_param(out, "M", 4, 256)
+        int_param(out, "ef_construction", 8, 4096)
+        int_param(out, "ef_search", 1, 4096)
+        rf = out["rebuild_fraction"]
+        if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not 0.01 <= rf <= 1.0:
+            raise IndexConfigError(f"params.rebuild_fraction must be a number in [0.01, 1], got {rf!r}")
+        out["rebuild_fraction"] = float(rf)
+        return out
+
+    def create(self, spec: IndexSpec) -> faiss.Index:
+        inner = faiss.IndexHNSWFlat(spec.dimension, spec.params["M"], faiss_metric(spec.metric))
+        inner.hnsw.efConstruction = spec.params["ef_construction"]
+        inner.hnsw.efSearch = spec.params["ef_search"]
+        return id_map(spec, inner)
+
+    def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = max(spec.params["ef_search"], k)
+        return params
+
+    def rebuild_due(self, spec: IndexSpec, ntotal: int, n_tombstones: int) -> bool:
+        return n_tombstones > 0 and n_tombstones > spec.params["rebuild_fraction"] * max(ntotal, 1)

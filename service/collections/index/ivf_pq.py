@@ -1,0 +1,85 @@
+"""``ivf_pq``: ``IndexIVFPQ`` (Jégou et al., "Product Quantization for Nearest Neighbor Search", TPAMI 2011).
+
+Ids are stored natively and removal is supported. Until the collection holds ``min_train_points`` vectors the
+index is an exact flat one; training then uses a random sample of at most ``train_sample`` stored vectors. With
+``rerank`` > 1, ``rerank * top_k`` PQ candidates are re-scored exactly with the stored vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faiss
+import numpy as np
+
+from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, int_param, reject_unknown
+from .flat import flat_index
+
+IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
+_DERIVED = ("min_train_points", "train_sample")
+
+
+class IVFPQType(IndexType):
+    """Params: ``nlist`` (1..65536), ``nprobe`` (1..nlist), ``m`` (sub-quantizers; must divide the dimension),
+    ``nbits`` (4..12), ``min_train_points`` (default ``max(39 * nlist, 39 * 2**nbits)``, at least
+    ``max(nlist, 2**nbits)``), ``train_sample`` (default ``max(min_train_points, 64 * nlist)`` capped at 200k),
+    ``rerank`` (1..100, default 4; 1 returns raw PQ scores)."""
+
+    name = "ivf_pq"
+
+    def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        reject_unknown(self.name, params, set(IVF_PQ_DEFAULTS) | set(_DERIVED))
+        out = {**IVF_PQ_DEFAULTS, **params}
+        nlist = int_param(out, "nlist", 1, 65536)
+        if "nprobe" not in params:
+            out["nprobe"] = min(IVF_PQ_DEFAULTS["nprobe"], nlist)
+        int_param(out, "nprobe", 1, nlist)
+        m = int_param(out, "m", 1, dimension)
+        if dimension % m:
+            raise IndexConfigError(f"params.m={m} must divide the dimension {dimension}")
+        nbits = int_param(out, "nbits", 4, 12)
+        int_param(out, "rerank", 1, 100)
+        floor = max(nlist, 2**nbits)
+        out.setdefault("min_train_points", max(39 * nlist, 39 * 2**nbits))
+        int_param(out, "min_train_points", floor, 10**9)
+        out.setdefault("train_sample", min(max(out["min_train_points"], 64 * nlist), 200_000))
+        int_param(out, "train_sample", floor, 10**9)
+        return out
+
+    def user_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in params.items() if k not in _DERIVED}
+
+    def create(self, spec: IndexSpec) -> faiss.Index:
+        return flat_index(spec)  # exact until trained
+
+    def train_sample_size(self, spec: IndexSpec, live_count: int) -> int | None:
+        return spec.params["train_sample"] if live_count >= spec.params["min_train_points"] else None
+
+    def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
+        metric = faiss_metric(spec.metric)
+        quantizer = faiss.IndexFlat(spec.dimension, metric)
+        p = spec.params
+        index = faiss.IndexIVFPQ(quantizer, spec.dimension, p["nlist"], p["m"], p["nbits"], metric)
+        index.own_fields = True
+        quantizer.this.disown()
+        index.nprobe = p["nprobe"]
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+        return index
+
+    def is_trained(self, spec: IndexSpec, index: faiss.Index) -> bool:
+        return isinstance(index, faiss.IndexIVF)
+
+    def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
+        if not isinstance(index, faiss.IndexIVF):
+            return faiss.SearchParameters()
+        params = faiss.SearchParametersIVF()
+        params.nprobe = spec.params["nprobe"]
+        return params
+
+    def rerank_factor(self, spec: IndexSpec, index: faiss.Index) -> int:
+        return int(spec.params.get("rerank", 1)) if self.is_trained(spec, index) else 1
+
+    def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
+        if isinstance(index, faiss.IndexIVF):
+            index.nprobe = spec.params["nprobe"]
+        return index

@@ -1,0 +1,259 @@
+"""A collection's FAISS index over (int64 id, float32 vector) pairs, the same for every index type.
+
+Internal ids are int64 assigned by the SQLite store and never reused, so a replaced point gets a fresh id and its
+old one is removed, or tombstoned when the type cannot remove in place (``IndexType.removes_in_place``). What
+differs between types (params, construction, training, search parameters, rebuilds) is asked of the
+:class:`~.base.IndexType` registered for ``spec.kind``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from artifact_contract.fsio import fsync_dir
+
+from .base import IndexSpec
+from .registry import get_type
+
+_SNAP_MAGIC = b"EMBSNAP1"
+
+
+class VectorIndex:
+    """A FAISS index over (int64 id, float32 vector) pairs with deletion and filtered search.
+
+    Not thread-safe for writes: callers serialise :meth:`add`/:meth:`remove` and
+    exclude searches while they run (the collection's readers-writer lock);
+    concurrent :meth:`search` calls are safe.
+
+    Args:
+        spec: kind, metric, params, dimension.
+        index: an existing FAISS index (from a snapshot); a new empty one when None.
+        tombstones: ids still in an HNSW graph but deleted.
+    """
+
+    def __init__(self, spec: IndexSpec, index: faiss.Index | None = None, tombstones: np.ndarray | None = None) -> None:
+        self.spec = spec
+        self.type = get_type(spec.kind)
+        self.index = index if index is not None else self.type.create(spec)
+        self._tombstones: set[int] = set(int(t) for t in (tombstones if tombstones is not None else []))
+        self._tomb_sel: Any = None
+        self._tomb_arr: np.ndarray | None = None
+        self._refresh_tomb_selector()
+
+    # --- state -------------------------------------------------------------------------------
+    @property
+    def trained(self) -> bool:
+        """Whether the configured index is in use (False: a type that trains still runs its exact fallback)."""
+        return self.type.is_trained(self.spec, self.index)
+
+    @property
+    def ntotal(self) -> int:
+        """Vectors held by FAISS, tombstones included."""
+        return int(self.index.ntotal)
+
+    @property
+    def n_tombstones(self) -> int:
+        """Deleted ids still held by an HNSW graph."""
+        return len(self._tombstones)
+
+    @property
+    def live(self) -> int:
+        """Searchable vectors: ``ntotal - n_tombstones``."""
+        return self.ntotal - len(self._tombstones)
+
+    def tombstones(self) -> np.ndarray:
+        """The tombstoned ids, int64 ``(t,)``."""
+        return np.fromiter(self._tombstones, dtype=np.int64, count=len(self._tombstones))
+
+    def needs_rebuild(self) -> bool:
+        """Tombstones have grown past what the type tolerates (HNSW: ``rebuild_fraction`` of the graph)."""
+        return self.type.rebuild_due(self.spec, self.ntotal, len(self._tombstones))
+
+    def needs_training(self, live_count: int) -> bool:
+        """Still on the untrained fallback while ``live_count`` is enough to train the configured index."""
+        return not self.trained and self.type.train_sample_size(self.spec, live_count) is not None
+
+    def rerank_factor(self) -> int:
+        """Candidates per result to re-score exactly with the stored vectors (1: the index's scores are final)."""
+        return self.type.rerank_factor(self.spec, self.index)
+
+    def id_array(self) -> np.ndarray | None:
+        """All ids of an index wrapped in an ``IndexIDMap2``, int64; None when the index stores ids natively."""
+        if isinstance(self.index, faiss.IndexIDMap2):
+            return faiss.vector_to_array(self.index.id_map).astype(np.int64, copy=False)
+        return None
+
+    def _refresh_tomb_selector(self) -> None:
+        if self._tombstones:
+            self._tomb_arr = self.tombstones()
+            batch = faiss.IDSelectorBatch(self._tomb_arr)
+            self._tomb_sel = (faiss.IDSelectorNot(batch), batch)
+        else:
+            self._tomb_arr, self._tomb_sel = None, None
+
+    # --- writes --------------------------------------------------------------------------------
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add ``vectors`` (float32 ``(n, dimension)``) under fresh ``ids`` (int64 ``(n,)``)."""
+        if len(ids) == 0:
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.spec.dimension or len(ids) != len(vectors):
+            raise ValueError(f"expected ({len(ids)}, {self.spec.dimension}) vectors, got {vectors.shape}")
+        self.index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+
+    def remove(self, ids: np.ndarray, may_be_absent: bool = False) -> None:
+        """Remove ``ids`` (int64); absent ids are ignored. A type that cannot remove in place tombstones them.
+
+        Args:
+            may_be_absent: some ``ids`` may not be in the index (a replay over a snapshot): only those present
+                are tombstoned. By default every id is assumed present.
+        """
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        if not self.type.removes_in_place:
+            present = self.id_array() if may_be_absent else None
+            if present is not None:
+                ids = ids[np.isin(ids, present)]
+            if len(ids):
+                self._tombstones.update(int(i) for i in ids)
+                self._refresh_tomb_selector()
+        else:
+            self.index.remove_ids(faiss.IDSelectorBatch(ids))
+
+    # --- search --------------------------------------------------------------------------------
+    def search(self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest stored vectors of each query.
+
+        Args:
+            queries: float32 ``(nq, dimension)``.
+            k: neighbours per query (>= 1).
+            allowed: if given, int64 ids outside it are never returned (FAISS ``IDSelectorBatch``).
+
+        Returns:
+            ``(scores, ids)``, each ``(nq, k)``; missing results have id -1. Scores are inner
+            products (cosine/dot) or Euclidean distances (l2), best first.
+        """
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        k = max(1, min(int(k), max(self.ntotal, 1)))
+        keep: list[Any] = []
+        sel = None
+        if allowed is not None:
+            batch = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+            keep.append(batch)
+            sel = batch
+        if self._tomb_sel is not None:
+            tomb = self._tomb_sel  # snapshot the reference: writers replace, never mutate
+            keep.append(tomb)
+            if sel is None:
+                sel = tomb[0]
+            else:
+                sel = faiss.IDSelectorAnd(sel, tomb[0])
+                keep.append(sel)
+        if self.ntotal == 0:
+            return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
+        params = self.type.search_params(self.spec, self.index, k)
+        if sel is not None:
+            params.sel = sel
+        D, I = self.index.search(q, k, params=params)
+        del keep
+        if self.spec.metric == "l2":
+            D = np.sqrt(np.maximum(D, 0))
+        return D, I
+
+    # --- builds ----------------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        spec: IndexSpec,
+        chunks: Iterable[tuple[np.ndarray, np.ndarray]],
+        train_sample: np.ndarray | None = None,
+    ) -> VectorIndex:
+        """A fresh index over ``chunks`` of ``(ids, vectors)``.
+
+        For a type that trains, pass ``train_sample`` (float32 ``(s, dimension)``, see
+        :meth:`~.base.IndexType.train_sample_size`) to build the trained index; without it the untrained
+        fallback is built.
+        """
+        index_type = get_type(spec.kind)
+        vi = cls(spec, index_type.create_trained(spec, train_sample) if train_sample is not None else None)
+        for ids, vecs in chunks:
+            vi.add(ids, vecs)
+        return vi
+
+    # --- snapshots ---------------------------------------------------------------------------------
+    def write_snapshot(self, path: Path, seq: int) -> int:
+        """Write this index, its tombstones and ``seq`` (the last write it covers) to ``path`` atomically.
+
+        Temporary file in the same directory, fsync, rename over ``path``, fsync the directory.
+
+        Returns:
+            bytes written.
+        """
+        body = faiss.serialize_index(self.index)
+        tomb = self.tombstones()
+        header = json.dumps(
+            {
+                "seq": int(seq),
+                "kind": self.spec.kind,
+                "metric": self.spec.metric,
+                "dimension": self.spec.dimension,
+                "trained": self.trained,
+                "n_tombstones": int(len(tomb)),
+                "index_bytes": int(len(body)),
+                "crc32": zlib.crc32(memoryview(body), zlib.crc32(tomb.tobytes())),
+            }
+        ).encode()
+        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(_SNAP_MAGIC + struct.pack("<Q", len(header)) + header)
+            f.write(tomb.tobytes())
+            f.write(memoryview(body))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+        return len(header) + len(tomb) * 8 + len(body) + 16
+
+    @classmethod
+    def read_snapshot(cls, path: Path, spec: IndexSpec) -> tuple[VectorIndex, int]:
+        """Load a snapshot written by :meth:`write_snapshot`.
+
+        Returns:
+            ``(index, seq)``.
+
+        Raises:
+            ValueError: bad magic, checksum, or a kind/metric/dimension that differs from ``spec``.
+        """
+        with open(path, "rb") as f:
+            if f.read(8) != _SNAP_MAGIC:
+                raise ValueError(f"{path}: not a snapshot")
+            (hlen,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(hlen))
+            tomb = np.frombuffer(f.read(8 * header["n_tombstones"]), dtype=np.int64)
+            body = np.frombuffer(f.read(), dtype=np.uint8)
+        if (
+            len(body) != header["index_bytes"]
+            or zlib.crc32(memoryview(body), zlib.crc32(tomb.tobytes())) != header["crc32"]
+        ):
+            raise ValueError(f"{path}: truncated or corrupt (checksum mismatch)")
+        for key in ("kind", "metric", "dimension"):
+            if header[key] != getattr(spec, key):
+                raise ValueError(
+                    f"{path}: snapshot {key} {header[key]!r} differs from the collection's {getattr(spec, key)!r}"
+                )
+        index = get_type(spec.kind).loaded(spec, faiss.deserialize_index(body))
+        return cls(spec, index, tomb), int(header["seq"])
+
+    def memory_bytes(self) -> int:
+        """Serialized size of the FAISS index in bytes (a close proxy of its memory)."""
+        return int(len(faiss.serialize_index(self.index)))

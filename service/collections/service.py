@@ -1,0 +1,224 @@
+"""The collections' write and search policy, between the HTTP routes and :class:`~.collection.Collection`.
+
+* **Embedding**: texts are embedded with the exact model (name, version, sha256) that embedded the collection,
+  through the service's embedder (its batcher), in chunks of ``embed_chunk``.
+* **Dual writes while re-embedding**: while a :class:`~.reembed.Shadow` is attached, an upsert's texts are
+  embedded by both models and written to both (``Collection.upsert`` checks both under its write lock).
+* **Retries on a model change**: a re-embedding may swap the collection's model between embedding and writing
+  (or searching); the collection then raises :class:`~.errors.ModelChanged` and the operation is redone with the
+  new model, up to :data:`RETRIES` times.
+* **Search planning**: text queries are embedded together, vector queries are checked (dimension, magnitude),
+  filters parsed, then every search of a batch runs in one worker-thread call.
+
+Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP in ``service.errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..embedder import ModelNotReady
+from ..registry import ModelNotFound
+from .collection import Collection, Hit
+from .errors import (
+    InvalidCollectionRequest,
+    ModelChanged,
+    ModelUnavailable,
+    PointNotFound,
+    TooManyItems,
+)
+from .filters import Condition, FilterError, parse_filter
+from .manager import CollectionManager
+from .vectors import query_problem
+
+RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
+
+
+class SearchSpec(Protocol):
+    """One search as the routes receive it (the API's ``SearchRequest`` has these fields)."""
+
+    query: str | list[float]
+    top_k: int
+    filter: Any
+    score_threshold: float | None
+    with_payload: bool
+    with_text: bool
+
+
+def _filter(raw: Any, param: str) -> list[Condition] | None:
+    try:
+        return parse_filter(raw) if raw is not None else None
+    except FilterError as e:
+        raise InvalidCollectionRequest(str(e), param=param, code="invalid_filter") from e
+
+
+class CollectionService:
+    """Create, write, read and search collections with the policy of the module docstring.
+
+    Args:
+        manager: the open collections.
+        embedder: returns the service's :class:`~service.embedder.Embedder` (None while starting).
+    """
+
+    def __init__(self, manager: CollectionManager, embedder: Callable[[], Any]) -> None:
+        self.manager = manager
+        self._embedder = embedder
+
+    @property
+    def settings(self) -> Any:
+        return self.manager.settings
+
+    def embedder(self) -> Any:
+        """The embedder.
+
+        Raises:
+            ModelNotReady: the service is still starting.
+        """
+        emb = self._embedder()
+        if emb is None:
+            raise ModelNotReady("service is starting")
+        return emb
+
+    async def embed(self, c: Collection, texts: list[str], model: dict[str, Any] | None = None) -> np.ndarray:
+        """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``.
+
+        Raises:
+            ModelUnavailable: that exact model (name, version, sha256) is not loaded.
+        """
+        emb = self.embedder()
+        want = model or c.model
+        model_id = f"{want['name']}:{want['version']}"
+        try:
+            lm = emb.resolve(model_id)
+        except (ModelNotFound, ModelNotReady) as e:
+            raise ModelUnavailable(
+                f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded"
+            ) from e
+        if lm.info.sha256 != want["sha256"]:
+            raise ModelUnavailable(
+                f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs {want['sha256'][:12]}..."
+            )
+        chunk = self.settings.embed_chunk
+        parts = [(await emb.encode(texts[i : i + chunk], model=lm, param="points")).embeddings
+                 for i in range(0, len(texts), chunk)]  # fmt: skip
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+    async def create(self, name: str, index: str, params: dict[str, Any] | None, metric: str) -> Collection:
+        """A new collection embedded by the active model (see :meth:`CollectionManager.create` for errors)."""
+        info = self.embedder().resolve(None).info
+        model = {"name": info.name, "version": info.version, "sha256": info.sha256}
+        return await self.manager.create(name, index, params, metric, model, info.dimension)
+
+    async def upsert(
+        self, name: str, ids: list[int | str], texts: list[str], payloads: list[dict[str, Any] | None]
+    ) -> tuple[int, int]:
+        """Embed and upsert points; returns ``(distinct ids written, sequence)`` once durable and searchable.
+
+        Raises:
+            CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts).
+        """
+        c = self.manager.get(name)
+        cap = self.settings.max_points_per_request
+        if len(ids) > cap:
+            raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
+        for attempt in range(RETRIES):
+            model, shadow = dict(c.model), c.shadow
+            smodel = dict(shadow.model) if shadow is not None else None
+            vectors = await self.embed(c, texts, model)
+            svectors = await self.embed(c, texts, smodel) if smodel else None
+            try:
+                seq = await self.manager.run(
+                    c.upsert, ids, texts, payloads, vectors, model=model, shadow_model=smodel, shadow_vectors=svectors
+                )
+                return len(set(ids)), seq  # a repeated id is written once (the last occurrence wins)
+            except ModelChanged as e:
+                if attempt == RETRIES - 1:
+                    raise ModelChanged(f"collection {name!r} changed model during the write; retry ({e})") from e
+        raise AssertionError("unreachable")
+
+    async def delete_points(self, name: str, ids: list[int | str] | None, raw_filter: Any) -> tuple[int, int]:
+        """Delete by ids or by filter; returns ``(deleted, sequence)`` once durable.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter).
+        """
+        c = self.manager.get(name)
+        conditions = _filter(raw_filter, "filter")
+        return await self.manager.run(c.delete, ids, conditions)
+
+    async def get_point(self, name: str, candidates: Sequence[int | str], with_vector: bool) -> dict[str, Any]:
+        """The first point found among ``candidates`` (one id read as an integer, then as a string).
+
+        Raises:
+            CollectionNotFound, PointNotFound.
+        """
+        c = self.manager.get(name)
+        for pid in candidates:
+            p = await self.manager.run(c.get, pid, with_vector)
+            if p is not None:
+                return p
+        shown = candidates[-1] if candidates else ""
+        raise PointNotFound(f"point {str(shown)!r} not found in collection {name!r}")
+
+    async def search(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
+        """One list of hits per search, best first. ``param``: ``query`` (one search) or ``searches`` (a batch),
+        used to name the field at fault.
+
+        Raises:
+            CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
+        """
+        if param == "searches" and len(searches) > self.settings.max_batch_searches:
+            raise TooManyItems(
+                f"{len(searches)} searches in one request; the maximum is {self.settings.max_batch_searches}",
+                "searches",
+                "too_many_searches",
+            )
+        for attempt in range(RETRIES):
+            try:
+                return await self._search_once(name, searches, param)
+            except ModelChanged as e:
+                if attempt == RETRIES - 1:
+                    raise ModelChanged(f"collection {name!r} changed model during the search; retry ({e})") from e
+        raise AssertionError("unreachable")
+
+    async def _search_once(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
+        c = self.manager.get(name)
+        model, d = dict(c.model), c.spec.dimension
+        plans: list[tuple[SearchSpec, list[Condition] | None, int | np.ndarray]] = []
+        texts: list[str] = []
+        for i, s in enumerate(searches):
+            pre = f"{param}[{i}]." if param == "searches" else ""
+            if s.top_k > self.settings.max_top_k:
+                raise InvalidCollectionRequest(f"top_k must be at most {self.settings.max_top_k}", f"{pre}top_k")
+            conditions = _filter(s.filter, f"{pre}filter")
+            if isinstance(s.query, str):
+                plans.append((s, conditions, len(texts)))
+                texts.append(s.query)
+                continue
+            v = np.asarray(s.query, dtype=np.float32)
+            if len(v) != d:
+                raise InvalidCollectionRequest(
+                    f"query vector has dimension {len(v)}; collection {name!r} has {d}",
+                    f"{pre}query",
+                    "wrong_dimension",
+                )
+            if (problem := query_problem(v, c.spec.metric)) is not None:
+                raise InvalidCollectionRequest(problem, f"{pre}query")
+            plans.append((s, conditions, v))
+        qvecs = await self.embed(c, texts, model) if texts else None
+
+        def _search_all() -> list[list[Hit]]:
+            out = []
+            for s, conditions, q in plans:
+                vec = qvecs[q] if isinstance(q, int) else q
+                out.append(
+                    c.search(
+                        vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text, model=model
+                    )[0]  # fmt: skip
+                )
+            return out
+
+        return await self.manager.run(_search_all)
