@@ -2,7 +2,7 @@
 
 Lifespan: load and warm up the persisted active model (``<data_dir>/active_model.json``,
 see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
-with the loader's message), then start ``service.collections`` (its routes are mounted here, so a broken
+with the loader's message), then open the collections backend (``collections_backend``; the routes are mounted here, so a broken
 faiss install is an import error at start, not silently missing routes), then mark the app ready. At
 shutdown: not ready, collections closed, batchers drained.
 
@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from .collections import CollectionService, setup_collections
+from .collections import CollectionService, open_backend
 from .collections import api as collections_api
 from .collections.reembed import Reembedder
 from .embedder import Embedder
@@ -55,13 +55,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.collection_service = None
         await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
-        manager = None
+        backend = None
         reembedder = None
         try:
-            manager = setup_collections(settings)
-            await manager.start()
-            app.state.collection_service = CollectionService(manager, lambda: app.state.embedder)
-            reembedder = Reembedder(app, manager, control)  # collections follow the active model
+            backend = open_backend(settings)
+            await backend.start()
+            app.state.collection_service = CollectionService(backend, lambda: app.state.embedder)
+            # collections follow the active model
+            reembedder = Reembedder(lambda: app.state.embedder, registry, backend, control)
             await reembedder.start()
             app.state.reembedder = reembedder
             app.state.ready = True
@@ -75,9 +76,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await reembedder.close()
                 except Exception:
                     log.exception("stopping re-embedding failed")
-            if manager is not None:
+            if backend is not None:
                 try:
-                    await manager.close()
+                    await backend.close()
                 except Exception:
                     log.exception("closing collections failed")
             await registry.close()

@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log level")
 
     # Collections (nearest-neighbour search); env EMBED_COLLECTIONS_*, flags --collections-*
+    collections_backend: Literal["embedded", "milvus"] = Field(
+        "embedded",
+        description="where collections live: 'embedded' (SQLite + FAISS in this process, under data_dir) or "
+        "'milvus' (a Milvus server or cluster at collections_milvus_uri, shared by several replicas)",
+    )
     collections_snapshot_every: int = Field(
         200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written"
     )

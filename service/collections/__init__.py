@@ -1,52 +1,39 @@
-"""Persistent nearest-neighbour collections: SQLite is the truth, FAISS is derived.
+"""Persistent nearest-neighbour collections behind one backend interface.
 
-Layers, bottom up:
+Layers, top down:
 
-* :mod:`.filters`: the payload filter grammar (``{"key": value}``, ``{"key": {"$in": [...]}}``).
-* :mod:`.store`: one SQLite file per collection (ids, texts, payloads, vectors, sequence numbers).
-* :mod:`.index`: one interface for index types, one module per type (flat, HNSW, IVF-PQ), their registry, and
-  the generic FAISS index with deletion, filtered search and atomic snapshots.
-* :mod:`.collection`: a store plus its index, with the locking that keeps searches consistent.
-* :mod:`.manager`: every collection under ``<data_dir>/collections/`` and background upkeep.
-* :mod:`.reembed`: re-embedding into a shadow when the active model changes, then an atomic swap.
-* :mod:`.service`: the write and search policy (embedding, dual writes while re-embedding, retries).
 * :mod:`.api`: the HTTP schemas and routes only (Qdrant's names).
+* :mod:`.service`: the write and search policy (embedding with the collection's exact model, dual writes while
+  re-embedding, retries on a model change, search planning).
+* :mod:`.reembed`: collections follow the active model (background re-embedding, then an atomic switch).
+* :mod:`.backend`: the interface every backend implements (collections, points, re-embedding targets) and
+  :func:`~.backend.open_backend`.
+* :mod:`.embedded`: the default backend, SQLite (the truth) + FAISS in this process; :mod:`.milvus`: a Milvus server
+  or cluster shared by several replicas.
+* :mod:`.index`: the index types (flat, HNSW, IVF-PQ), one module each, their params and registry.
+* :mod:`.filters`: the payload filter grammar (``{"key": value}``, ``{"key": {"$in": [...]}}``, nested keys).
+* :mod:`.vectors`: query and point vector checks and normalisation.
 * :mod:`.errors`: the domain exceptions (mapped to HTTP once, in ``service.errors``).
 
-The service mounts :data:`.api.router` in ``create_app``, calls :func:`setup_collections` in its lifespan,
-then ``await manager.start()`` and, at shutdown, ``await manager.close()``.
+The service mounts :data:`.api.router` in ``create_app``; its lifespan opens the backend with
+:func:`~.backend.open_backend`, starts it and puts a :class:`CollectionService` on ``app.state.collection_service``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from .collection import Collection, Hit
+from .backend import CollectionHandle, CollectionSettings, Hit, VectorBackend, open_backend
 from .filters import FilterError, parse_filter
-from .index import IndexSpec, VectorIndex
-from .manager import CollectionManager, CollectionSettings
+from .index import IndexSpec
 from .service import CollectionService
 
 __all__ = [
-    "Collection",
-    "CollectionManager",
+    "CollectionHandle",
     "CollectionService",
     "CollectionSettings",
     "FilterError",
     "Hit",
     "IndexSpec",
-    "VectorIndex",
+    "VectorBackend",
+    "open_backend",
     "parse_filter",
-    "setup_collections",
 ]
-
-
-def setup_collections(settings: Any) -> CollectionManager:
-    """The (not yet started) manager of ``<settings.data_dir>/collections/``.
-
-    Tuning comes from the service settings' ``collections_*`` fields (:class:`CollectionSettings`). The routes
-    (:data:`.api.router`) are mounted by ``service.app.create_app``; they reach the collections through the
-    :class:`CollectionService` the app's lifespan puts on ``app.state.collection_service`` once started.
-    """
-    return CollectionManager(Path(settings.data_dir) / "collections", CollectionSettings(settings))

@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from ..routes import json_response
-from .collection import Hit
+from .backend import Hit
 from .errors import CollectionsNotReady, InvalidCollectionRequest
 from .index import index_kinds
 from .service import CollectionService
@@ -175,19 +175,19 @@ async def create_collection(name: str, body: CreateCollection, svc: Service) -> 
 @router.get("/collections")
 async def list_collections(svc: Service) -> Response:
     """``{"collections": [info, ...]}`` sorted by name."""
-    return json_response({"collections": [c.info() for _, c in sorted(svc.manager.collections.items())]})
+    return json_response({"collections": [c.info() for c in svc.backend.list()]})
 
 
 @router.get("/collections/{name}")
 async def get_collection(name: str, svc: Service) -> Response:
     """Count, index type/params/trained, dimension, metric, model (name, version, sha256), sequence."""
-    return json_response(svc.manager.get(name).info())
+    return json_response(svc.backend.get(name).info())
 
 
 @router.delete("/collections/{name}")
 async def delete_collection(name: str, svc: Service) -> Response:
     """Delete the collection and its files."""
-    await svc.manager.delete(name)
+    await svc.backend.delete(name)
     return json_response({"deleted": True, "name": name})
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
-from .collection import Collection, Hit
+from .backend import CollectionHandle, Hit, VectorBackend
 from .errors import (
     InvalidCollectionRequest,
     ModelChanged,
@@ -31,7 +31,6 @@ from .errors import (
     TooManyItems,
 )
 from .filters import Condition, FilterError, parse_filter
-from .manager import CollectionManager
 from .vectors import query_problem
 
 RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
@@ -59,17 +58,17 @@ class CollectionService:
     """Create, write, read and search collections with the policy of the module docstring.
 
     Args:
-        manager: the open collections.
+        backend: where the collections live (:mod:`.backend`).
         embedder: returns the service's :class:`~service.embedder.Embedder` (None while starting).
     """
 
-    def __init__(self, manager: CollectionManager, embedder: Callable[[], Any]) -> None:
-        self.manager = manager
+    def __init__(self, backend: VectorBackend, embedder: Callable[[], Any]) -> None:
+        self.backend = backend
         self._embedder = embedder
 
     @property
     def settings(self) -> Any:
-        return self.manager.settings
+        return self.backend.settings
 
     def embedder(self) -> Any:
         """The embedder.
@@ -82,7 +81,7 @@ class CollectionService:
             raise ModelNotReady("service is starting")
         return emb
 
-    async def embed(self, c: Collection, texts: list[str], model: dict[str, Any] | None = None) -> np.ndarray:
+    async def embed(self, c: CollectionHandle, texts: list[str], model: dict[str, Any] | None = None) -> np.ndarray:
         """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``.
 
         Raises:
@@ -106,11 +105,11 @@ class CollectionService:
                  for i in range(0, len(texts), chunk)]  # fmt: skip
         return np.concatenate(parts).astype(np.float32, copy=False)
 
-    async def create(self, name: str, index: str, params: dict[str, Any] | None, metric: str) -> Collection:
-        """A new collection embedded by the active model (see :meth:`CollectionManager.create` for errors)."""
+    async def create(self, name: str, index: str, params: dict[str, Any] | None, metric: str) -> CollectionHandle:
+        """A new collection embedded by the active model (see :meth:`VectorBackend.create` for errors)."""
         info = self.embedder().resolve(None).info
         model = {"name": info.name, "version": info.version, "sha256": info.sha256}
-        return await self.manager.create(name, index, params, metric, model, info.dimension)
+        return await self.backend.create(name, index, params, metric, model, info.dimension)
 
     async def upsert(
         self, name: str, ids: list[int | str], texts: list[str], payloads: list[dict[str, Any] | None]
@@ -120,17 +119,16 @@ class CollectionService:
         Raises:
             CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts).
         """
-        c = self.manager.get(name)
+        c = self.backend.get(name)
         cap = self.settings.max_points_per_request
         if len(ids) > cap:
             raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
         for attempt in range(RETRIES):
-            model, shadow = dict(c.model), c.shadow
-            smodel = dict(shadow.model) if shadow is not None else None
+            model, smodel = dict(c.model), c.reembed_model
             vectors = await self.embed(c, texts, model)
             svectors = await self.embed(c, texts, smodel) if smodel else None
             try:
-                seq = await self.manager.run(
+                seq = await self.backend.run(
                     c.upsert, ids, texts, payloads, vectors, model=model, shadow_model=smodel, shadow_vectors=svectors
                 )
                 return len(set(ids)), seq  # a repeated id is written once (the last occurrence wins)
@@ -145,9 +143,9 @@ class CollectionService:
         Raises:
             CollectionNotFound, InvalidCollectionRequest (bad filter).
         """
-        c = self.manager.get(name)
+        c = self.backend.get(name)
         conditions = _filter(raw_filter, "filter")
-        return await self.manager.run(c.delete, ids, conditions)
+        return await self.backend.run(c.delete, ids, conditions)
 
     async def get_point(self, name: str, candidates: Sequence[int | str], with_vector: bool) -> dict[str, Any]:
         """The first point found among ``candidates`` (one id read as an integer, then as a string).
@@ -155,9 +153,9 @@ class CollectionService:
         Raises:
             CollectionNotFound, PointNotFound.
         """
-        c = self.manager.get(name)
+        c = self.backend.get(name)
         for pid in candidates:
-            p = await self.manager.run(c.get, pid, with_vector)
+            p = await self.backend.run(c.get, pid, with_vector)
             if p is not None:
                 return p
         shown = candidates[-1] if candidates else ""
@@ -185,7 +183,7 @@ class CollectionService:
         raise AssertionError("unreachable")
 
     async def _search_once(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
-        c = self.manager.get(name)
+        c = self.backend.get(name)
         model, d = dict(c.model), c.spec.dimension
         plans: list[tuple[SearchSpec, list[Condition] | None, int | np.ndarray]] = []
         texts: list[str] = []
@@ -221,4 +219,4 @@ class CollectionService:
                 )
             return out
 
-        return await self.manager.run(_search_all)
+        return await self.backend.run(_search_all)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.collections.collection import Collection
+from service.collections.embedded import Collection
+from service.collections.embedded.store import Store
 from service.collections.filters import FilterError, matches, parse_filter
 from service.collections.index import IndexConfigError, IndexSpec, normalize_params
-from service.collections.store import Store
 
 D = 32
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}

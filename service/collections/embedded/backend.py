@@ -1,10 +1,11 @@
-"""The collections manager: every collection under ``<data_dir>/collections/``, plus background upkeep.
+"""The embedded backend (the default): every collection under ``<data_dir>/collections/`` in this process, as SQLite
+files plus FAISS indexes, with background upkeep; implements :class:`~..backend.VectorBackend`.
 
 Blocking work (SQLite, FAISS, files) runs on a dedicated thread pool, never on the
 event loop. A background task trains/rebuilds indexes when due and writes FAISS
 snapshots (after ``snapshot_every`` writes, ``snapshot_interval_s`` after the
 last snapshot if anything changed, and right after a training or rebuild);
-:meth:`CollectionManager.close` snapshots what changed.
+:meth:`EmbeddedBackend.close` snapshots what changed.
 """
 
 from __future__ import annotations
@@ -23,33 +24,15 @@ from typing import Any, TypeVar
 
 from artifact_contract.fsio import fsync_dir
 
+from ..backend import CollectionSettings
+from ..errors import CollectionClosed, CollectionExists, CollectionNotFound, InvalidCollectionRequest
+from ..index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 from .collection import Collection
-from .errors import CollectionClosed, CollectionExists, CollectionNotFound, InvalidCollectionRequest
-from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 
 log = logging.getLogger("service.collections")
 T = TypeVar("T")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-
-
-class CollectionSettings:
-    """The collection tuning knobs: a view of the service :class:`~service.settings.Settings`' ``collections_*`` fields.
-
-    ``CollectionSettings(settings).snapshot_every`` is ``settings.collections_snapshot_every``
-    (flag ``--collections-snapshot-every``, env ``EMBED_COLLECTIONS_SNAPSHOT_EVERY``).
-    One settings object per package: the fields and their defaults live in ``service/settings.py``.
-    """
-
-    def __init__(self, settings: Any = None) -> None:
-        from ..settings import Settings
-
-        self._settings = settings if settings is not None else Settings()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._settings, f"collections_{name}")
 
 
 def _init_worker(faiss_threads: int) -> None:
@@ -59,8 +42,8 @@ def _init_worker(faiss_threads: int) -> None:
     faiss.omp_set_num_threads(faiss_threads)
 
 
-class CollectionManager:
-    """Owns the open collections.
+class EmbeddedBackend:
+    """Owns the open collections of this process.
 
     Args:
         root: the collections directory (``<data_dir>/collections``).
@@ -79,6 +62,15 @@ class CollectionManager:
             initargs=(self.settings.faiss_threads,),
         )
         self._task: asyncio.Task | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> EmbeddedBackend:
+        """The backend of ``<settings.data_dir>/collections`` tuned by the ``collections_*`` settings."""
+        return cls(Path(settings.data_dir) / "collections", CollectionSettings(settings))
+
+    def list(self) -> list[Collection]:
+        """The open collections, sorted by name."""
+        return [c for _, c in sorted(self.collections.items())]
 
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """Run blocking ``fn(*args, **kw)`` on the collections thread pool."""

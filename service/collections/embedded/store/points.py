@@ -21,6 +21,8 @@ Texts are kept so a collection can be re-embedded with another model.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -30,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .filters import Condition, to_sql
+from artifact_contract.fsio import fsync_dir
+
+from ...filters import Condition, to_sql
 
 DB_FILE = "points.sqlite3"
 FORMAT = 1
@@ -106,6 +110,27 @@ class Store:
         )
         store._w.execute("COMMIT")
         return store
+
+    @classmethod
+    def create_directory(cls, path: Path, meta: dict[str, Any]) -> None:
+        """Create a collection directory at ``path`` holding a new store with ``meta``, atomically: built in a
+        hidden temp directory, fsynced, then renamed into place.
+
+        Raises:
+            FileExistsError: ``path`` exists (or appeared meanwhile).
+        """
+        if path.exists():
+            raise FileExistsError(path) from None
+        tmp = path.with_name(f".creating-{path.name}-{os.getpid()}-{time.monotonic_ns()}")
+        tmp.mkdir(parents=True)
+        cls.create(tmp, meta).close()
+        fsync_dir(tmp)
+        try:
+            os.rename(tmp, path)  # fails if path appeared meanwhile (non-empty dir)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(path) from None
+        fsync_dir(path.parent)
 
     # --- connections -----------------------------------------------------------------------------
     def reader(self) -> sqlite3.Connection:

@@ -1,98 +1,37 @@
-"""One collection: a SQLite :class:`~.store.Store` (truth) plus a derived :class:`~.index.VectorIndex`.
+"""One embedded collection: a SQLite :class:`~.store.Store` (truth) plus a derived FAISS
+:class:`~..index.VectorIndex`; implements :class:`~..backend.CollectionHandle`.
 
-Concurrency: searches hold the read side of a readers-writer lock for the FAISS
-search *and* the SQLite row lookups; a write holds a write mutex (one write at a
-time) and, for its SQLite commit plus the FAISS update, the write side — so a search
-sees the collection either before or after a write, never half of it. Index
-maintenance (HNSW rebuild, IVF-PQ training) builds the new index beside the old one
-under the write mutex only (searches continue on the old one) and swaps it in under
-the write side. Every method here blocks: call it from a worker thread.
+Concurrency: searches hold the read side of a readers-writer lock for the FAISS search *and* the SQLite row
+lookups; a write holds a write mutex (one write at a time) and, for its SQLite commit plus the FAISS update, the
+write side — so a search sees the collection either before or after a write, never half of it. Index maintenance
+(HNSW rebuild, IVF-PQ training) and the switch at the end of a re-embedding build the new index beside the old one
+under the write mutex only (searches continue on the old one) and swap it in under the write side. Every method
+here blocks: call it from a worker thread.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
-import shutil
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from artifact_contract.fsio import fsync_dir
-
-from .errors import CollectionClosed, ModelChanged
-from .filters import Condition
-from .index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
-from .store import Store, decode_id, encode_id
-from .vectors import unit_rows
+from ..backend import Hit, model_id, same_model
+from ..errors import CollectionClosed, ModelChanged
+from ..filters import Condition
+from ..index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
+from ..vectors import unit_rows
+from .locks import RWLock
+from .search import assemble_hits, rerank
+from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
+from .store import Store, encode_id
+from .target import EmbeddedTarget
 
 log = logging.getLogger("service.collections")
-
-SNAPSHOT_RE = re.compile(r"^index-(\d{20})\.snap$")
-
-
-def same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
-    """Whether two model dicts (``{name, version, sha256}``) denote the same artifact."""
-    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ("name", "version", "sha256"))
-
-
-class RWLock:
-    """A writer-preferring readers-writer lock (threads)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._waiting_writers = 0
-
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        """Shared access; waits while a writer holds or waits for the lock."""
-        with self._cond:
-            while self._writer or self._waiting_writers:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        """Exclusive access."""
-        with self._cond:
-            self._waiting_writers += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting_writers -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
-@dataclass
-class Hit:
-    """One search result: point ``id``, ``score`` (similarity, or distance for l2), optional text and payload."""
-
-    id: int | str
-    score: float
-    text: str | None = None
-    payload: dict[str, Any] | None = None
 
 
 class Collection:
@@ -127,36 +66,24 @@ class Collection:
         self._wmutex = threading.Lock()
         self._closed = False
         self.last_error: str | None = None
-        # re-embedding towards another model: a Shadow while running, and its status
-        self.shadow: Any = None
+        # re-embedding towards another model: its target while attached, and its status (kept after it ends)
+        self._target: EmbeddedTarget | None = None
         self.reembed_status: dict[str, Any] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     @classmethod
     def create(cls, path: Path, spec: IndexSpec, model: dict[str, Any], **kw: Any) -> Collection:
-        """Create a collection directory at ``path`` atomically (temp dir, then rename).
+        """Create a collection directory at ``path`` atomically (see :meth:`Store.create_directory`) and open it.
 
         Raises:
             FileExistsError: ``path`` exists.
         """
-        path = Path(path)
-        if path.exists():
-            raise FileExistsError(path) from None
-        tmp = path.with_name(f".creating-{path.name}-{os.getpid()}-{time.monotonic_ns()}")
-        tmp.mkdir(parents=True)
         meta = {
             "config": {"index": spec.kind, "metric": spec.metric, "params": spec.params},
             "dimension": spec.dimension,
             "model": model,
         }
-        Store.create(tmp, meta).close()
-        fsync_dir(tmp)
-        try:
-            os.rename(tmp, path)  # fails if path appeared meanwhile (non-empty dir)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(path) from None
-        fsync_dir(path.parent)
+        Store.create_directory(Path(path), meta)
         return cls.open(path, **kw)
 
     @classmethod
@@ -166,54 +93,11 @@ class Collection:
         c._load()
         return c
 
-    def _snapshots(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.path.iterdir():
-            m = SNAPSHOT_RE.match(p.name)
-            if m:
-                out.append((int(m.group(1)), p))
-        return sorted(out)
-
     def _load(self) -> None:
-        t0 = time.monotonic()
-        seq = self.store.seq()
-        self._seq = seq
-        count = self.store.count()
-        snaps = self._snapshots()
-        index = None
-        how = "rebuilt from SQLite"
-        if snaps:
-            snap_seq, snap_path = snaps[-1]
-            try:
-                if snap_seq > seq:
-                    raise ValueError(f"snapshot seq {snap_seq} is ahead of the store ({seq})")
-                index, snap_seq = VectorIndex.read_snapshot(snap_path, self.spec)
-                removed = self.store.removed_after(snap_seq)
-                index.remove(removed, may_be_absent=True)
-                n_new = 0
-                for ids, vecs in self.store.iter_vectors(self.spec.dimension, after_seq=snap_seq):
-                    index.add(ids, vecs)
-                    n_new += len(ids)
-                if index.live != count:
-                    raise ValueError(f"after replay the index holds {index.live} live vectors, the store {count}")
-                self._snapshot_seq = snap_seq
-                how = f"snapshot seq {snap_seq} + replay of {len(removed)} removals, {n_new} rows"
-            except Exception as e:  # a bad snapshot is never fatal: SQLite has everything
-                log.warning(
-                    "collection %s: snapshot %s unusable (%s); rebuilding from SQLite", self.name, snap_path.name, e
-                )
-                index = None
-        if index is None:
-            index = self._build_index(count)
-            self._snapshot_seq = 0
-        self.index = index
-        self._count = count
-        log.info("collection %s: %d points, %s in %.2fs", self.name, count, how, time.monotonic() - t0)
+        self.index, self._count, self._seq, self._snapshot_seq = load_index(self.name, self.path, self.store, self.spec)
 
     def _build_index(self, count: int) -> VectorIndex:
-        n = get_type(self.spec.kind).train_sample_size(self.spec, count)
-        sample = self.store.sample_vectors(self.spec.dimension, n) if n else None
-        return VectorIndex.build(self.spec, self.store.iter_vectors(self.spec.dimension), train_sample=sample)
+        return build_index(self.store, self.spec, count)
 
     def close(self) -> None:
         """Wait for running operations, then close the store. Idempotent."""
@@ -248,26 +132,11 @@ class Collection:
         shadow_model: dict[str, Any] | None = None,
         shadow_vectors: np.ndarray | None = None,
     ) -> int:
-        """Insert or replace points; returns once the write is durable and searchable.
-
-        Args:
-            ids: point ids (unsigned ints or strings); a repeated id keeps its last occurrence.
-            texts: their texts.
-            payloads: JSON-object payloads (None = ``{}``).
-            vectors: float32 ``(n, dimension)`` (normalised here for cosine).
-            model: the model (``{name, version, sha256}``) that made ``vectors``; checked against the
-                collection's under the write lock (None: not checked, and refused while re-embedding).
-            shadow_model, shadow_vectors: while a re-embedding runs, the same texts embedded by its
-                target model, float32 ``(n, target dimension)``; written to the shadow too.
-
-        Returns:
-            the write's sequence number.
+        """Insert or replace points durably (SQLite commit, fsynced) and searchably (FAISS updated); also writes the
+        attached re-embedding's vectors. See :meth:`~..backend.CollectionHandle.upsert` for the arguments.
 
         Raises:
-            CollectionClosed: the collection was deleted.
-            ModelChanged: the vectors given are not from the collection's model, or a re-embedding
-                runs and its target's vectors are missing (embed again and retry).
-            ValueError: vector shape mismatch.
+            CollectionClosed, ModelChanged; ValueError: vector shape mismatch.
         """
         last: dict[str, int] = {}
         for i, pid in enumerate(ids):
@@ -282,7 +151,7 @@ class Collection:
                 if not same_model(shadow_model, self.model):
                     raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
                 vectors, shadow_model, shadow_vectors = shadow_vectors, None, None  # a swap happened meanwhile
-            shadow = self.shadow
+            shadow = self._target
             if shadow is not None and (shadow_vectors is None or not same_model(shadow_model, shadow.model)):
                 raise ModelChanged(f"collection {self.name} is being re-embedded with {shadow.model}")
             vecs = self._prepare(vectors)[order]
@@ -354,15 +223,79 @@ class Collection:
             if self._closed or self._seq == self._snapshot_seq:
                 return None
             seq = self._seq
-            path = self.path / f"index-{seq:020d}.snap"
-            self.index.write_snapshot(path, seq)
+            self.index.write_snapshot(snapshot_path(self.path, seq), seq)
             self.store.prune_removed(seq)
-            for s, p in self._snapshots():
-                if s < seq:
-                    p.unlink(missing_ok=True)
+            remove_snapshots(self.path, below=seq)
             self._snapshot_seq = seq
             self._snapshot_time = time.monotonic()
             return seq
+
+    # --- re-embedding ---------------------------------------------------------------------------------------
+    @property
+    def reembed_model(self) -> dict[str, Any] | None:
+        """The target model of the attached re-embedding (upserts must carry its vectors too), else None."""
+        t = self._target
+        return dict(t.model) if t is not None else None
+
+    def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str = "") -> EmbeddedTarget:
+        """Attach a re-embedding towards ``model`` (resuming its stored target vectors if it was interrupted);
+        from now on every upsert writes both vectors. ``owner`` is not needed: one process owns the collection.
+
+        Raises:
+            InvalidCollectionRequest: the index params cannot be carried to ``dimension``.
+            CollectionClosed: the collection was deleted.
+        """
+        target = EmbeddedTarget(self, model, dimension)
+        target.prepare()
+        with self._wmutex:
+            self._check_open()
+            if self._target is not None:
+                self._target.abandoned = True
+            self._target = target
+            self.reembed_status = target.status
+        return target
+
+    def detach_reembed(self, target: EmbeddedTarget) -> None:
+        """Stop writing ``target``'s vectors (if it is still the attached one)."""
+        with self._wmutex:
+            if self._target is target:
+                self._target = None
+
+    def complete_reembed(self, target: EmbeddedTarget) -> bool:
+        """Switch to ``target``'s vectors: the new index is built beside the old one (searches go on, writes wait),
+        then one SQLite transaction moves the vectors and records the model, dimension and index params, and the
+        index, spec and model are swapped under the write side; the old snapshots are deleted.
+
+        Returns:
+            True when switched; False when points still lack a target vector or ``target`` is not attached.
+        """
+        with self._wmutex:
+            self._check_open()
+            if self._target is not target or target.table.missing():
+                return False
+            spec = target.spec
+            n = get_type(spec.kind).train_sample_size(spec, self._count)
+            t0 = time.monotonic()
+            index = VectorIndex.build(
+                spec, target.table.iter_vectors(), train_sample=target.table.sample(n) if n else None
+            )
+            built = time.monotonic() - t0
+            with self._rw.write():
+                config = {"index": spec.kind, "metric": spec.metric, "params": spec.params}
+                target.table.promote(target.model, spec.dimension, config)
+                self.index, self.spec, self.model = index, spec, dict(target.model)
+                self._target = None
+                remove_snapshots(self.path)  # snapshots of the old vectors: never load them again
+                self._snapshot_seq, self._snapshot_time = 0, time.monotonic()
+        log.info(
+            "collection %s: switched to %s (%d points, dimension %d; index built in %.2fs)",
+            self.name, model_id(target.model), self._count, spec.dimension, built,
+        )  # fmt: skip
+        try:
+            self.snapshot()
+        except Exception:
+            log.exception("collection %s: snapshot after the switch failed (SQLite has everything)", self.name)
+        return True
 
     # --- reads --------------------------------------------------------------------------------------------------
     def search(
@@ -375,20 +308,12 @@ class Collection:
         with_text: bool = True,
         model: dict[str, Any] | None = None,
     ) -> list[list[Hit]]:
-        """Nearest points of each query.
+        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter matching at most
+        ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the
+        FAISS search with an ``IDSelector``; IVF-PQ candidates are re-ranked exactly.
 
-        Args:
-            queries: float32 ``(nq, dimension)`` (normalised here for cosine).
-            top_k: most results per query.
-            conditions: a parsed payload filter; only matching points are returned, and the
-                top_k are the best among the matching points.
-            score_threshold: drop results scoring below it (cosine/dot) or farther than it (l2).
-            with_payload, with_text: include them in the hits.
-            model: the model that embedded ``queries``; if given and no longer the collection's
-                (a re-embedding swapped meanwhile), :class:`ModelChanged` is raised.
-
-        Returns:
-            one list of :class:`Hit` per query, best first.
+        Raises:
+            CollectionClosed, ModelChanged.
         """
         with self._rw.read():
             self._check_open()
@@ -408,46 +333,13 @@ class Collection:
             if exact is not None:
                 D, I = exact
             elif (factor := self.index.rerank_factor()) > 1:
-                D, I = self._rerank(q, top_k, allowed, factor)
+                D, I = rerank(self.index, self.store, q, top_k, allowed, factor, self.spec)
             else:
                 D, I = self.index.search(q, top_k, allowed)
             hib = higher_is_better(self.spec.metric)
             wanted = sorted({int(i) for i in I.ravel() if i >= 0})
             rows = self.store.rows_for(wanted) if wanted else {}
-        out: list[list[Hit]] = []
-        for qi in range(len(q)):
-            hits: list[Hit] = []
-            for s, iid in zip(D[qi], I[qi]):
-                iid = int(iid)
-                if iid < 0 or iid not in rows:
-                    continue
-                s = float(s)
-                if score_threshold is not None and (s < score_threshold if hib else s > score_threshold):
-                    continue
-                key, text, payload = rows[iid]
-                hits.append(
-                    Hit(decode_id(key), s, text if with_text else None, json.loads(payload) if with_payload else None)
-                )
-                if len(hits) == top_k:
-                    break
-            out.append(hits)
-        return out
-
-    def _rerank(
-        self, q: np.ndarray, top_k: int, allowed: np.ndarray | None, factor: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``factor * top_k`` approximate candidates re-scored exactly with the stored vectors."""
-        _, cand = self.index.search(q, top_k * factor, allowed)
-        ids, vecs = self.store.vectors_for(np.unique(cand[cand >= 0]), self.spec.dimension)
-        pos = {int(i): j for j, i in enumerate(ids)}
-        D = np.full((len(q), top_k), np.nan, np.float32)
-        I = np.full((len(q), top_k), -1, np.int64)
-        for qi in range(len(q)):
-            rows = [pos[int(i)] for i in cand[qi] if i >= 0 and int(i) in pos]
-            if rows:
-                s, top = exact_search(q[qi : qi + 1], vecs[rows], ids[rows], top_k, self.spec.metric)
-                D[qi, : top.shape[1]], I[qi, : top.shape[1]] = s[0], top[0]
-        return D, I
+        return assemble_hits(D, I, rows, top_k, score_threshold, hib, with_payload, with_text)
 
     def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
         """The stored point ``{id, text, payload[, vector]}`` or None."""

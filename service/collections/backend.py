@@ -1,0 +1,238 @@
+"""The collections' backend interface: what the collection service, the re-embedder and the routes need from the
+place where points live. Two backends implement it: ``embedded`` (SQLite + FAISS in this process, the default;
+:mod:`.embedded`) and ``milvus`` (a Milvus server or cluster shared by several service replicas; :mod:`.milvus`).
+``EMBED_COLLECTIONS_BACKEND`` chooses; :func:`open_backend` builds it.
+
+Three roles:
+
+* :class:`VectorBackend`: the set of collections (create, get, list, delete), a thread pool for blocking calls, and
+  start/close.
+* :class:`CollectionHandle`: one collection: upsert, delete, get, search, its model record and index spec, and
+  :meth:`CollectionHandle.begin_reembed`.
+* :class:`ReembedTarget`: one re-embedding of a collection towards another model, resumable: the points still
+  lacking a vector of the target model, writing those vectors, and the atomic switch.
+
+Every method of a handle or target blocks (SQLite, FAISS, network): call them through :meth:`VectorBackend.run`.
+Every error is a domain exception of :mod:`.errors`.
+
+Model records are dicts ``{name, version, sha256}``: vectors are only ever compared with vectors made by the same
+artifact (:func:`same_model`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from .filters import Condition
+from .index import IndexSpec
+
+T = TypeVar("T")
+
+BACKENDS = ("embedded", "milvus")
+
+
+def same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two model records (``{name, version, sha256}``) denote the same artifact."""
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ("name", "version", "sha256"))
+
+
+def model_id(model: dict[str, Any]) -> str:
+    """``name:version`` of a model record."""
+    return f"{model['name']}:{model['version']}"
+
+
+@dataclass
+class Hit:
+    """One search result: point ``id``, ``score`` (similarity, or distance for l2), optional text and payload."""
+
+    id: int | str
+    score: float
+    text: str | None = None
+    payload: dict[str, Any] | None = None
+
+
+class CollectionSettings:
+    """The collection tuning knobs: a view of the service :class:`~service.settings.Settings`' ``collections_*`` fields.
+
+    ``CollectionSettings(settings).snapshot_every`` is ``settings.collections_snapshot_every``
+    (flag ``--collections-snapshot-every``, env ``EMBED_COLLECTIONS_SNAPSHOT_EVERY``).
+    One settings object per package: the fields and their defaults live in ``service/settings.py``.
+    """
+
+    def __init__(self, settings: Any = None) -> None:
+        from ..settings import Settings
+
+        self._settings = settings if settings is not None else Settings()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._settings, f"collections_{name}")
+
+
+class ReembedTarget(Protocol):
+    """A resumable re-embedding of one collection towards ``model`` (dimension ``dimension``).
+
+    ``status`` is the progress dict shown under ``reembedding`` in the collection's info:
+    ``{state, target_model, dimension, done, total, rate_per_s, started_at, finished_at, error}``.
+    """
+
+    model: dict[str, Any]
+    dimension: int
+    status: dict[str, Any]
+
+    def pending(self, cursor: Any, limit: int) -> tuple[list[tuple[Any, str]], Any]:
+        """Up to ``limit`` live points with no target vector yet, after ``cursor`` (None: from the start):
+        ``([(ref, text)], next cursor)``; an empty list means the sweep reached the end."""
+
+    def write(self, refs: Sequence[Any], vectors: np.ndarray) -> None:
+        """Store target vectors (float32 ``(n, dimension)``) for the points ``refs`` from :meth:`pending`."""
+
+    def complete(self) -> bool:
+        """Switch the collection to the target atomically when every live point has a target vector.
+
+        Returns:
+            True when switched; False when points still lack a target vector (sweep again).
+        """
+
+    def publish_status(self) -> None:
+        """Make ``status`` visible to every reader of the collection (other replicas included)."""
+
+    def renew(self) -> bool:
+        """Extend this process's claim on the re-embedding; False when it was lost (stop working on it)."""
+
+    def abandon(self, drop: bool) -> None:
+        """Stop: detach from the collection (writes no longer go to the target); ``drop`` also deletes the target
+        vectors, else they stay for a later resume."""
+
+
+class CollectionHandle(Protocol):
+    """One collection. ``name``; ``spec`` (:class:`~.index.IndexSpec`: index kind, metric, params, dimension);
+    ``model``: the record of the model that embedded its vectors."""
+
+    name: str
+    reembed_status: dict[str, Any] | None  # the last re-embedding's progress (see ReembedTarget.status)
+
+    @property
+    def spec(self) -> IndexSpec: ...
+
+    @property
+    def model(self) -> dict[str, Any]: ...
+
+    @property
+    def count(self) -> int:
+        """Live points."""
+
+    @property
+    def reembed_model(self) -> dict[str, Any] | None:
+        """The target model of a running re-embedding (upserts must also carry its vectors), else None."""
+
+    def info(self) -> dict[str, Any]:
+        """The description answered by ``GET /collections/{name}``."""
+
+    def upsert(
+        self,
+        ids: list[int | str],
+        texts: list[str],
+        payloads: list[dict[str, Any] | None],
+        vectors: np.ndarray,
+        *,
+        model: dict[str, Any] | None = None,
+        shadow_model: dict[str, Any] | None = None,
+        shadow_vectors: np.ndarray | None = None,
+    ) -> int:
+        """Insert or replace points (a repeated id keeps its last occurrence); returns once durable and searchable.
+
+        ``vectors``: float32 ``(n, dimension)`` made by ``model``; while a re-embedding runs, ``shadow_vectors``
+        (float32 ``(n, target dimension)``) made by its target ``shadow_model`` are written to it too.
+
+        Returns:
+            the write's sequence number.
+
+        Raises:
+            CollectionClosed: the collection was deleted.
+            ModelChanged: ``model`` is no longer the collection's, or a re-embedding runs and its vectors are
+                missing (embed again and retry).
+        """
+
+    def delete(self, ids: list[int | str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, int]:
+        """Delete by ids and/or payload filter; returns ``(deleted, sequence)`` once durable."""
+
+    def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
+        """``{id, text, payload[, vector]}`` or None."""
+
+    def search(
+        self,
+        queries: np.ndarray,
+        top_k: int,
+        conditions: list[Condition] | None = None,
+        score_threshold: float | None = None,
+        with_payload: bool = True,
+        with_text: bool = True,
+        model: dict[str, Any] | None = None,
+    ) -> list[list[Hit]]:
+        """The ``top_k`` best points among those matching ``conditions`` for each query (float32 ``(nq, d)``
+        made by ``model``), best first, without those scoring below (cosine/dot) or beyond (l2) the threshold.
+
+        Raises:
+            ModelChanged: ``model`` is no longer the collection's.
+        """
+
+    def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> ReembedTarget | None:
+        """Claim and attach the re-embedding towards ``model``: resumes an unfinished one for the same model
+        (another target's vectors are discarded). None when another owner holds a live claim on it.
+
+        Raises:
+            InvalidCollectionRequest: the index params cannot be carried to ``dimension``.
+        """
+
+
+class VectorBackend(Protocol):
+    """The collections of one service (or, for a shared backend, of every replica)."""
+
+    settings: Any
+
+    async def start(self) -> None:
+        """Open (or connect to) the collections and start background upkeep."""
+
+    async def close(self) -> None:
+        """Stop upkeep and release everything (durable state stays)."""
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run blocking ``fn(*args, **kw)`` on the backend's worker threads."""
+
+    def get(self, name: str) -> CollectionHandle:
+        """Raises :class:`~.errors.CollectionNotFound`."""
+
+    def list(self) -> list[CollectionHandle]:
+        """Every collection, sorted by name."""
+
+    async def create(
+        self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
+    ) -> CollectionHandle:
+        """Raises :class:`~.errors.InvalidCollectionRequest` or :class:`~.errors.CollectionExists`."""
+
+    async def delete(self, name: str) -> None:
+        """Raises :class:`~.errors.CollectionNotFound`."""
+
+
+def open_backend(settings: Any) -> VectorBackend:
+    """The backend named by ``settings.collections_backend`` (not started).
+
+    Raises:
+        ValueError: unknown backend name.
+    """
+    name = settings.collections_backend
+    if name == "embedded":
+        from .embedded import EmbeddedBackend
+
+        return EmbeddedBackend.from_settings(settings)
+    if name == "milvus":
+        from .milvus import MilvusBackend
+
+        return MilvusBackend.from_settings(settings)
+    raise ValueError(f"collections_backend must be one of {BACKENDS}, got {name!r}")

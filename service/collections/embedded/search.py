@@ -1,0 +1,75 @@
+"""Search helpers of an embedded collection: exact re-ranking of approximate candidates and turning FAISS results
+into :class:`~..backend.Hit` lists."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..backend import Hit
+from ..index import IndexSpec, VectorIndex, exact_search
+from .store import Store, decode_id
+
+
+def rerank(
+    index: VectorIndex,
+    store: Store,
+    q: np.ndarray,
+    top_k: int,
+    allowed: np.ndarray | None,
+    factor: int,
+    spec: IndexSpec,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``factor * top_k`` approximate candidates per query re-scored exactly with the stored vectors.
+
+    Args:
+        q: float32 ``(nq, d)`` prepared queries.
+        allowed: internal ids a filter admits (None: all).
+
+    Returns:
+        ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 where fewer candidates exist).
+    """
+    _, cand = index.search(q, top_k * factor, allowed)
+    ids, vecs = store.vectors_for(np.unique(cand[cand >= 0]), spec.dimension)
+    pos = {int(i): j for j, i in enumerate(ids)}
+    D = np.full((len(q), top_k), np.nan, np.float32)
+    I = np.full((len(q), top_k), -1, np.int64)
+    for qi in range(len(q)):
+        rows = [pos[int(i)] for i in cand[qi] if i >= 0 and int(i) in pos]
+        if rows:
+            s, top = exact_search(q[qi : qi + 1], vecs[rows], ids[rows], top_k, spec.metric)
+            D[qi, : top.shape[1]], I[qi, : top.shape[1]] = s[0], top[0]
+    return D, I
+
+
+def assemble_hits(
+    D: np.ndarray,
+    I: np.ndarray,
+    rows: dict[int, tuple[str, str, str]],
+    top_k: int,
+    score_threshold: float | None,
+    higher_is_better: bool,
+    with_payload: bool,
+    with_text: bool,
+) -> list[list[Hit]]:
+    """One best-first list of at most ``top_k`` hits per query row of ``(D, I)``; ids missing from ``rows`` (deleted
+    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances) are left out."""
+    out: list[list[Hit]] = []
+    for qi in range(len(D)):
+        hits: list[Hit] = []
+        for s, iid in zip(D[qi], I[qi]):
+            iid = int(iid)
+            if iid < 0 or iid not in rows:
+                continue
+            s = float(s)
+            if score_threshold is not None and (s < score_threshold if higher_is_better else s > score_threshold):
+                continue
+            key, text, payload = rows[iid]
+            hits.append(
+                Hit(decode_id(key), s, text if with_text else None, json.loads(payload) if with_payload else None)
+            )
+            if len(hits) == top_k:
+                break
+        out.append(hits)
+    return out
