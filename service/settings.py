@@ -113,6 +113,29 @@ class Settings(BaseSettings):
         description="where collections live: 'embedded' (SQLite + FAISS in this process, under data_dir) or "
         "'milvus' (a Milvus server or cluster at collections_milvus_uri, shared by several replicas)",
     )
+    collections_milvus_uri: str = Field(
+        "http://127.0.0.1:19530", description="milvus backend: the Milvus server or cluster proxy"
+    )
+    collections_milvus_token: str = Field(
+        "", description="milvus backend: 'user:password' or an API token (pass it by environment, not a flag)"
+    )
+    collections_milvus_prefix: str = Field(
+        "embed_",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$",
+        description="milvus backend: prefix of every Milvus collection this service uses (replicas share one)",
+    )
+    collections_milvus_refresh_s: float = Field(
+        1.0, gt=0, description="milvus backend: how old a replica's view of the shared registry may get (seconds)"
+    )
+    collections_milvus_claim_ttl_s: float = Field(
+        15.0, gt=0, description="milvus backend: a re-embedding claim lapses this long after its holder's last renewal"
+    )
+    collections_milvus_claim_settle_s: float = Field(
+        1.0, ge=0, description="milvus backend: how long a claim waits for earlier claims to become visible"
+    )
+    collections_milvus_write_timeout_s: float = Field(
+        10.0, gt=0, description="milvus backend: the longest a Milvus call may take (seconds)"
+    )
     collections_snapshot_every: int = Field(
         200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written"
     )

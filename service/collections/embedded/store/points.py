@@ -56,16 +56,6 @@ CREATE INDEX IF NOT EXISTS removed_seq ON removed(seq);
 """
 
 
-def encode_id(point_id: int | str) -> str:
-    """The stored key of a point id: its JSON text (``7`` -> ``'7'``, ``"a"`` -> ``'"a"'``)."""
-    return json.dumps(point_id, ensure_ascii=False)
-
-
-def decode_id(key: str) -> int | str:
-    """Inverse of :func:`encode_id`."""
-    return json.loads(key)
-
-
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60.0)
     conn.execute("PRAGMA journal_mode=WAL")

@@ -1,0 +1,272 @@
+"""The milvus backend (:class:`~..backend.VectorBackend`): collections in a Milvus server or cluster, shared by every
+service replica that names the same ``collections_milvus_uri`` and ``collections_milvus_prefix``.
+
+Each API collection ``name`` is a record in the shared registry (:mod:`.registry`), a Milvus alias
+``<prefix><name>`` and a physical Milvus collection ``<prefix><name>__g<version>`` that the alias points to
+(re-embedding fills a new physical collection and moves the alias; :mod:`.target`). Milvus collection names allow
+letters, digits and ``_`` only, so ``_`` and ``-`` of an API name are written ``_u`` and ``_d``.
+
+Every replica refreshes its view of the registry every ``collections_milvus_refresh_s`` (collections created,
+deleted or switched by another replica appear within that time) and drops retired physical collections once no view
+can still use them. Durability, replication and backup are Milvus's (``milvus-backup`` for a cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from pymilvus import MilvusClient
+
+from ..backend import CollectionSettings
+from ..errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest
+from ..index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
+from .collection import MilvusCollection
+from .registry import Registry
+from .schema import check_supported, create_physical
+
+log = logging.getLogger("service.collections.milvus")
+T = TypeVar("T")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+class MilvusBackend:
+    """Collections in Milvus (see the module docstring).
+
+    Args:
+        settings: :class:`~..backend.CollectionSettings` (``milvus_uri``, ``milvus_token``, ``milvus_prefix``,
+            ``milvus_refresh_s``, ``milvus_claim_ttl_s``, ``milvus_claim_settle_s``, ``milvus_write_timeout_s``,
+            ``worker_threads``).
+    """
+
+    def __init__(self, settings: CollectionSettings) -> None:
+        self.settings = settings
+        self.prefix = settings.milvus_prefix
+        self.client: MilvusClient | None = None
+        self.registry: Registry | None = None
+        self.handles: dict[str, MilvusCollection] = {}
+        self._pool = ThreadPoolExecutor(max_workers=settings.worker_threads, thread_name_prefix="milvus")
+        self._task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> MilvusBackend:
+        """The backend tuned by the service settings' ``collections_*`` fields."""
+        return cls(CollectionSettings(settings))
+
+    @property
+    def settle_s(self) -> float:
+        """Seconds after a re-embedding's announcement beyond which no replica can write the old collection alone."""
+        return self.settings.milvus_refresh_s + self.settings.milvus_write_timeout_s + 1.0
+
+    @property
+    def claim_settle_s(self) -> float:
+        """Seconds a first claim waits for earlier claims to become visible."""
+        return self.settings.milvus_claim_settle_s
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run blocking ``fn(*args, **kw)`` (a Milvus call) on the backend's threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+
+    # --- lifecycle --------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect, create the registry if missing, read every collection and start the refresh task.
+
+        Raises:
+            pymilvus.MilvusException: Milvus cannot be reached at ``collections_milvus_uri``.
+        """
+        s = self.settings
+
+        def _connect() -> None:
+            self.client = MilvusClient(uri=s.milvus_uri, token=s.milvus_token or "", timeout=s.milvus_write_timeout_s)
+            self.registry = Registry(self.client, self.prefix)
+            self.registry.ensure()
+
+        await self.run(_connect)
+        await self.run(self.refresh)
+        for c in self.list():
+            await self.run(self.point_alias, c.name, c.record["physical"])
+        log.info("collections (milvus at %s, prefix %r): %d", s.milvus_uri, self.prefix, len(self.handles))
+        self._task = asyncio.create_task(self._refresh_loop(), name="milvus-refresh")
+
+    async def close(self) -> None:
+        """Stop the refresh task and disconnect (the data stays in Milvus)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self.client is not None:
+            await self.run(self.client.close)
+        self._pool.shutdown(wait=True)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.milvus_refresh_s)
+            try:
+                await self.run(self.refresh)
+                await self.run(self._drop_retired)
+            except Exception:
+                log.exception("milvus: registry refresh failed (views keep their last state)")
+
+    # --- the shared registry ----------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read every record: new collections appear, deleted ones close, switched ones move."""
+        recs, stats = self.registry.records()
+        for name, rec in recs.items():
+            h = self.handles.get(name)
+            if h is None:
+                self.handles[name] = MilvusCollection(self, rec, stats.get(name))
+            else:
+                h.update(rec, stats.get(name))
+        for name in set(self.handles) - set(recs):
+            self.handles.pop(name).closed = True
+
+    def refresh_one(self, name: str) -> None:
+        """Re-read the record of ``name`` now."""
+        rec = self.registry.record(name)
+        h = self.handles.get(name)
+        if rec is None:
+            if h is not None:
+                self.handles.pop(name, None)
+                h.closed = True
+        elif h is None:
+            self.handles[name] = MilvusCollection(self, rec)
+        else:
+            h.update(rec, h.shared_status)
+
+    def alias(self, name: str) -> str:
+        """The Milvus alias of collection ``name``."""
+        return self.prefix + name.replace("_", "_u").replace("-", "_d")
+
+    def physical_name(self, name: str) -> str:
+        """A new physical Milvus collection name for ``name``."""
+        return f"{self.alias(name)}__g{time.time_ns():x}"
+
+    def exists(self, physical: str) -> bool:
+        """Whether a Milvus collection exists."""
+        return self.client.has_collection(physical)
+
+    def count(self, physical: str) -> int:
+        """Points in a physical collection (strongly consistent)."""
+        return int(self.client.query(physical, filter="", output_fields=["count(*)"])[0]["count(*)"])
+
+    def point_alias(self, name: str, physical: str) -> None:
+        """Make ``name``'s alias point to ``physical`` (creating it if missing)."""
+        alias = self.alias(name)
+        try:
+            current = self.client.describe_alias(alias).get("collection_name")
+        except Exception:
+            current = None
+        if current == physical:
+            return
+        (self.client.alter_alias if current else self.client.create_alias)(physical, alias)
+
+    def drop_physical(self, physical: str) -> None:
+        """Drop a physical collection (best effort; a missing one is fine)."""
+        try:
+            if self.client.has_collection(physical):
+                self.client.drop_collection(physical)
+        except Exception:
+            log.exception("milvus: dropping %s failed", physical)
+
+    def retire(self, physical: str) -> None:
+        """Drop ``physical`` once no replica's view can still use it (after :attr:`settle_s`; any replica does it)."""
+        self.registry.put(f"r:{physical}", {"drop_after": time.time() + self.settle_s})
+
+    def _drop_retired(self) -> None:
+        for physical, doc in self.registry.retired().items():
+            if doc["drop_after"] <= time.time():
+                self.drop_physical(physical)
+                self.registry.remove([f"r:{physical}"])
+
+    # --- collections ------------------------------------------------------------------------------------------
+    def get(self, name: str) -> MilvusCollection:
+        """The collection ``name`` (re-read from the registry if this view does not know it yet).
+
+        Raises:
+            CollectionNotFound: no such collection.
+        """
+        h = self.handles.get(name)
+        if h is None and NAME_RE.match(name):
+            self.refresh_one(name)
+            h = self.handles.get(name)
+        if h is None or h.closed:
+            raise CollectionNotFound(f"collection {name!r} not found")
+        return h
+
+    def list(self) -> list[MilvusCollection]:
+        """Every collection this view knows, sorted by name."""
+        return [h for _, h in sorted(self.handles.items())]
+
+    async def create(
+        self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
+    ) -> MilvusCollection:
+        """Create collection ``name`` (see :meth:`~..backend.VectorBackend.create`).
+
+        Raises:
+            InvalidCollectionRequest: bad name, unsupported index type, bad params or metric.
+            CollectionExists: the name is taken (here or by another replica).
+        """
+        if not NAME_RE.match(name):
+            raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
+        try:
+            faiss_metric(metric)
+            spec = IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
+        except IndexConfigError as e:
+            raise InvalidCollectionRequest(str(e), param="params") from e
+        check_supported(kind)
+        async with self._lock:
+            return await self.run(self._create, name, spec, model)
+
+    def _create(self, name: str, spec: IndexSpec, model: dict[str, Any]) -> MilvusCollection:
+        # replicas creating the same name at once: the earliest claim creates, the others find it exists
+        owner, key = f"create:{time.time_ns()}", f"+{name}"
+        s = self.settings
+        try:
+            if not self.registry.claim(key, owner, time.time(), s.milvus_claim_ttl_s, self.claim_settle_s):
+                raise CollectionExists(f"collection {name!r} already exists (another replica is creating it)")
+            if self.registry.record(name) is not None:
+                raise CollectionExists(f"collection {name!r} already exists")
+            physical = self.physical_name(name)
+            create_physical(self.client, physical, spec, "Strong")
+            rec = {"name": name, "kind": spec.kind, "metric": spec.metric, "params": spec.params,
+                   "dimension": spec.dimension, "model": dict(model), "physical": physical,
+                   "created_at": time.time(), "reembed": None}  # fmt: skip
+            self.registry.put(f"c:{name}", rec)
+            self.point_alias(name, physical)
+        finally:
+            self.registry.release(key, owner)
+        self.handles[name] = h = MilvusCollection(self, rec)
+        return h
+
+    async def delete(self, name: str) -> None:
+        """Delete collection ``name``: its record, alias, physical collections, status and claims.
+
+        Raises:
+            CollectionNotFound: no such collection.
+        """
+        async with self._lock:
+            await self.run(self._delete, name)
+
+    def _delete(self, name: str) -> None:
+        rec = self.registry.record(name)
+        if rec is None:
+            raise CollectionNotFound(f"collection {name!r} not found")
+        self.registry.remove([f"c:{name}", f"s:{name}"])
+        self.registry.release(name)
+        try:
+            self.client.drop_alias(self.alias(name))
+        except Exception:
+            pass
+        for physical in [rec["physical"]] + ([rec["reembed"]["physical"]] if rec.get("reembed") else []):
+            self.drop_physical(physical)
+        h = self.handles.pop(name, None)
+        if h is not None:
+            h.closed = True

@@ -1,0 +1,272 @@
+"""One collection on the milvus backend (:class:`~..backend.CollectionHandle`).
+
+The collection's record (:mod:`.registry`) says which physical Milvus collection holds its points and which model
+made their vectors; every replica keeps a view of it, refreshed every ``collections_milvus_refresh_s``. Reads use
+the view; a write first makes sure its view is at most ``refresh_s`` old, so once a re-embedding is announced, every
+write that starts ``refresh_s`` later goes to both physical collections (see :mod:`.target`).
+
+Semantics follow the embedded backend: a repeated id keeps its last occurrence; cosine vectors are stored
+unit-normalised; l2 scores are Euclidean distances; a delete counts the points that existed. Differences: a point's
+text is limited to 65,535 UTF-8 bytes (Milvus VARCHAR; longer texts are refused with 422); IVF-PQ results are
+Milvus's own (no exact re-ranking); the HNSW/IVF-PQ maintenance params (``rebuild_fraction``,
+``min_train_points``, ``train_sample``, ``rerank``) are recorded but Milvus manages its indexes itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+from pymilvus import MilvusException
+
+from ..backend import Hit, same_model
+from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
+from ..filters import Condition
+from ..ids import decode_id, encode_id
+from ..index import IndexSpec
+from ..vectors import unit_rows
+from .expr import keys_expr, null_paths, to_expr
+from .schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
+
+_PAGE = 16384  # Milvus's query window
+_FIELDS = ["text", "payload"]
+
+
+class MilvusCollection:
+    """A collection whose points live in Milvus.
+
+    Args:
+        backend: the :class:`~.backend.MilvusBackend` (its client, registry and settings).
+        record: the collection's registry record.
+        status: its shared re-embedding status, or None.
+    """
+
+    def __init__(self, backend: Any, record: dict[str, Any], status: dict[str, Any] | None = None) -> None:
+        self.backend = backend
+        self.name: str = record["name"]
+        self.closed = False
+        self._local_status: dict[str, Any] | None = None
+        self.update(record, status)
+
+    # --- the record view --------------------------------------------------------------------------------------
+    def update(self, record: dict[str, Any], status: dict[str, Any] | None) -> None:
+        """Replace the view with a record (and status) just read from the registry."""
+        self.record, self.shared_status, self.seen = record, status, time.monotonic()
+
+    def fresh(self) -> dict[str, Any]:
+        """The record, re-read when the view is older than ``refresh_s``.
+
+        Raises:
+            CollectionClosed: the collection was deleted.
+        """
+        if time.monotonic() - self.seen > self.backend.settings.milvus_refresh_s:
+            self.backend.refresh_one(self.name)
+        if self.closed:
+            raise CollectionClosed(f"collection {self.name!r} not found (deleted)")
+        return self.record
+
+    @property
+    def spec(self) -> IndexSpec:
+        r = self.record
+        return IndexSpec(r["kind"], r["metric"], r["params"], int(r["dimension"]))
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return dict(self.record["model"])
+
+    @property
+    def reembed_model(self) -> dict[str, Any] | None:
+        rb = self.record.get("reembed")
+        return dict(rb["model"]) if rb else None
+
+    @property
+    def reembed_status(self) -> dict[str, Any] | None:
+        """The shared progress of the last re-embedding, or this replica's newer placeholder."""
+        shared, local = self.shared_status, self._local_status
+        if local is not None and (shared is None or local.get("started_at", 0) > shared.get("started_at", 0)):
+            return local
+        return shared
+
+    @reembed_status.setter
+    def reembed_status(self, value: dict[str, Any] | None) -> None:
+        self._local_status = value
+
+    def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """A Milvus call; a physical collection that vanished (a switch and retirement, or a delete by another
+        replica) re-reads the record and raises :class:`ModelChanged` or :class:`CollectionClosed`."""
+        try:
+            return fn(*args, timeout=self.backend.settings.milvus_write_timeout_s, **kw)
+        except MilvusException as e:
+            if "not found" not in str(e) and "not exist" not in str(e):
+                raise
+            self.backend.refresh_one(self.name)
+            if self.closed:
+                raise CollectionClosed(f"collection {self.name!r} not found (deleted)") from e
+            raise ModelChanged(f"collection {self.name} moved to {self.record['physical']}") from e
+
+    @property
+    def count(self) -> int:
+        """Live points (a strongly consistent count)."""
+        rows = self._call(self.backend.client.query, self.fresh()["physical"], filter="", output_fields=["count(*)"])
+        return int(rows[0]["count(*)"])
+
+    # --- writes -----------------------------------------------------------------------------------------------
+    def to_rows(self, keys, texts, payloads, vectors, updated: int, metric: str, dim: int) -> list[dict[str, Any]]:
+        """Milvus rows for encoded ``keys``, with vectors float32 ``(n, dim)`` (unit-normalised for cosine).
+
+        Raises:
+            ValueError: vector shape mismatch.
+        """
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim != 2 or v.shape[1] != dim:
+            raise ValueError(f"vectors must have shape (n, {dim}), got {v.shape}")
+        v = unit_rows(v) if metric == "cosine" else v
+        return [
+            {"key": k, "text": t, "payload": p or {}, "nulls": {"p": null_paths(p)}, "updated": updated, "vector": v[i]}
+            for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
+        ]
+
+    def upsert(self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None) -> int:
+        """Insert or replace points (see :meth:`~..backend.CollectionHandle.upsert`); returns the write's version
+        (nanoseconds at this replica), once Milvus has acknowledged it.
+
+        Raises:
+            CollectionClosed, ModelChanged; InvalidCollectionRequest: a text or id longer than Milvus stores.
+        """
+        last = {encode_id(pid): i for i, pid in enumerate(ids)}
+        order, keys = list(last.values()), list(last.keys())
+        for i in order:
+            if len(texts[i].encode()) > MAX_TEXT_BYTES:
+                raise InvalidCollectionRequest(
+                    f"text of {len(texts[i].encode())} bytes; the milvus backend stores at most {MAX_TEXT_BYTES}",
+                    param=f"points[{i}].text",
+                )
+        if any(len(k.encode()) > MAX_KEY_BYTES for k in keys):
+            raise InvalidCollectionRequest(f"a point id is longer than {MAX_KEY_BYTES} bytes", param="points")
+        rec = self.fresh()
+        rb = rec.get("reembed")
+        if model is not None and not same_model(model, rec["model"]):
+            if not same_model(shadow_model, rec["model"]):
+                raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")
+            vectors, shadow_model, shadow_vectors = shadow_vectors, None, None  # a switch happened meanwhile
+        if rb and (shadow_vectors is None or not same_model(shadow_model, rb["model"])):
+            raise ModelChanged(f"collection {self.name} is being re-embedded with {rb['model']}")
+        texts_ = [texts[i] for i in order]
+        payloads_ = [payloads[i] for i in order]
+        updated = time.time_ns()
+        rows = self.to_rows(
+            keys, texts_, payloads_, np.asarray(vectors)[order], updated, rec["metric"], rec["dimension"]
+        )
+        self._call(self.backend.client.upsert, rec["physical"], rows)
+        if rb:
+            srows = self.to_rows(
+                keys, texts_, payloads_, np.asarray(shadow_vectors)[order], updated, rec["metric"], rb["dimension"]
+            )
+            self._call(self.backend.client.upsert, rb["physical"], srows)
+        return updated
+
+    def delete(self, ids: list[int | str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, int]:
+        """Delete by ids and/or filter (from both physical collections while re-embedding); ``(deleted, version)``."""
+        rec = self.fresh()
+        parts = ([keys_expr([encode_id(i) for i in ids])] if ids else []) + (
+            [to_expr(conditions)] if conditions else []
+        )
+        deleted = 0
+        while parts:
+            expr = " or ".join(f"({p})" for p in parts)
+            found = [r["key"] for r in self._call(self.backend.client.query, rec["physical"], filter=expr, limit=_PAGE)]
+            for physical in [rec["physical"]] + ([rec["reembed"]["physical"]] if rec.get("reembed") else []):
+                if found:
+                    self._call(self.backend.client.delete, physical, filter=keys_expr(found))
+            deleted += len(found)
+            if len(found) < _PAGE:
+                break
+        return deleted, time.time_ns()
+
+    # --- reads ------------------------------------------------------------------------------------------------
+    def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
+        """The stored point ``{id, text, payload[, vector]}`` or None."""
+        rec = self.fresh()
+        fields = _FIELDS + (["vector"] if with_vector else [])
+        rows = self._call(
+            self.backend.client.query, rec["physical"], filter=keys_expr([encode_id(point_id)]), output_fields=fields
+        )
+        if not rows:
+            return None
+        out = {"id": point_id, "text": rows[0]["text"], "payload": rows[0]["payload"]}
+        if with_vector:
+            out["vector"] = [float(x) for x in rows[0]["vector"]]
+        return out
+
+    def search(
+        self, queries, top_k, conditions=None, score_threshold=None, with_payload=True, with_text=True, model=None
+    ):
+        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`).
+
+        Raises:
+            CollectionClosed, ModelChanged.
+        """
+        rec = self.fresh()
+        if model is not None and not same_model(model, rec["model"]):
+            raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")
+        spec = self.spec
+        q = np.asarray(queries, dtype=np.float32)
+        q = unit_rows(q) if spec.metric == "cosine" else q
+        res = self._call(
+            self.backend.client.search, rec["physical"], data=[row.tolist() for row in q], limit=top_k,
+            filter=to_expr(conditions), output_fields=_FIELDS, search_params=search_params(spec, top_k),
+        )  # fmt: skip
+        hib = spec.metric != "l2"
+        out: list[list[Hit]] = []
+        for hits in res:
+            row: list[Hit] = []
+            for h in hits:
+                s = api_score(spec.metric, h["distance"])
+                if score_threshold is not None and (s < score_threshold if hib else s > score_threshold):
+                    continue
+                e = h["entity"]
+                row.append(
+                    Hit(decode_id(h["id"]), s, e["text"] if with_text else None, e["payload"] if with_payload else None)
+                )
+            out.append(row)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        """Description for ``GET /collections/{name}`` (the same fields as the embedded backend's)."""
+        spec, count = self.spec, self.count
+        return {
+            "name": self.name,
+            "status": "ok",
+            "count": count,
+            "dimension": spec.dimension,
+            "metric": spec.metric,
+            "index": {
+                "type": spec.kind,
+                "params": spec.params,
+                "trained": True,
+                "in_use": spec.kind,
+                "vectors": count,
+                "tombstones": 0,
+            },  # fmt: skip
+            "trained": True,
+            "model": self.model,
+            "reembedding": self.reembed_status,
+            "sequence": None,
+            "snapshot_sequence": None,
+            "created_at": self.record.get("created_at", 0.0),
+            "backend": {"type": "milvus", "physical": self.record["physical"]},
+        }
+
+    # --- re-embedding -----------------------------------------------------------------------------------------
+    def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> Any:
+        """Claim and attach the re-embedding towards ``model`` (see :mod:`.target`); None when another replica
+        holds the claim."""
+        from .target import begin
+
+        return begin(self, model, dimension, owner)
+
+    def record_json(self) -> str:
+        """The record as JSON text (logs)."""
+        return json.dumps(self.record, sort_keys=True)

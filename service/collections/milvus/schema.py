@@ -1,0 +1,75 @@
+"""The Milvus side of a collection: the fields of its physical Milvus collections, how each index type of
+:mod:`..index` maps to a Milvus index, and Milvus scores to the API's scores.
+
+Fields: ``key`` (VARCHAR primary key: the point id as JSON text, as in the embedded store), ``text`` (VARCHAR),
+``payload`` (JSON), ``nulls`` (JSON: the payload's null paths, see :mod:`.expr`), ``updated`` (INT64: the write's
+version, nanoseconds at the writer; a re-embedding compares it between the old and new physical collection) and
+``vector`` (FLOAT_VECTOR of the collection's dimension).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pymilvus import DataType, MilvusClient
+
+from ..errors import InvalidCollectionRequest
+from ..index import IndexSpec
+
+MAX_KEY_BYTES = 4096  # an encoded 512-character string id, escapes included
+MAX_TEXT_BYTES = 65535  # Milvus VARCHAR limit
+
+# the API's metric -> Milvus metric (cosine vectors are also stored unit-normalised, as the embedded backend does)
+METRICS = {"cosine": "COSINE", "dot": "IP", "l2": "L2"}
+
+
+def _hnsw(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return "HNSW", {"M": p["M"], "efConstruction": p["ef_construction"]}
+
+
+def _ivf_pq(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return "IVF_PQ", {"nlist": p["nlist"], "m": p["m"], "nbits": p["nbits"]}
+
+
+# index type -> (Milvus index type and build params); search params per type, for top_k results
+BUILD = {"flat": lambda p: ("FLAT", {}), "hnsw": _hnsw, "ivf_pq": _ivf_pq}
+SEARCH = {
+    "flat": lambda p, k: {},
+    "hnsw": lambda p, k: {"ef": max(p["ef_search"], k)},
+    "ivf_pq": lambda p, k: {"nprobe": p["nprobe"]},
+}
+
+
+def check_supported(kind: str) -> None:
+    """Raises :class:`InvalidCollectionRequest` for an index type this backend cannot build."""
+    if kind not in BUILD:
+        raise InvalidCollectionRequest(
+            f"index {kind!r} is not available on the milvus backend (available: {sorted(BUILD)})", param="index"
+        )
+
+
+def create_physical(client: MilvusClient, name: str, spec: IndexSpec, consistency: str) -> None:
+    """Create (and load) the physical Milvus collection ``name`` for ``spec``."""
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=MAX_KEY_BYTES)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+    schema.add_field("payload", DataType.JSON)
+    schema.add_field("nulls", DataType.JSON)
+    schema.add_field("updated", DataType.INT64)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=spec.dimension)
+    index_type, params = BUILD[spec.kind](spec.params)
+    ip = client.prepare_index_params()
+    ip.add_index(field_name="vector", index_type=index_type, metric_type=METRICS[spec.metric], params=params)
+    client.create_collection(name, schema=schema, index_params=ip, consistency_level=consistency)
+
+
+def search_params(spec: IndexSpec, top_k: int) -> dict[str, Any]:
+    """Milvus ``search_params`` for ``top_k`` results."""
+    return {"metric_type": METRICS[spec.metric], "params": SEARCH[spec.kind](spec.params, top_k)}
+
+
+def api_score(metric: str, distance: float) -> float:
+    """The API's score: cosine/dot similarity as Milvus gives it; l2 as the Euclidean distance (Milvus reports
+    its square)."""
+    return float(np.sqrt(max(distance, 0.0))) if metric == "l2" else float(distance)

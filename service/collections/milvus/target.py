@@ -1,0 +1,167 @@
+"""Re-embedding on the milvus backend (:class:`~..backend.ReembedTarget`), safe with several replicas.
+
+1. **Claim** (:meth:`Registry.claim`): one replica at a time re-embeds a collection; a killed one's claim lapses
+   after ``collections_milvus_claim_ttl_s`` and another resumes its work.
+2. **Announce**: a new physical Milvus collection for the target model (new dimension allowed) is created and
+   recorded as the record's ``reembed``; from then on every replica's upserts and deletes go to both physical
+   collections (their views are at most ``refresh_s`` old, see :mod:`.collection`), with the same write version.
+3. **Sweep**: live points whose copy in the new collection is missing or has another write version (written
+   before the announcement reached every replica) are re-embedded and written with their version.
+4. **Switch**: once ``refresh_s`` + the write timeout have passed since the announcement (no write can still go to
+   the old collection alone), a full comparison of keys and versions finds nothing missing (points deleted from the
+   old collection meanwhile are deleted from the new one), then one registry write records the new model, dimension,
+   params and physical collection — atomic for every replica — and the alias is moved. The old physical collection
+   is retired: dropped once no replica's view can still use it.
+
+A replica killed at any step leaves either the old record (the switch did not happen; the next claimer resumes)
+or the new one (the switch happened): never half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..backend import same_model
+from ..errors import CollectionClosed, InvalidCollectionRequest
+from ..index import IndexConfigError, IndexSpec, get_type, normalize_params
+from .schema import create_physical
+
+_PAGE = 16384
+
+
+def _keyed(client: Any, physical: str, cursor: str | None, limit: int, fields: list[str]) -> list[dict[str, Any]]:
+    expr = f"key > {json.dumps(cursor, ensure_ascii=False)}" if cursor is not None else 'key != ""'
+    rows = client.query(physical, filter=expr, output_fields=["key", *fields], limit=limit)
+    return sorted(rows, key=lambda r: r["key"])
+
+
+def _versions(client: Any, physical: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    cursor = None
+    while rows := _keyed(client, physical, cursor, _PAGE, ["updated"]):
+        out.update((r["key"], r["updated"]) for r in rows)
+        cursor = rows[-1]["key"]
+    return out
+
+
+def begin(c: Any, model: dict[str, Any], dimension: int, owner: str) -> MilvusTarget | None:
+    """Claim ``c``'s re-embedding towards ``model`` and announce it (or resume the announced one for the same
+    model); None when another replica holds the claim.
+
+    Raises:
+        InvalidCollectionRequest: the index params cannot be carried to ``dimension``.
+        CollectionClosed: the collection was deleted.
+    """
+    b = c.backend
+    s = b.settings
+    spec = c.spec
+    try:
+        params = normalize_params(spec.kind, get_type(spec.kind).user_params(spec.params), dimension)
+    except IndexConfigError as e:
+        raise InvalidCollectionRequest(f"cannot re-embed {c.name!r} at dimension {dimension}: {e}") from e
+    claimed_at = time.time()
+    if not b.registry.claim(c.name, owner, claimed_at, s.milvus_claim_ttl_s, settle_s=b.claim_settle_s):
+        return None
+    rec = b.registry.record(c.name)
+    if rec is None:
+        b.registry.release(c.name, owner)
+        raise CollectionClosed(f"collection {c.name!r} not found (deleted)")
+    rb = rec.get("reembed")
+    if not (rb and same_model(rb["model"], model) and rb["dimension"] == dimension and b.exists(rb["physical"])):
+        if rb:
+            b.drop_physical(rb["physical"])
+        physical = b.physical_name(c.name)
+        create_physical(b.client, physical, IndexSpec(spec.kind, spec.metric, params, dimension), "Strong")
+        rb = {"model": dict(model), "dimension": dimension, "params": params, "physical": physical,
+              "announced_at": time.time()}  # fmt: skip
+        rec["reembed"] = rb
+        b.registry.put(f"c:{c.name}", rec)
+    c.update(rec, c.shared_status)
+    return MilvusTarget(c, rec, owner, claimed_at)
+
+
+class MilvusTarget:
+    """An announced re-embedding of one collection held by ``owner`` (see the module docstring)."""
+
+    def __init__(self, c: Any, rec: dict[str, Any], owner: str, claimed_at: float) -> None:
+        self.c, self.b, self.owner, self.claimed_at = c, c.backend, owner, claimed_at
+        rb = rec["reembed"]
+        self.model, self.dimension, self.params = dict(rb["model"]), int(rb["dimension"]), rb["params"]
+        self.old, self.new, self.announced_at = rec["physical"], rb["physical"], float(rb["announced_at"])
+        self.status: dict[str, Any] = {
+            "state": "running", "target_model": dict(self.model), "dimension": self.dimension, "done": 0,
+            "total": None, "rate_per_s": None, "started_at": time.time(), "finished_at": None, "error": None,
+        }  # fmt: skip
+        self.status["done"] = self.b.count(self.new)
+        self.status["total"] = self.b.count(self.old)
+
+    def pending(self, cursor: str | None, limit: int) -> tuple[list[tuple[dict[str, Any], str]], str | None]:
+        """Live points after key ``cursor`` whose copy is missing or outdated: ``([(row, text)], next cursor)``."""
+        client = self.b.client
+        while rows := _keyed(client, self.old, cursor, limit, ["text", "payload", "nulls", "updated"]):
+            cursor = rows[-1]["key"]
+            have = client.query(
+                self.new, filter=f"key in {json.dumps([r['key'] for r in rows])}", output_fields=["updated"]
+            )
+            done = {h["key"]: h["updated"] for h in have}
+            todo = [(r, r["text"]) for r in rows if done.get(r["key"]) != r["updated"]]
+            if todo:
+                return todo, cursor
+        return [], cursor
+
+    def write(self, refs: Sequence[dict[str, Any]], vectors: Any) -> None:
+        """Write the re-embedded points (their texts, payloads and write versions) to the new collection."""
+        rows = self.c.to_rows(
+            [r["key"] for r in refs], [r["text"] for r in refs], [r["payload"] for r in refs], vectors, 0,
+            self.c.spec.metric, self.dimension,
+        )  # fmt: skip
+        for row, r in zip(rows, refs):
+            row["updated"] = r["updated"]
+        self.b.client.upsert(self.new, rows)
+
+    def complete(self) -> bool:
+        """Switch when nothing is missing (see the module docstring, step 4); False otherwise."""
+        wait = self.announced_at + self.b.settle_s - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        old, new = _versions(self.b.client, self.old), _versions(self.b.client, self.new)
+        if any(new.get(k) != v for k, v in old.items()):
+            return False
+        extra = [k for k in new if k not in old]
+        for i in range(0, len(extra), 1000):
+            self.b.client.delete(self.new, filter=f"key in {json.dumps(extra[i : i + 1000])}")
+        rec = self.b.registry.record(self.c.name)
+        if rec is None:
+            raise CollectionClosed(f"collection {self.c.name!r} not found (deleted)")
+        if (rec.get("reembed") or {}).get("physical") != self.new or not self.renew():
+            return False
+        rec.update(model=self.model, dimension=self.dimension, params=self.params, physical=self.new, reembed=None)
+        self.b.registry.put(f"c:{self.c.name}", rec)  # the switch, for every replica
+        self.b.point_alias(self.c.name, self.new)
+        self.b.retire(self.old)
+        self.c.update(rec, self.c.shared_status)
+        return True
+
+    def publish_status(self) -> None:
+        """Write the progress to the registry (every replica's ``GET /collections/{name}`` shows it)."""
+        self.b.registry.put(f"s:{self.c.name}", self.status)
+        self.c.shared_status = dict(self.status)
+
+    def renew(self) -> bool:
+        """Extend the claim; False when another replica holds it now."""
+        return self.b.registry.claim(self.c.name, self.owner, self.claimed_at, self.b.settings.milvus_claim_ttl_s)
+
+    def abandon(self, drop: bool) -> None:
+        """Release the claim; ``drop`` also ends the re-embedding (record and new collection) for every replica,
+        else it stays announced so the next claimer resumes it."""
+        if drop:
+            rec = self.b.registry.record(self.c.name)
+            if rec is not None and (rec.get("reembed") or {}).get("physical") == self.new:
+                rec["reembed"] = None
+                self.b.registry.put(f"c:{self.c.name}", rec)
+                self.c.update(rec, self.c.shared_status)
+            self.b.retire(self.new)
+        self.b.registry.release(self.c.name, self.owner)
