@@ -90,14 +90,17 @@ class Reembedder:
                     c.name, model_id(c.model), e,
                 )  # fmt: skip
             if act is not None:
-                self._ensure(c, act.info)
+                await self._ensure(c, act.info)
 
     async def on_activate(self, prev: Any, new: Any) -> None:
         """Activation listener: point every collection at ``new`` (a :class:`ModelInfo`)."""
         for c in self.backend.list():
-            self._ensure(c, new)
+            await self._ensure(c, new)
 
-    def _ensure(self, c: CollectionHandle, info: Any) -> None:
+    async def _count(self, c: CollectionHandle) -> int:
+        return await self.backend.run(lambda: c.count)  # a network call on a shared backend: off the event loop
+
+    async def _ensure(self, c: CollectionHandle, info: Any) -> None:
         target = {"name": info.name, "version": info.version, "sha256": info.sha256}
         t = self.tasks.get(c.name)
         running = t is not None and not t.done()
@@ -116,7 +119,7 @@ class Reembedder:
             return
         if running:
             t.cancel()
-        c.reembed_status = _placeholder(target, info.dimension, c.count)  # visible before the task starts
+        c.reembed_status = _placeholder(target, info.dimension, await self._count(c))  # visible before the task starts
         self._targets[c.name] = target
         self.tasks[c.name] = asyncio.create_task(self._run(c, info, target, t), name=f"reembed-{c.name}")
 
@@ -143,10 +146,11 @@ class Reembedder:
         try:
             lm = self._embedder().resolve(info.id)
             tg = await self._claim(c, target, info.dimension)
-            if tg is None:
+            if tg is None:  # another replica completed it: show the shared status, not this replica's placeholder
+                c.reembed_status = None
                 return
             st = tg.status
-            log.info("collection %s: re-embedding %d points from %s to %s", c.name, c.count, model_id(c.model), info.id)
+            log.info("collection %s: re-embedding from %s to %s", c.name, model_id(c.model), info.id)
             t0, n0, published, cursor = time.monotonic(), st["done"], 0.0, None
             while True:
                 rows, cursor = await run(tg.pending, cursor, BATCH)
@@ -158,7 +162,7 @@ class Reembedder:
                 res = await self._embedder().encode([r[1] for r in rows], model=lm, param="points")
                 await run(tg.write, [r[0] for r in rows], res.embeddings)
                 st["done"] += len(rows)
-                st["total"] = max(c.count, st["done"])
+                st["total"] = max(await self._count(c), st["done"])
                 el = time.monotonic() - t0
                 rate = float(self.backend.settings.reembed_rate or 0.0)
                 if rate > 0 and (slack := (st["done"] - n0) / rate - el) > 0:
@@ -172,7 +176,8 @@ class Reembedder:
                     published = time.monotonic()
             el = time.monotonic() - t0
             own = st["done"] - n0  # points this task embedded (live upserts write the target themselves)
-            st.update(state="completed", done=c.count, total=c.count, finished_at=time.time(), seconds=round(el, 3))
+            n = await self._count(c)
+            st.update(state="completed", done=n, total=n, finished_at=time.time(), seconds=round(el, 3))
             st["rate_per_s"] = round(own / el, 2) if el > 0 else None
             await run(tg.publish_status)
             await run(tg.abandon, False)  # detach (a no-op after the switch) and release

@@ -67,10 +67,14 @@ class MilvusCollection:
             raise CollectionClosed(f"collection {self.name!r} not found (deleted)")
         return self.record
 
+    @staticmethod
+    def spec_of(record: dict[str, Any]) -> IndexSpec:
+        """The index spec a record describes."""
+        return IndexSpec(record["kind"], record["metric"], record["params"], int(record["dimension"]))
+
     @property
     def spec(self) -> IndexSpec:
-        r = self.record
-        return IndexSpec(r["kind"], r["metric"], r["params"], int(r["dimension"]))
+        return self.spec_of(self.record)
 
     @property
     def model(self) -> dict[str, Any]:
@@ -109,7 +113,10 @@ class MilvusCollection:
     @property
     def count(self) -> int:
         """Live points (a strongly consistent count)."""
-        rows = self._call(self.backend.client.query, self.fresh()["physical"], filter="", output_fields=["count(*)"])
+        return self._count(self.fresh())
+
+    def _count(self, rec: dict[str, Any]) -> int:
+        rows = self._call(self.backend.client.query, rec["physical"], filter="", output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
     # --- writes -----------------------------------------------------------------------------------------------
@@ -211,7 +218,7 @@ class MilvusCollection:
         rec = self.fresh()
         if model is not None and not same_model(model, rec["model"]):
             raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")
-        spec = self.spec
+        spec = self.spec_of(rec)  # one record for the whole call: a switch meanwhile cannot tear it
         q = np.asarray(queries, dtype=np.float32)
         q = unit_rows(q) if spec.metric == "cosine" else q
         res = self._call(
@@ -235,7 +242,8 @@ class MilvusCollection:
 
     def info(self) -> dict[str, Any]:
         """Description for ``GET /collections/{name}`` (the same fields as the embedded backend's)."""
-        spec, count = self.spec, self.count
+        rec = self.fresh()  # one record for the whole answer: a switch meanwhile cannot tear it
+        spec, count = self.spec_of(rec), self._count(rec)
         return {
             "name": self.name,
             "status": "ok",
@@ -251,12 +259,12 @@ class MilvusCollection:
                 "tombstones": 0,
             },  # fmt: skip
             "trained": True,
-            "model": self.model,
+            "model": dict(rec["model"]),
             "reembedding": self.reembed_status,
             "sequence": None,
             "snapshot_sequence": None,
-            "created_at": self.record.get("created_at", 0.0),
-            "backend": {"type": "milvus", "physical": self.record["physical"]},
+            "created_at": rec.get("created_at", 0.0),
+            "backend": {"type": "milvus", "physical": rec["physical"]},
         }
 
     # --- re-embedding -----------------------------------------------------------------------------------------

@@ -94,6 +94,7 @@ class MilvusTarget:
         self.status: dict[str, Any] = {
             "state": "running", "target_model": dict(self.model), "dimension": self.dimension, "done": 0,
             "total": None, "rate_per_s": None, "started_at": time.time(), "finished_at": None, "error": None,
+            "owner": owner,
         }  # fmt: skip
         self.status["done"] = self.b.count(self.new)
         self.status["total"] = self.b.count(self.old)

@@ -6,19 +6,22 @@ published and activated. While the collection is re-embedded in the background:
 searches keep answering (old model, old index), upserts/replacements/deletions are made,
 and the old model cannot be unloaded. At the end the collection is on ``minilm:2`` with
 256 dims, and its search results equal those of a fresh collection built with the new
-model from the same final points; the state survives a restart.
+model from the same final points; the state survives a restart. It runs on every collections backend (embedded,
+and milvus on a real Milvus server).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import httpx
 import numpy as np
 import pytest
 
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
+from tests.conftest import backend_args
 from tests.server_utils import run_server
 from training.data.sts import load_stsb
 
@@ -38,9 +41,10 @@ def data():
     return base, extra
 
 
-@pytest.fixture(scope="module")
-def env(default_artifact, tmp_path_factory):
-    root = tmp_path_factory.mktemp("hotswap_coll")
+@pytest.fixture(scope="module", params=["embedded", "milvus"])
+def env(request, default_artifact, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"hotswap_coll_{request.param}")
+    uri = request.getfixturevalue("milvus_uri") if request.param == "milvus" else None
     models = root / "models"
     versioned_copy(default_artifact, models, NAME, "1")
     stage = root / "stage"
@@ -55,6 +59,7 @@ def env(default_artifact, tmp_path_factory):
         "warning",
         "--collections-reembed-rate",
         str(REEMBED_RATE),
+        *backend_args(request.param, uri, f"h{uuid.uuid4().hex[:12]}_"),
     ]
     return {"root": root, "models": models, "stage": stage, "args": args}
 
