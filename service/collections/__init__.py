@@ -7,7 +7,7 @@ Layers, top down:
   re-embedding, retries on a model change, search planning).
 * :mod:`.reembed`: collections follow the active model (background re-embedding, then an atomic switch).
 * :mod:`.backend`: the interface every backend implements (collections, points, re-embedding targets) and
-  :func:`~.backend.open_backend`.
+  :func:`open_backend`.
 * :mod:`.embedded`: the default backend, SQLite (the truth) + FAISS in this process; :mod:`.milvus`: a Milvus server
   or cluster shared by several replicas.
 * :mod:`.index`: the index types (flat, HNSW, IVF-PQ), one module each, their params and registry.
@@ -16,12 +16,14 @@ Layers, top down:
 * :mod:`.errors`: the domain exceptions (mapped to HTTP once, in ``service.errors``).
 
 The service mounts :data:`.api.router` in ``create_app``; its lifespan opens the backend with
-:func:`~.backend.open_backend`, starts it and puts a :class:`CollectionService` on ``app.state.collection_service``.
+:func:`open_backend`, starts it and puts a :class:`CollectionService` on ``app.state.collection_service``.
 """
 
 from __future__ import annotations
 
-from .backend import CollectionHandle, CollectionSettings, Hit, VectorBackend, open_backend
+from typing import Any
+
+from .backend import CollectionHandle, CollectionSettings, Hit, VectorBackend
 from .filters import FilterError, parse_filter
 from .index import IndexSpec
 from .service import CollectionService
@@ -37,3 +39,25 @@ __all__ = [
     "open_backend",
     "parse_filter",
 ]
+
+
+BACKENDS = ("embedded", "milvus")
+
+
+def open_backend(settings: Any) -> VectorBackend:
+    """The backend named by ``settings.collections_backend`` (not started).
+
+    Raises:
+        ValueError: unknown backend name.
+        ImportError: the milvus backend without its extra (``pip install 'redundancy-embed[milvus]'``).
+    """
+    name = settings.collections_backend
+    if name == "embedded":
+        from .embedded import EmbeddedBackend
+
+        return EmbeddedBackend.from_settings(settings)
+    if name == "milvus":
+        from .milvus import MilvusBackend
+
+        return MilvusBackend.from_settings(settings)
+    raise ValueError(f"collections_backend must be one of {BACKENDS}, got {name!r}")

@@ -1,7 +1,7 @@
 """The collections' backend interface: what the collection service, the re-embedder and the routes need from the
 place where points live. Two backends implement it: ``embedded`` (SQLite + FAISS in this process, the default;
 :mod:`.embedded`) and ``milvus`` (a Milvus server or cluster shared by several service replicas; :mod:`.milvus`).
-``EMBED_COLLECTIONS_BACKEND`` chooses; :func:`open_backend` builds it.
+``EMBED_COLLECTIONS_BACKEND`` chooses; ``service.collections.open_backend`` builds it.
 
 Three roles:
 
@@ -31,8 +31,6 @@ from .filters import Condition
 from .index import IndexSpec
 
 T = TypeVar("T")
-
-BACKENDS = ("embedded", "milvus")
 
 
 def same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
@@ -218,21 +216,3 @@ class VectorBackend(Protocol):
 
     async def delete(self, name: str) -> None:
         """Raises :class:`~.errors.CollectionNotFound`."""
-
-
-def open_backend(settings: Any) -> VectorBackend:
-    """The backend named by ``settings.collections_backend`` (not started).
-
-    Raises:
-        ValueError: unknown backend name.
-    """
-    name = settings.collections_backend
-    if name == "embedded":
-        from .embedded import EmbeddedBackend
-
-        return EmbeddedBackend.from_settings(settings)
-    if name == "milvus":
-        from .milvus import MilvusBackend
-
-        return MilvusBackend.from_settings(settings)
-    raise ValueError(f"collections_backend must be one of {BACKENDS}, got {name!r}")
