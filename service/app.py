@@ -27,7 +27,7 @@ from .collections import api as collections_api
 from .collections.reembed import Reembedder
 from .embedder import Embedder
 from .errors import install_error_handlers
-from .metrics import Metrics
+from .metrics import Metrics, open_collections
 from .middleware import ServiceMiddleware
 from .model_control import ModelControl
 from .openapi import document
@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.embedder = None
     app.state.ready = False
     app.state.draining = False
+    metrics.watch_collections(lambda: open_collections(app.state))  # embed_collection_* gauges, read at scrape time
     install_error_handlers(app)
     for router in (embeddings.router, similarity.router, meta.router, admin.router, collections_api.router):
         app.include_router(document(router))
