@@ -5,8 +5,9 @@ Checked as a person would: the page loads with no console error and no failed re
 the collection; a search for an STS-B sentence finds it first with score ~1, its payload shown; the similarity tester
 shows the API's cosine for an STS-B pair; the activate button asks for an admin key, refuses a wrong one, activates
 a new version with the right one, and the collection's re-embedding shows up and completes. With API keys on, the
-page itself loads without a key and the API calls work once the key is entered. Screenshots go to
-``docs/img/console-*.png``.
+page itself loads without a key and the API calls work once the key is entered. Screenshots
+(``console-*.png``) go to a temporary directory, or to ``$EMBED_CONSOLE_SHOTS`` (the README's come from
+``EMBED_CONSOLE_SHOTS=docs/img pytest tests/service/test_console.py``).
 """
 
 from __future__ import annotations
@@ -41,13 +42,21 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 ADMIN_KEY = "console-admin-key"
 USER_KEY = "console-user-key"
 N = 400
-SHOTS = REPO_ROOT / "docs" / "img"
 
 
 @pytest.fixture(scope="module")
 def stsb():
     test = load_stsb("test")
     return test, list(dict.fromkeys(test.sent1 + test.sent2))[:N]
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where the screenshots go."""
+    d = Path(os.environ.get("EMBED_CONSOLE_SHOTS") or tmp_path_factory.mktemp("console-shots"))
+    d = d if d.is_absolute() else REPO_ROOT / d
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +97,7 @@ def open_console(browser, url: str) -> tuple[Page, list[str]]:
     return page, problems
 
 
-def test_console_shows_models_and_collections_without_errors(browser, served) -> None:
+def test_console_shows_models_and_collections_without_errors(browser, served, shots) -> None:
     page, problems = open_console(browser, served["url"])
     expect(page.locator("#ready")).to_have_text("ready")
     expect(page.locator("#active-model")).to_have_text(f"{NAME}:1")
@@ -102,13 +111,12 @@ def test_console_shows_models_and_collections_without_errors(browser, served) ->
     page.locator("#refresh").click()
     page.wait_for_load_state("networkidle")
     assert requests and all(u.startswith(served["url"]) for u in requests), requests  # nothing from elsewhere
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "console-overview.png"), full_page=True)
+    page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
     assert problems == []
     page.close()
 
 
-def test_search_finds_the_sentence_with_its_payload(browser, served, stsb) -> None:
+def test_search_finds_the_sentence_with_its_payload(browser, served, stsb, shots) -> None:
     _, sentences = stsb
     query = sentences[123]
     page, problems = open_console(browser, served["url"])
@@ -127,12 +135,12 @@ def test_search_finds_the_sentence_with_its_payload(browser, served, stsb) -> No
     # the same hits as the API itself answers
     api = served["client"].post("/collections/stsb/search", json={"query": query, "top_k": 5}).json()
     assert [str(h["id"]) for h in api] == [hits.nth(i).locator("td").nth(1).inner_text() for i in range(5)]
-    page.screenshot(path=str(SHOTS / "console-search.png"), full_page=True)
+    page.screenshot(path=str(shots / "console-search.png"), full_page=True)
     assert problems == []
     page.close()
 
 
-def test_similarity_tester_shows_the_cosine(browser, served, stsb) -> None:
+def test_similarity_tester_shows_the_cosine(browser, served, stsb, shots) -> None:
     test, _ = stsb
     i = int(test.scores.argmax())  # an STS-B pair rated most similar
     a, b = test.sent1[i], test.sent2[i]
@@ -144,12 +152,12 @@ def test_similarity_tester_shows_the_cosine(browser, served, stsb) -> None:
     expect(page.locator("#sim-result")).to_be_visible()
     assert abs(float(page.locator("#sim-score").inner_text()) - want) < 1e-4
     assert want > 0.5
-    page.screenshot(path=str(SHOTS / "console-similarity.png"), full_page=True)
+    page.screenshot(path=str(shots / "console-similarity.png"), full_page=True)
     assert problems == []
     page.close()
 
 
-def test_activate_asks_for_an_admin_key_and_swaps_the_model(browser, served) -> None:
+def test_activate_asks_for_an_admin_key_and_swaps_the_model(browser, served, shots) -> None:
     versioned_copy(served["artifact"], served["models"], NAME, "2")
     assert served["client"].post("/admin/models/reload", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).is_success
     page, problems = open_console(browser, served["url"])
@@ -162,7 +170,7 @@ def test_activate_asks_for_an_admin_key_and_swaps_the_model(browser, served) -> 
     page.fill("#admin-key", "not-the-key")
     page.click("#activate-confirm")
     expect(page.locator("#activate-error")).to_contain_text("401")
-    page.screenshot(path=str(SHOTS / "console-activate.png"), full_page=True)
+    page.screenshot(path=str(shots / "console-activate.png"), full_page=True)
     page.fill("#admin-key", ADMIN_KEY)
     page.click("#activate-confirm")
     expect(dialog).to_be_hidden()
@@ -175,7 +183,7 @@ def test_activate_asks_for_an_admin_key_and_swaps_the_model(browser, served) -> 
         page.locator("#refresh").click()
         page.wait_for_timeout(500)
     expect(row).to_contain_text(f"{N}/{N}")
-    page.screenshot(path=str(SHOTS / "console-reembedded.png"), full_page=True)
+    page.screenshot(path=str(shots / "console-reembedded.png"), full_page=True)
     # the wrong key's 401 is the one expected resource error
     assert [p for p in problems if "401" not in p] == []
     page.close()
