@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
+import promql_parser as promql
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,8 +28,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.artifact_utils import NAME, versioned_copy
 from tests.server_utils import REPO_ROOT, run_server
 from training.data.sts import load_stsb
-
-promql = pytest.importorskip("promql_parser", reason="promql-parser (dev extra) is needed to parse the dashboard")
 
 pytestmark = pytest.mark.timeout(900)
 
