@@ -4,7 +4,8 @@ Lifespan: load and warm up the persisted active model (``<data_dir>/active_model
 see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
 with the loader's message), then open the collections backend (``collections_backend``; the routes are mounted here, so a broken
 faiss install is an import error at start, not silently missing routes), then mark the app ready. At
-shutdown: not ready, collections closed, batchers drained.
+shutdown: not ready, collections closed, batchers drained. The web console's static files
+(``service/console/``) are served at ``/console/``.
 
 ``app.state`` holds ``settings`` (:class:`Settings`), ``metrics`` (:class:`Metrics`),
 ``registry`` (:class:`ModelRegistry`), ``model_control`` (:class:`ModelControl`),
@@ -18,8 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from .collections import CollectionService, open_backend
@@ -27,7 +30,7 @@ from .collections import api as collections_api
 from .collections.reembed import Reembedder
 from .embedder import Embedder
 from .errors import install_error_handlers
-from .metrics import Metrics
+from .metrics import Metrics, open_collections
 from .middleware import ServiceMiddleware
 from .model_control import ModelControl
 from .openapi import document
@@ -36,6 +39,7 @@ from .routes import admin, embeddings, meta, similarity
 from .settings import Settings
 
 log = logging.getLogger("service")
+CONSOLE_DIR = Path(__file__).resolve().parent / "console"  # static HTML + JS + CSS (package data)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -94,9 +98,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.embedder = None
     app.state.ready = False
     app.state.draining = False
+    metrics.watch_collections(lambda: open_collections(app.state))  # embed_collection_* gauges, read at scrape time
     install_error_handlers(app)
     for router in (embeddings.router, similarity.router, meta.router, admin.router, collections_api.router):
         app.include_router(document(router))
+    # the web console at /console/: static files calling the JSON API above (no build step, no CDN)
+    app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
     # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.routes.admin)
     keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
     app.add_middleware(

@@ -12,11 +12,41 @@ Names (all prefixed ``embed_``):
 * ``embed_inputs_total{model}`` — inputs embedded (counter).
 * ``embed_rejected_total{model,reason}`` — requests refused by the batcher (``queue_full``, ``input_too_long``).
 * ``embed_model_info{name,version,sha256,quantization,providers,active}`` — 1 per loaded model (gauge).
+* ``embed_collection_search_duration_seconds{index,operation}`` — a ``search`` or ``search_batch`` request on a
+  collection with that index type, embedding of text queries included (histogram, seconds; successes only).
+* ``embed_collection_upsert_duration_seconds{index}`` — an upsert request, embedding and durable commit included
+  (histogram, seconds; successes only).
+
+Read from every open collection at scrape time (:class:`CollectionsCollector`, gauges):
+
+* ``embed_collection_info{collection,index,metric,model,version}`` — 1 per collection.
+* ``embed_collection_points{collection,index}`` — live points.
+* ``embed_collection_index_vectors{collection,index}`` / ``embed_collection_index_tombstones{collection,index}`` —
+  vectors in the FAISS index and those of them removed but not yet rebuilt away.
+* ``embed_collection_index_trained{collection,index}`` — 1 once the index is trained (IVF-PQ), else 0.
+* ``embed_collection_writes_since_snapshot{collection}`` — write sequence numbers not covered by the newest snapshot.
+* ``embed_collection_snapshot_age_seconds{collection}`` — seconds since the last snapshot (or since the collection
+  was opened, when none was written since).
+* ``embed_collection_reembed_done{collection}`` / ``embed_collection_reembed_total{collection}`` — points
+  re-embedded towards the new active model, and the points to do (the running or last re-embedding; 0 if none).
+* ``embed_collection_reembed_state{collection,state}`` — 1 for the current state (``none``, ``running``,
+  ``completed``, ``cancelled``, ``failed``), 0 for the others.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("service.metrics")
 
 _LAT = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SIZE = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -66,6 +96,20 @@ class Metrics:
         )
         self.inputs = Counter("embed_inputs", "inputs embedded", ["model"], registry=r)
         self.rejected = Counter("embed_rejected", "requests refused by the batcher", ["model", "reason"], registry=r)
+        self.collection_search_duration = Histogram(
+            "embed_collection_search_duration_seconds",
+            "collection search request duration in seconds, by index type",
+            ["index", "operation"],
+            buckets=_LAT,
+            registry=r,
+        )
+        self.collection_upsert_duration = Histogram(
+            "embed_collection_upsert_duration_seconds",
+            "collection upsert request duration in seconds (embedding and durable commit), by index type",
+            ["index"],
+            buckets=_LAT,
+            registry=r,
+        )
         self.model_info = Gauge(
             "embed_model_info",
             "loaded models (value 1)",
@@ -79,6 +123,115 @@ class Metrics:
         for labels in rows:
             self.model_info.labels(**labels).set(1)
 
+    def watch_collections(self, collections: Callable[[], Mapping[str, Any] | None]) -> None:
+        """Export the collections returned by ``collections()`` (name -> open collection, or None while the
+        service starts) at every scrape, through a :class:`CollectionsCollector`."""
+        self.registry.register(CollectionsCollector(collections))
+
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+REEMBED_STATES = ("none", "running", "completed", "cancelled", "failed")
+
+
+class CollectionsCollector(Collector):
+    """The ``embed_collection_*`` gauges, read from each open collection's ``info()`` when Prometheus scrapes.
+
+    Args:
+        collections: returns the open collections (name -> object with ``info()`` returning the
+            ``GET /collections/{name}`` body, and ``seconds_since_snapshot()``), or None before they are started.
+    """
+
+    def __init__(self, collections: Callable[[], Mapping[str, Any] | None]) -> None:
+        self._collections = collections
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        ci, c = ["collection", "index"], ["collection"]
+        specs = {
+            "info": ("collection (value 1) with its index type, metric and embedding model", [*ci, "metric", "model", "version"]),
+            "points": ("live points in the collection", ci),
+            "index_vectors": ("vectors in the FAISS index, tombstones included", ci),
+            "index_tombstones": ("removed vectors still in the FAISS index (until a rebuild)", ci),
+            "index_trained": ("1 once the index is trained, else 0", ci),
+            "writes_since_snapshot": ("write sequence numbers not covered by the newest snapshot", c),
+            "snapshot_age_seconds": ("seconds since the last snapshot (or since the collection was opened)", c),
+            "reembed_done": ("points re-embedded towards the new active model (running or last re-embedding)", c),
+            "reembed_total": ("points the running or last re-embedding has to embed", c),
+            "reembed_state": ("1 for the collection's re-embedding state, 0 for the others", [*c, "state"]),
+        }  # fmt: skip
+        return {k: GaugeMetricFamily(f"embed_collection_{k}", doc, labels=labels) for k, (doc, labels) in specs.items()}
+
+    def describe(self) -> Iterator[Metric]:
+        """The families, without samples (lets the registry check names without reading any collection)."""
+        yield from self._families().values()
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample per collection and family; a collection whose ``info()`` fails is skipped (and logged)."""
+        f = self._families()
+        for name, coll in sorted((self._collections() or {}).items()):
+            try:
+                info = coll.info()
+                age = coll.seconds_since_snapshot()
+            except Exception:
+                log.exception("metrics: reading collection %s failed", name)
+                continue
+            idx = info["index"]
+            ci = [name, idx["type"]]
+            model = info.get("model") or {}
+            f["info"].add_metric([*ci, info["metric"], str(model.get("name")), str(model.get("version"))], 1)
+            f["points"].add_metric(ci, info["count"])
+            f["index_vectors"].add_metric(ci, idx["vectors"])
+            f["index_tombstones"].add_metric(ci, idx["tombstones"])
+            f["index_trained"].add_metric(ci, 1 if idx["trained"] else 0)
+            f["writes_since_snapshot"].add_metric([name], info["sequence"] - info["snapshot_sequence"])
+            f["snapshot_age_seconds"].add_metric([name], age)
+            re = info.get("reembedding") or {}
+            f["reembed_done"].add_metric([name], re.get("done") or 0)
+            f["reembed_total"].add_metric([name], re.get("total") or 0)
+            state = re.get("state", "none")
+            for s in dict.fromkeys((*REEMBED_STATES, state)):
+                f["reembed_state"].add_metric([name, s], 1 if s == state else 0)
+        yield from f.values()
+
+
+class CollectionTimer:
+    """Times collection requests into the histograms of :class:`Metrics`, labelled by the collection's index type.
+
+    Use as ``with timer("search", name): ...``; an operation that raises is not observed (errors are counted by
+    ``embed_requests_total``).
+
+    Args:
+        metrics: the service metrics.
+        collections: returns the open collections (name -> collection with ``spec.kind``), or None.
+    """
+
+    def __init__(self, metrics: Metrics, collections: Callable[[], Mapping[str, Any] | None]) -> None:
+        self.metrics = metrics
+        self._collections = collections
+
+    @contextmanager
+    def __call__(self, operation: str, name: str) -> Iterator[None]:
+        """Time the block as ``operation`` (``search``, ``search_batch`` or ``upsert``) on collection ``name``."""
+        t0 = time.perf_counter()
+        yield
+        dt = time.perf_counter() - t0
+        coll = (self._collections() or {}).get(name)
+        kind = coll.spec.kind if coll is not None else "unknown"
+        if operation == "upsert":
+            self.metrics.collection_upsert_duration.labels(kind).observe(dt)
+        else:
+            self.metrics.collection_search_duration.labels(kind, operation).observe(dt)
+
+
+def open_collections(state: Any) -> Mapping[str, Any] | None:
+    """The open collections of an app (``state.collection_service.manager.collections``), or None before start."""
+    svc = getattr(state, "collection_service", None)
+    return svc.manager.collections if svc is not None else None
+
+
+def collection_timer(request: Request) -> CollectionTimer:
+    """FastAPI dependency: a :class:`CollectionTimer` on the app's metrics and collections."""
+    state = request.app.state
+    return CollectionTimer(state.metrics, lambda: open_collections(state))

@@ -2,8 +2,9 @@
 
 Order per HTTP request:
 
-1. API key: with ``api_keys`` configured, every path except ``/health``, ``/ready``
-   and ``/metrics`` needs ``Authorization: Bearer <key>`` (else 401 ``invalid_api_key``);
+1. API key: with ``api_keys`` configured, every path except ``/health``, ``/ready``, ``/metrics``
+   and the console's static files (``GET /console/...``) needs ``Authorization: Bearer <key>`` (else 401
+   ``invalid_api_key``);
 2. payload limit: ``Content-Length`` above ``max_payload_bytes`` → 413 at once; a body
    that turns out larger while being read (chunked uploads) → 413 as well;
 3. body rules, one place for every route: a body sent with a non-JSON ``Content-Type`` → 415; a JSON
@@ -37,6 +38,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+CONSOLE = "/console"  # the console's static files hold no data (the page sends the user's key to the API)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -196,7 +198,10 @@ class ServiceMiddleware:
             ).response()(scope, app_receive, send)
 
     def _check_auth(self, scope: Scope) -> APIError | None:
-        if not self.api_keys or scope.get("path") in OPEN_PATHS or scope.get("method") == "OPTIONS":
+        path = scope.get("path", "")
+        if not self.api_keys or path in OPEN_PATHS or scope.get("method") == "OPTIONS":
+            return None
+        if (path == CONSOLE or path.startswith(CONSOLE + "/")) and scope.get("method") in ("GET", "HEAD"):
             return None
         auth = b""
         for k, v in scope.get("headers", []):

@@ -4,8 +4,8 @@ What is checked: one runtime stage, no torch and no builder (the artifact comes 
 COPY source exists (given ``make artifact``), settings come only from ``EMBED_*`` environment variables (the CMD
 passes no flags, so ``-e EMBED_PORT=...`` works) and every ENV/compose variable is a real setting, the health
 checks probe the configured port through ``python -m service.healthcheck``, Compose publishes on loopback and
-requires an API key, Prometheus targets line up, and the GPU image pins an onnxruntime-gpu build whose CUDA
-major matches its base image.
+requires an API key (Grafana an admin password; its image is pinned and its provisioning mounted), Prometheus
+targets line up, and the GPU image pins an onnxruntime-gpu build whose CUDA major matches its base image.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_compose_is_loopback_and_keyed_by_default() -> None:
     for var in embed["environment"]:
         assert var.startswith("EMBED_") and var[len("EMBED_") :].lower() in fields, f"{var} is not a setting"
     assert embed["environment"]["EMBED_API_KEYS"].startswith("${EMBED_API_KEYS:?"), "a key must be required"
-    for port in (*embed["ports"], *services["prometheus"]["ports"]):
+    for port in (*embed["ports"], *services["prometheus"]["ports"], *services["grafana"]["ports"]):
         assert port.startswith(("127.0.0.1:", "${EMBED_BIND:-127.0.0.1}:")), f"{port} is not loopback by default"
     assert embed["healthcheck"]["test"] == ["CMD", "python", "-m", "service.healthcheck"]
     prom = services["prometheus"]
@@ -119,6 +119,13 @@ def test_compose_is_loopback_and_keyed_by_default() -> None:
     job = yaml.safe_load((DOCKER / cfg_mount.split(":")[0]).read_text())["scrape_configs"][0]
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"][0]["targets"] == [f"embed:{embed['ports'][0].split(':')[-1]}"]
+    grafana = services["grafana"]
+    assert re.fullmatch(r"grafana/grafana-oss:\d+\.\d+\.\d+", grafana["image"]), "pin a Grafana release"
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    assert {
+        "./grafana/provisioning:/etc/grafana/provisioning:ro",
+        "./grafana/dashboards:/etc/grafana/dashboards:ro",
+    } <= set(grafana["volumes"])
     gpu = yaml.safe_load((DOCKER / "docker-compose.gpu.yml").read_text())["services"]["embed"]
     assert (DOCKER / gpu["build"]["context"] / gpu["build"]["dockerfile"]).resolve() == (DOCKER / "Dockerfile.gpu")
     dev = gpu["deploy"]["resources"]["reservations"]["devices"][0]

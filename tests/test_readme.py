@@ -1,4 +1,5 @@
-"""README.md stays true: its first two commands, CI calling the test one, and every setting documented."""
+"""README.md stays true: its first two commands, CI calling the test one (last, and nothing else that tests), and
+every setting documented."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def test_first_commands_and_ci() -> None:
         for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
         if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
     ]
-    assert ci == ["make test"]
+    # CI may prepare the machine (chromium for the console test), then runs exactly the README's test command
+    assert ci[-1] == "make test", ci
+    assert [line for line in ci if re.search(r"\b(make|pytest|ruff)\b", line)] == ["make test"], ci
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert re.search(r"^serve:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
 

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..metrics import CollectionTimer, collection_timer
 from ..routes import json_response
 from .backend import Hit
 from .errors import CollectionsNotReady, InvalidCollectionRequest
@@ -153,6 +154,7 @@ def collection_service(request: Request) -> CollectionService:
 
 
 Service = Annotated[CollectionService, Depends(collection_service)]
+Timer = Annotated[CollectionTimer, Depends(collection_timer)]  # latency histograms by index type (service.metrics)
 
 
 def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
@@ -193,10 +195,11 @@ async def delete_collection(name: str, svc: Service) -> Response:
 
 # --- points ---------------------------------------------------------------------------------------------------------
 @router.put("/collections/{name}/points")
-async def upsert_points(name: str, body: UpsertPoints, svc: Service) -> Response:
+async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Timer) -> Response:
     """Embed and upsert points; answers once the write is durable (SQLite commit, fsynced) and searchable."""
     pts = body.points
-    n, seq = await svc.upsert(name, [p.id for p in pts], [p.text for p in pts], [p.payload for p in pts])
+    with timed("upsert", name):
+        n, seq = await svc.upsert(name, [p.id for p in pts], [p.text for p in pts], [p.payload for p in pts])
     return json_response({"status": "completed", "upserted": n, "sequence": seq})
 
 
@@ -231,16 +234,18 @@ async def get_point(
 
 # --- search -------------------------------------------------------------------------------------------------------
 @router.post("/collections/{name}/search")
-async def search(name: str, body: SearchRequest, svc: Service) -> Response:
+async def search(name: str, body: SearchRequest, svc: Service, timed: Timer) -> Response:
     """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter)."""
-    hits = (await svc.search(name, [body], "query"))[0]
+    with timed("search", name):
+        hits = (await svc.search(name, [body], "query"))[0]
     return json_response([_hit_json(h, body.with_payload, body.with_text) for h in hits])
 
 
 @router.post("/collections/{name}/search/batch")
-async def search_batch(name: str, body: SearchBatch, svc: Service) -> Response:
+async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer) -> Response:
     """One result list per search, in order."""
-    results = await svc.search(name, body.searches, "searches")
+    with timed("search_batch", name):
+        results = await svc.search(name, body.searches, "searches")
     return json_response(
         [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)]
     )
