@@ -140,8 +140,8 @@ class CollectionsCollector(Collector):
     """The ``embed_collection_*`` gauges, read from each open collection's ``info()`` when Prometheus scrapes.
 
     Args:
-        collections: returns the open collections (name -> object with ``info()`` returning the
-            ``GET /collections/{name}`` body, and ``seconds_since_snapshot()``), or None before they are started.
+        collections: returns the collections (name -> object with ``info()`` returning the
+            ``GET /collections/{name}`` body), or None before they are started.
     """
 
     def __init__(self, collections: Callable[[], Mapping[str, Any] | None]) -> None:
@@ -155,8 +155,8 @@ class CollectionsCollector(Collector):
             "index_vectors": ("vectors in the FAISS index, tombstones included", ci),
             "index_tombstones": ("removed vectors still in the FAISS index (until a rebuild)", ci),
             "index_trained": ("1 once the index is trained, else 0", ci),
-            "writes_since_snapshot": ("write sequence numbers not covered by the newest snapshot", c),
-            "snapshot_age_seconds": ("seconds since the last snapshot (or since the collection was opened)", c),
+            "writes_since_snapshot": ("write sequence numbers not covered by the newest snapshot (embedded backend)", c),
+            "snapshot_age_seconds": ("seconds since the last snapshot, or since opening (embedded backend)", c),
             "reembed_done": ("points re-embedded towards the new active model (running or last re-embedding)", c),
             "reembed_total": ("points the running or last re-embedding has to embed", c),
             "reembed_state": ("1 for the collection's re-embedding state, 0 for the others", [*c, "state"]),
@@ -173,7 +173,6 @@ class CollectionsCollector(Collector):
         for name, coll in sorted((self._collections() or {}).items()):
             try:
                 info = coll.info()
-                age = coll.seconds_since_snapshot()
             except Exception:
                 log.exception("metrics: reading collection %s failed", name)
                 continue
@@ -185,8 +184,9 @@ class CollectionsCollector(Collector):
             f["index_vectors"].add_metric(ci, idx["vectors"])
             f["index_tombstones"].add_metric(ci, idx["tombstones"])
             f["index_trained"].add_metric(ci, 1 if idx["trained"] else 0)
-            f["writes_since_snapshot"].add_metric([name], info["sequence"] - info["snapshot_sequence"])
-            f["snapshot_age_seconds"].add_metric([name], age)
+            if info.get("snapshot_sequence") is not None:  # backends with local snapshots (embedded)
+                f["writes_since_snapshot"].add_metric([name], info["sequence"] - info["snapshot_sequence"])
+                f["snapshot_age_seconds"].add_metric([name], info["snapshot_age_seconds"])
             re = info.get("reembedding") or {}
             f["reembed_done"].add_metric([name], re.get("done") or 0)
             f["reembed_total"].add_metric([name], re.get("total") or 0)
@@ -226,9 +226,9 @@ class CollectionTimer:
 
 
 def open_collections(state: Any) -> Mapping[str, Any] | None:
-    """The open collections of an app (``state.collection_service.manager.collections``), or None before start."""
+    """The collections of an app (name -> handle, from its collections backend), or None before start."""
     svc = getattr(state, "collection_service", None)
-    return svc.manager.collections if svc is not None else None
+    return {c.name: c for c in svc.backend.list()} if svc is not None else None
 
 
 def collection_timer(request: Request) -> CollectionTimer:

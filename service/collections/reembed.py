@@ -7,7 +7,8 @@ embedded by another model is re-embedded from its stored texts, through the back
 1. ``begin_reembed`` claims and attaches a target for the new model (an interrupted one for the same model is
    resumed; on a shared backend another replica may hold the claim, and this one then waits and checks again).
 2. The task asks the target for live points still lacking a target vector, embeds their texts with the target
-   model (through its batcher, beside live traffic, paced by ``collections_reembed_rate``) and writes the vectors.
+   model (through its batcher, beside live traffic, paced by ``collections_reembed_rate``; a full queue is waited
+   out, live requests first) and writes the vectors.
 3. Meanwhile searches and upserts keep using the collection's current model; an upsert is embedded by *both*
    models and written to both (:class:`~.service.CollectionService`), so nothing written during the sweep is missed.
 4. When no point lacks a target vector, ``complete`` switches the collection atomically (new index, model and
@@ -27,6 +28,7 @@ import socket
 import time
 from typing import Any
 
+from ..batcher import QueueFull
 from .backend import CollectionHandle, ReembedTarget, VectorBackend, model_id, same_model
 
 log = logging.getLogger("service.collections.reembed")
@@ -123,6 +125,16 @@ class Reembedder:
         self._targets[c.name] = target
         self.tasks[c.name] = asyncio.create_task(self._run(c, info, target, t), name=f"reembed-{c.name}")
 
+    async def _encode(self, texts: list[str], lm: Any) -> Any:
+        """Embed with the target model; a full queue (live traffic first) is waited out, not a failure."""
+        delay = 0.05
+        while True:
+            try:
+                return await self._embedder().encode(texts, model=lm, param="points")
+            except QueueFull:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     async def _claim(self, c: CollectionHandle, target: dict[str, Any], dimension: int) -> ReembedTarget | None:
         """The attached target, once this process holds the claim; None when the collection reached ``target``
         (another replica finished it)."""
@@ -159,7 +171,7 @@ class Reembedder:
                         break
                     cursor = None  # points added meanwhile without a target vector: sweep again
                     continue
-                res = await self._embedder().encode([r[1] for r in rows], model=lm, param="points")
+                res = await self._encode([r[1] for r in rows], lm)
                 await run(tg.write, [r[0] for r in rows], res.embeddings)
                 st["done"] += len(rows)
                 st["total"] = max(await self._count(c), st["done"])

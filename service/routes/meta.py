@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from ..errors import APIError
 from ..registry import LoadedModel
@@ -92,5 +93,6 @@ async def ready(request: Request) -> Response:
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     """Prometheus exposition of the service's registry."""
-    body, ctype = request.app.state.metrics.render()
+    # collectors read every collection's info(): network calls on a shared backend, so off the event loop
+    body, ctype = await run_in_threadpool(request.app.state.metrics.render)
     return Response(body, media_type=ctype)

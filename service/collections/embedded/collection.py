@@ -386,5 +386,6 @@ class Collection:
             "reembedding": self.reembed_status,
             "sequence": self._seq,
             "snapshot_sequence": self._snapshot_seq,
+            "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),
             "created_at": self.created_at,
         }
