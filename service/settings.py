@@ -116,8 +116,8 @@ class Settings(BaseSettings):
     collections_milvus_uri: str = Field(
         "http://127.0.0.1:19530", description="milvus backend: the Milvus server or cluster proxy"
     )
-    collections_milvus_token: str = Field(
-        "", description="milvus backend: 'user:password' or an API token (pass it by environment, not a flag)"
+    collections_milvus_token: str | None = Field(
+        None, description="milvus backend: 'user:password' or an API token (pass it by environment, not a flag)"
     )
     collections_milvus_prefix: str = Field(
         "embed_",
