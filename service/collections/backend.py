@@ -21,21 +21,41 @@ artifact (:func:`same_model`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from .errors import InvalidCollectionRequest
 from .filters import Condition
-from .index import IndexSpec
+from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 
 T = TypeVar("T")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 def same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     """Whether two model records (``{name, version, sha256}``) denote the same artifact."""
     return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ("name", "version", "sha256"))
+
+
+def new_spec(name: str, kind: str, params: dict[str, Any] | None, metric: str, dimension: int) -> IndexSpec:
+    """The index spec of a collection about to be created, every value checked (any backend).
+
+    Raises:
+        InvalidCollectionRequest: the name does not match :data:`NAME_RE`, or the index type, params or metric are
+            invalid.
+    """
+    if not NAME_RE.match(name):
+        raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
+    try:
+        faiss_metric(metric)
+        return IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
+    except IndexConfigError as e:
+        raise InvalidCollectionRequest(str(e), param="params") from e
 
 
 def model_id(model: dict[str, Any]) -> str:

@@ -14,7 +14,6 @@ import asyncio
 import functools
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -24,15 +23,12 @@ from typing import Any, TypeVar
 
 from artifact_contract.fsio import fsync_dir
 
-from ..backend import CollectionSettings
-from ..errors import CollectionClosed, CollectionExists, CollectionNotFound, InvalidCollectionRequest
-from ..index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
+from ..backend import NAME_RE, CollectionSettings, new_spec
+from ..errors import CollectionClosed, CollectionExists, CollectionNotFound
 from .collection import Collection
 
 log = logging.getLogger("service.collections")
 T = TypeVar("T")
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 def _init_worker(faiss_threads: int) -> None:
@@ -148,13 +144,7 @@ class EmbeddedBackend:
             InvalidCollectionRequest: bad name, index kind, params or metric.
             CollectionExists: the name is taken.
         """
-        if not NAME_RE.match(name):
-            raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
-        try:
-            faiss_metric(metric)
-            spec = IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
-        except IndexConfigError as e:
-            raise InvalidCollectionRequest(str(e), param="params") from e
+        spec = new_spec(name, kind, params, metric, dimension)
         async with self._lock:
             if name in self.collections:
                 raise CollectionExists(f"collection {name!r} already exists")

@@ -122,17 +122,7 @@ class Collection:
             return unit_rows(v)
         return np.ascontiguousarray(v, dtype=np.float32)
 
-    def upsert(
-        self,
-        ids: list[int | str],
-        texts: list[str],
-        payloads: list[dict[str, Any] | None],
-        vectors: np.ndarray,
-        *,
-        model: dict[str, Any] | None = None,
-        shadow_model: dict[str, Any] | None = None,
-        shadow_vectors: np.ndarray | None = None,
-    ) -> int:
+    def upsert(self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None) -> int:
         """Insert or replace points durably (SQLite commit, fsynced) and searchably (FAISS updated); also writes the
         attached re-embedding's vectors. See :meth:`~..backend.CollectionHandle.upsert` for the arguments.
 

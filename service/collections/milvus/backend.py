@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,17 +23,15 @@ from typing import Any, TypeVar
 
 from pymilvus import MilvusClient
 
-from ..backend import CollectionSettings
-from ..errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest
-from ..index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
+from ..backend import NAME_RE, CollectionSettings, new_spec
+from ..errors import CollectionExists, CollectionNotFound
+from ..index import IndexSpec
 from .collection import MilvusCollection
 from .registry import Registry
 from .schema import check_supported, create_physical
 
 log = logging.getLogger("service.collections.milvus")
 T = TypeVar("T")
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 class MilvusBackend:
@@ -214,13 +211,7 @@ class MilvusBackend:
             InvalidCollectionRequest: bad name, unsupported index type, bad params or metric.
             CollectionExists: the name is taken (here or by another replica).
         """
-        if not NAME_RE.match(name):
-            raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
-        try:
-            faiss_metric(metric)
-            spec = IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
-        except IndexConfigError as e:
-            raise InvalidCollectionRequest(str(e), param="params") from e
+        spec = new_spec(name, kind, params, metric, dimension)
         check_supported(kind)
         async with self._lock:
             return await self.run(self._create, name, spec, model)
