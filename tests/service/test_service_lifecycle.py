@@ -1,6 +1,6 @@
 """Request lifecycle on the real server: per-request time budget, cancellation on client disconnect, and the
-drain window on SIGTERM, idle and under load. Assertions are on behaviour (status codes, inputs never embedded,
-what /ready says), not on timings."""
+drain window on SIGTERM, idle and under load; on the same keyless server, the admin routes stay closed. Assertions
+are on behaviour (status codes, inputs never embedded, what /ready says), not on timings."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ def test_disconnected_client_has_its_inputs_dropped(server):
     metrics = httpx.get(f"{server.url}/metrics").text
     assert re.search(r'embed_requests_total\{[^}]*status="499"[^}]*\} [1-9]', metrics), "disconnect not recorded"
     assert httpx.post(f"{server.url}/embed", json={"inputs": ["Two dogs run."]}, timeout=60).status_code == 200
+
+
+def test_admin_routes_are_closed_without_keys(server):
+    for path in ("/admin/models/reload", "/admin/models/all-minilm-l6-v2/activate"):
+        r = httpx.post(f"{server.url}{path}", timeout=30)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled", r.text
 
 
 def test_sigterm_drains_before_stopping(default_artifact, tmp_path):
