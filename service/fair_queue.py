@@ -2,8 +2,9 @@
 
 Text Embeddings Inference's queue (``core/src/queue.rs``, ``next_batch``) forms one batch each time the backend
 is free, skips requests whose client went away, and takes entries first-in first-out within the token budget.
-:class:`FairQueue` keeps the first two and replaces FIFO by **round-robin across requests**, so a request never
-waits behind all the batches of one that came before it:
+:class:`FairQueue` keeps the first two and replaces FIFO by **round-robin across requests** (one queue per source,
+served in turn: Nagle's fair queueing, RFC 970, here with one batch as the quantum), so a request never waits behind
+all the batches of one that came before it:
 
 * requests sit in a ring; the one at the head *leads* the next batch. A request's inputs are taken shortest first;
 * a window of placeable inputs is filled round-robin (``max_batch_size`` per request per round, up to
