@@ -61,6 +61,7 @@ class Job:
 
     @property
     def n(self) -> int:
+        """Number of inputs."""
         return len(self.tokens.ids)
 
     @property
