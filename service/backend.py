@@ -109,6 +109,10 @@ class OnnxModel:
         providers: ORT providers setting (``["auto"]`` or explicit names).
         intra_op_threads / inter_op_threads: ORT thread counts (0 = ORT default).
         spinning: ORT's ``session.intra_op.allow_spinning`` (busy-wait between ops).
+        arena_shrink_tokens: after a batch of more than this many padded tokens (``batch x max_len``), ORT's
+            CPU memory arena returns its wholly free regions to the OS (run option
+            ``memory.enable_memory_arena_shrinkage``); the arena otherwise keeps the peak of the largest batch
+            ever run for good. None: never shrink; 0: after every batch.
 
     Raises:
         ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
@@ -124,8 +128,12 @@ class OnnxModel:
         intra_op_threads: int = 0,
         inter_op_threads: int = 0,
         spinning: bool = False,
+        arena_shrink_tokens: int | None = None,
     ) -> None:
         self.path = Path(artifact_dir)
+        self.arena_shrink_tokens = arena_shrink_tokens
+        self._shrink = ort.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         try:
             self.manifest: Manifest = validate_artifact(self.path)
         except ArtifactError as e:
@@ -272,7 +280,9 @@ class OnnxModel:
         Raises:
             RuntimeError: ORT failed, or the output is not ``(batch, dimension)``.
         """
-        out = self._session.run([OUTPUT_NAME], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        shrink = self.arena_shrink_tokens is not None and input_ids.size > self.arena_shrink_tokens
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+        out = self._session.run([OUTPUT_NAME], feed, self._shrink if shrink else None)[0]
         if out.ndim != 2 or out.shape != (input_ids.shape[0], self.info.dimension):
             raise RuntimeError(
                 f"model returned shape {out.shape}, expected ({input_ids.shape[0]}, {self.info.dimension})"

@@ -1,26 +1,23 @@
-"""Dynamic batching for one model: one asyncio queue, one worker, inference off the event loop.
+"""Dynamic batching for one model: one worker forms one batch at a time, fairly across requests.
 
 Flow of a request (:meth:`Batcher.submit`):
 
 1. admission: more than ``max_queue_size`` requests admitted and unanswered → :class:`QueueFull`;
-2. tokenization in a thread pool (``truncate=False`` and an input over
-   ``max_seq_length`` → :class:`InputTooLong`, nothing is queued);
-3. the request's inputs join the queue; the worker takes a window of queued inputs
-   (oldest requests first, up to ``max(256, 4 x max_batch_size)`` inputs), sorts it by token
-   length and cuts it into contiguous batches whose *padded* size ``batch x max_len``
-   stays within ``max_batch_tokens`` and ``batch <= max_batch_size``, choosing the cut
-   points that minimise ``sum(padded tokens) + batch_overhead_tokens x n_batches``
-   (dynamic programming over the sorted window: a long input does not drag short ones
-   up to its length, and equal lengths share a batch). A request's inputs may so be
-   spread over several batches;
-4. each batch is padded to its own longest input and run by ONNX Runtime in an
-   executor of ``inference_workers`` threads (the event loop never waits on it; with
-   several workers, that many batches run at once, each on ``intra_op_threads``);
-   rows are scattered back into each request's output array, and its future
-   resolves when all its rows are in. A window is formed only when a worker is
-   free, so requests that arrive meanwhile join the next, fuller window.
+2. tokenization in a thread pool (``truncate=False`` and an input over ``max_seq_length`` →
+   :class:`InputTooLong`; more than ``max_request_tokens`` tokens in all → :class:`RequestTooLarge`; nothing
+   is queued);
+3. the request joins the batcher's :class:`~service.fair_queue.FairQueue`; each time an inference worker is
+   free, the worker forms **one** batch from it: round-robin across requests, each request's inputs shortest
+   first, windows sorted by length and cut within ``max_batch_tokens`` / ``max_batch_size`` (the policy, and
+   how it follows and departs from Text Embeddings Inference's queue, is in :mod:`service.fair_queue`). A new
+   request so waits for the batches already running and about one batch per request ahead of it, never for all
+   the batches of a big request;
+4. the batch is padded to its own longest input and run by ONNX Runtime in an executor of
+   ``inference_workers`` threads (the event loop never waits on it); rows are scattered back into each
+   request's output array, and its future resolves when all its rows are in.
 
-A failing batch fails only the requests that had inputs in it; the worker goes on.
+A failing batch fails only the requests that had inputs in it; the worker goes on. A cancelled request
+(disconnect, time budget) is skipped: nothing more of it is placed in a batch.
 """
 
 from __future__ import annotations
@@ -28,19 +25,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .backend import OnnxModel, Tokenized
+from .fair_queue import FairQueue, Item, cut_window
+from .fair_queue import Job as _Job
 from .metrics import Metrics
 
 log = logging.getLogger("service.batcher")
-
-#: Smallest window of queued inputs sorted together (more inputs sorted = less padding).
-WINDOW_MIN = 256
 
 
 class QueueFull(Exception):
@@ -60,26 +55,26 @@ class InputTooLong(Exception):
         self.index, self.n_tokens, self.max_tokens, self.at_least = index, n_tokens, max_tokens, at_least
 
 
+class RequestTooLarge(Exception):
+    """A request's inputs have more tokens in all (after truncation) than ``max_request_tokens``.
+
+    Attributes: ``n_tokens``, ``max_tokens``; ``param`` (the request field) is set by the embedder.
+    """
+
+    def __init__(self, n_tokens: int, max_tokens: int) -> None:
+        super().__init__(
+            f"the inputs have {n_tokens} tokens in all, more than max_request_tokens={max_tokens}; "
+            "send them in several requests"
+        )
+        self.n_tokens, self.max_tokens, self.param = n_tokens, max_tokens, "input"
+
+
 class BatchFailed(RuntimeError):
     """Inference failed for a batch holding some of this request's inputs."""
 
 
 class BatcherClosed(RuntimeError):
     """The batcher is shutting down and takes no new work."""
-
-
-@dataclass(eq=False)
-class _Job:
-    tokens: Tokenized
-    future: asyncio.Future
-    out: np.ndarray  # (n, dimension) float32, pooled, unnormalised
-    remaining: int
-    next: int = 0  # first input not yet placed in a batch
-    failed: bool = False
-
-    @property
-    def n(self) -> int:
-        return len(self.tokens.ids)
 
 
 @dataclass
@@ -95,7 +90,7 @@ class SubmitResult:
 
 
 class Batcher:
-    """Queue + worker for one :class:`OnnxModel`.
+    """Queue + worker for one :class:`OnnxModel` (policy: see the module docstring).
 
     Args:
         model: the loaded model.
@@ -106,6 +101,7 @@ class Batcher:
         tokenizer_threads: threads tokenizing requests.
         inference_workers: batches run concurrently (threads calling the ORT session).
         batch_overhead_tokens: fixed cost of one batch, in padded-token equivalents, used to cut windows.
+        max_request_tokens: most tokens (after truncation) in one request; None: no limit.
     """
 
     def __init__(
@@ -119,6 +115,7 @@ class Batcher:
         tokenizer_threads: int = 2,
         inference_workers: int = 1,
         batch_overhead_tokens: int = 64,
+        max_request_tokens: int | None = None,
     ) -> None:
         self.model = model
         self.metrics = metrics
@@ -126,9 +123,12 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
         self.batch_overhead_tokens = batch_overhead_tokens
+        self.max_request_tokens = max_request_tokens
         self._label = model.info.id
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._pending: deque[_Job] = deque()
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()  # submitted, not yet in the fair queue
+        self._fair = FairQueue(
+            max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, overhead=batch_overhead_tokens
+        )
         self._admitted = 0
         self._closing = False
         self._worker: asyncio.Task | None = None
@@ -156,6 +156,7 @@ class Batcher:
         Raises:
             QueueFull: ``max_queue_size`` requests are already waiting (answer 429).
             InputTooLong: ``truncate=False`` and an input exceeds ``max_seq_length`` tokens (answer 413).
+            RequestTooLarge: more than ``max_request_tokens`` tokens in all (answer 413).
             BatchFailed: inference failed for a batch with some of these inputs (answer 500).
             BatcherClosed: shutting down (answer 503).
         """
@@ -169,13 +170,7 @@ class Batcher:
         try:
             loop = asyncio.get_running_loop()
             tokens = await loop.run_in_executor(self._tok_pool, self._tokenize, texts, truncate)
-            if not truncate:
-                limit = self.model.info.max_seq_length
-                over = np.nonzero(tokens.lengths > limit)[0]
-                if len(over):
-                    i = int(over[0])
-                    self.metrics.rejected.labels(self._label, "input_too_long").inc()
-                    raise InputTooLong(i, int(tokens.lengths[i]), limit, len(texts[i]) > self.model.char_budget)
+            self._check(tokens, texts, truncate)
             job = _Job(
                 tokens,
                 loop.create_future(),
@@ -186,7 +181,7 @@ class Batcher:
             try:
                 out = await job.future
             except asyncio.CancelledError:
-                job.failed = True  # the worker skips its remaining inputs
+                job.failed = True  # no more of its inputs are placed in a batch
                 raise
             return SubmitResult(out, tokens.lengths)
         finally:
@@ -208,20 +203,42 @@ class Batcher:
             self._worker = None
         for t in list(self._running):
             t.cancel()
-        for job in list(self._pending) + _drain(self._queue):
-            if not job.future.done():
+        for job in self._fair.clear() + _drain(self._queue):
+            if job.future is not None and not job.future.done():
                 job.future.set_exception(BatcherClosed("model is shutting down"))
-        self._pending.clear()
         self._tok_pool.shutdown(wait=False, cancel_futures=True)
         self._infer_pool.shutdown(wait=False, cancel_futures=True)
 
-    # ------------------------------------------------------------------ worker
+    # ------------------------------------------------------------------ requests
     def _tokenize(self, texts: list[str], truncate: bool) -> Tokenized:
         t0 = time.perf_counter()
         tok = self.model.tokenize(texts, truncate=truncate)
         self.metrics.tokenization_duration.labels(self._label).observe(time.perf_counter() - t0)
         return tok
 
+    def _check(self, tokens: Tokenized, texts: list[str], truncate: bool) -> None:
+        if not truncate:
+            limit = self.model.info.max_seq_length
+            over = np.nonzero(tokens.lengths > limit)[0]
+            if len(over):
+                i = int(over[0])
+                self.metrics.rejected.labels(self._label, "input_too_long").inc()
+                raise InputTooLong(i, int(tokens.lengths[i]), limit, len(texts[i]) > self.model.char_budget)
+        total = int(tokens.lengths.sum())
+        if self.max_request_tokens is not None and total > self.max_request_tokens:
+            self.metrics.rejected.labels(self._label, "request_too_large").inc()
+            raise RequestTooLarge(total, self.max_request_tokens)
+
+    def _cut(self, window: list[Item]) -> list[list[Item]]:
+        """:func:`service.fair_queue.cut_window` with this batcher's limits (sorts ``window`` in place)."""
+        return cut_window(
+            window,
+            max_batch_size=self.max_batch_size,
+            max_batch_tokens=self.max_batch_tokens,
+            overhead=self.batch_overhead_tokens,
+        )
+
+    # ------------------------------------------------------------------ inference
     def _infer(self, ids: list[np.ndarray]) -> np.ndarray:
         t0 = time.perf_counter()
         input_ids, mask = self.model.pad(ids)
@@ -231,52 +248,7 @@ class Batcher:
         self.metrics.batch_tokens.labels(self._label).observe(input_ids.size)
         return out
 
-    def _take_window(self) -> list[tuple[_Job, int]]:
-        """Up to ``max(256, 4 x max_batch_size)`` unplaced inputs, oldest requests first."""
-        room = max(WINDOW_MIN, 4 * self.max_batch_size)
-        window: list[tuple[_Job, int]] = []
-        while self._pending and room > 0:
-            job = self._pending[0]
-            if job.failed or job.future.done():
-                self._pending.popleft()
-                continue
-            k = min(room, job.n - job.next)
-            window.extend((job, i) for i in range(job.next, job.next + k))
-            job.next += k
-            room -= k
-            if job.next >= job.n:
-                self._pending.popleft()
-        return window
-
-    def _cut(self, window: list[tuple[_Job, int]]) -> list[list[tuple[_Job, int]]]:
-        """Sort by token length; cut into batches minimising padded tokens + ``batch_overhead_tokens`` per batch.
-
-        Batches are contiguous runs of the sorted window, each within ``max_batch_size`` inputs and
-        ``max_batch_tokens`` padded tokens (a single input may exceed the latter). Returned shortest first.
-        """
-        if not window:
-            return []
-        window.sort(key=lambda ji: len(ji[0].tokens.ids[ji[1]]))
-        lengths = np.fromiter((len(j.tokens.ids[i]) for j, i in window), dtype=np.int64, count=len(window))
-        n = len(window)
-        best = np.zeros(n + 1, dtype=np.float64)
-        start = np.zeros(n + 1, dtype=np.int64)
-        for end in range(1, n + 1):
-            lo = max(0, end - self.max_batch_size)
-            sizes = end - np.arange(lo, end)  # batch = window[i:end], padded to lengths[end - 1]
-            padded = sizes * lengths[end - 1]
-            cost = best[lo:end] + padded + self.batch_overhead_tokens
-            cost[(padded > self.max_batch_tokens) & (sizes > 1)] = np.inf
-            k = int(np.argmin(cost))
-            best[end], start[end] = cost[k], lo + k
-        cuts = []
-        end = n
-        while end > 0:
-            cuts.append((int(start[end]), end))
-            end = int(start[end])
-        return [window[a:b] for a, b in reversed(cuts)]
-
-    async def _run_batch(self, batch: list[tuple[_Job, int]]) -> None:
+    async def _run_batch(self, batch: list[Item]) -> None:
         batch = [(j, i) for j, i in batch if not j.failed and not j.future.done()]
         if not batch:
             return
@@ -299,7 +271,7 @@ class Batcher:
                 job.future.set_result(job.out)
         self.metrics.inputs.labels(self._label).inc(len(batch))
 
-    async def _run_batch_in_slot(self, batch: list[tuple[_Job, int]]) -> None:
+    async def _run_batch_in_slot(self, batch: list[Item]) -> None:
         try:
             await self._run_batch(batch)
         finally:
@@ -308,35 +280,33 @@ class Batcher:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            window: list[tuple[_Job, int]] = []
             held = False
             try:
-                if not self._pending:
-                    self._pending.append(await self._queue.get())
-                await self._slots.acquire()  # form the window only once a worker is free
+                if not self._fair.has_work():
+                    self._fair.add(await self._queue.get())
+                await self._slots.acquire()  # form a batch only once a worker is free
                 held = True
-                self._pending.extend(_drain(self._queue))
-                window = self._take_window()
-                for k, batch in enumerate(self._cut(list(window))):
-                    if k > 0:
-                        await self._slots.acquire()
-                        held = True
+                for job in _drain(self._queue):
+                    self._fair.add(job)
+                batch = self._fair.next_batch()
+                if batch:
                     task = loop.create_task(self._run_batch_in_slot(batch))
                     held = False  # the task releases the slot
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
-                if held:  # empty window (all its requests were cancelled)
+                else:  # everything left was cancelled
                     self._slots.release()
                     held = False
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # pragma: no cover - defensive: fail this window's requests, keep serving
-                log.exception("batcher worker error; failing %d inputs and continuing", len(window))
+            except Exception as e:  # pragma: no cover - defensive: fail the lead request, keep serving
+                log.exception("batcher worker error; failing the request at the head of the ring")
                 if held:
                     self._slots.release()
-                for job, _ in window:
+                job = self._fair.drop_lead()
+                if job is not None:
                     job.failed = True
-                    if not job.future.done():
+                    if job.future is not None and not job.future.done():
                         job.future.set_exception(BatchFailed(f"batching failed: {type(e).__name__}: {e}"))
                 await asyncio.sleep(0.01)
 

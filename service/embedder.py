@@ -9,7 +9,8 @@
 
 Errors are domain exceptions (``service.errors.ERROR_TABLE`` maps each to its HTTP answer once):
 :class:`~service.registry.ModelNotFound` (404), :class:`ModelNotReady` (503), :class:`InvalidInput` (422),
-:class:`~service.batcher.InputTooLong` (413), :class:`~service.batcher.QueueFull` (429),
+:class:`~service.batcher.InputTooLong` (413), :class:`~service.batcher.RequestTooLarge` (413),
+:class:`~service.batcher.QueueFull` (429),
 :class:`~service.batcher.BatchFailed` (500), :class:`~service.batcher.BatcherClosed` (503). Each carries the
 request field it concerns in ``param``.
 """
@@ -23,7 +24,7 @@ import numpy as np
 from artifact_contract import postprocess
 
 from .backend import ModelInfo
-from .batcher import InputTooLong
+from .batcher import InputTooLong, RequestTooLarge
 from .registry import LoadedModel, ModelNotFound, ModelRegistry
 
 
@@ -87,7 +88,8 @@ class Embedder:
         Args:
             texts: non-empty list of strings.
             model: a loaded model's ``name`` or ``name:version`` (or the :class:`LoadedModel`); None: the active one.
-            truncate: cut inputs to ``max_seq_length`` tokens; if False, an over-long input is a 413.
+            truncate: cut inputs to ``max_seq_length`` tokens; if False, an over-long input is a 413. More than
+                ``max_request_tokens`` tokens in all (after truncation) is a 413 as well.
             normalize: L2-normalise rows (``dimensions`` always renormalises).
             dimensions: keep the first ``dimensions`` columns, in ``[1, dimension]``.
             param: the request field named in errors about the inputs.
@@ -107,6 +109,9 @@ class Embedder:
             res = await lm.batcher.submit(texts, truncate=truncate)
         except InputTooLong as e:
             e.param, e.model = param, lm.info.name
+            raise
+        except RequestTooLarge as e:
+            e.param = param
             raise
         emb = postprocess(res.pooled, normalize=normalize, dimensions=dimensions)
         return EmbedResult(emb, lm.info, res.prompt_tokens)

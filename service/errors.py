@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull
+from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull, RequestTooLarge
 from .collections import errors as col
 from .embedder import InvalidInput, ModelNotReady
 from .registry import ModelNotFound
@@ -106,6 +106,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     ModelNotReady: lambda e: APIError(503, str(e), code="model_not_ready"),
     InvalidInput: lambda e: APIError(422, str(e), param=e.param, code="invalid_value"),
     InputTooLong: _too_long,
+    RequestTooLarge: lambda e: APIError(413, str(e), param=e.param, code="request_too_large"),
     QueueFull: lambda e: APIError(
         429, f"server busy: {e}; retry later", code="queue_full", headers={"Retry-After": "1"}
     ),

@@ -63,6 +63,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
             intra_op_threads=settings.intra_op_threads,
             inter_op_threads=settings.inter_op_threads,
             spinning=settings.ort_spinning,
+            arena_shrink_tokens=settings.ort_arena_shrink_tokens,
         )
         secs = m.warm_up(batch_size=min(8, settings.max_batch_size))
         log.info("loaded %s from %s on %s (warm-up %.2fs)", m.info.id, ref.path, m.providers, secs)
@@ -77,6 +78,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
         max_queue_size=settings.max_queue_size,
         inference_workers=settings.inference_workers,
         batch_overhead_tokens=settings.batch_overhead_tokens,
+        max_request_tokens=settings.max_request_tokens,
     )
     batcher.start()
     return LoadedModel(model, batcher)

@@ -42,11 +42,19 @@ class Settings(BaseSettings):
         "all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model"
     )
     data_dir: str = Field("data", description="writable state (collections)")
-    max_batch_tokens: int = Field(16384, gt=0, description="token budget of one inference batch (padded tokens)")
+    max_batch_tokens: int = Field(
+        2048,
+        gt=0,
+        description="token budget of one inference batch (padded tokens); a request arriving meanwhile waits for "
+        "the running batch, so this bounds its wait (on CPU, bigger batches are no cheaper per token; raise it on a GPU)",
+    )
     max_batch_size: int = Field(
         16, gt=0, description="most inputs in one inference batch (16 measured best on CPU; raise it on a GPU)"
     )
     max_client_batch_size: int = Field(512, gt=0, description="most inputs in one request (more: 413)")
+    max_request_tokens: int = Field(
+        131072, gt=0, description="most tokens (after truncation) in one request's inputs together (more: 413)"
+    )
     max_queue_size: int = Field(
         1024, gt=0, description="most requests admitted and not yet answered, per model (more: 429)"
     )
@@ -61,6 +69,12 @@ class Settings(BaseSettings):
     )
     inference_workers: int = Field(
         1, ge=1, le=64, description="inference batches run at once per model (each uses intra_op_threads)"
+    )
+    ort_arena_shrink_tokens: int = Field(
+        2048,
+        ge=0,
+        description="after an inference batch of more than this many padded tokens, ONNX Runtime's CPU memory arena "
+        "returns its free memory to the OS (else it keeps the largest batch's peak for good; 0: after every batch)",
     )
     ort_spinning: bool = Field(
         False,
@@ -190,6 +204,7 @@ class Settings(BaseSettings):
             "max_batch_tokens": self.max_batch_tokens,
             "max_batch_size": self.max_batch_size,
             "max_client_batch_size": self.max_client_batch_size,
+            "max_request_tokens": self.max_request_tokens,
             "max_queue_size": self.max_queue_size,
             "max_payload_bytes": self.max_payload_bytes,
         }

@@ -1,17 +1,21 @@
-"""Hostile input against the real service: unpaired surrogates, non-JSON bodies, admin rights, key files.
+"""Hostile input against the real service: unpaired surrogates, non-JSON bodies, admin rights, key files,
+requests over the token budget, and the memory ONNX Runtime keeps after big batches.
 
 Each case gets its 4xx with a JSON error body naming what is wrong, and the server keeps answering.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from service.middleware import unpaired_surrogate
-from tests.server_utils import run_server
+from tests.server_utils import REPO_ROOT, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,7 +29,7 @@ def server(default_artifact: Path, tmp_path_factory):
     keys = work / "keys.txt"
     keys.write_text(f"# user keys, one per line\n{USER}\n")
     args = ["--default-model", default_artifact.name, "--intra-op-threads", "1", "--log-level", "warning",
-            "--api-keys-file", str(keys), "--admin-api-keys", ADMIN]  # fmt: skip
+            "--api-keys-file", str(keys), "--admin-api-keys", ADMIN, "--max-request-tokens", "4096"]  # fmt: skip
     with run_server(default_artifact.parent, workdir=work, args=args) as srv:
         yield srv
         assert srv.alive(), srv.log()[-3000:]
@@ -189,3 +193,47 @@ def test_huge_single_string_costs_a_max_length_one(client):
     assert sum(x * y for x, y in zip(a, b)) > 0.99999
     r = client.post("/embed", json={"inputs": [long_text], "truncate": False})
     assert r.status_code == 413 and "at least" in r.json()["error"]["message"]
+
+
+def test_request_over_max_request_tokens_is_413(client, sts_sentences):
+    """--max-request-tokens 4096: 16 inputs truncated to 256 tokens pass, 17 are refused before any inference."""
+    long_text = " ".join(sts_sentences)  # real text, truncated to 256 tokens
+    ok = client.post("/v1/embeddings", json={"input": [long_text] * 16})
+    assert ok.status_code == 200 and ok.json()["usage"]["prompt_tokens"] == 4096
+    r = client.post("/embed", json={"inputs": [long_text] * 17})
+    assert r.status_code == 413, r.text
+    err = r.json()["error"]
+    assert err["code"] == "request_too_large" and err["param"] == "inputs" and "4352 tokens" in err["message"]
+    assert client.get("/info").json()["limits"]["max_request_tokens"] == 4096
+
+
+_ARENA_PROBE = """
+import json, sys
+from pathlib import Path
+from service.backend import OnnxModel
+
+def rss():
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+shrink = json.loads(sys.argv[2])
+m = OnnxModel(sys.argv[1], providers=["CPUExecutionProvider"], intra_op_threads=1, arena_shrink_tokens=shrink)
+m.warm_up(batch_size=2)
+before = rss()
+m.embed_sync(["word " * 300] * 16)  # 16 x 256 tokens: activations of ~100 MB
+print(json.dumps(rss() - before))
+"""
+
+
+def test_arena_shrinkage_returns_a_big_batch_memory(default_artifact):
+    """ONNX Runtime's arena keeps a 16 x 256-token batch's activations for good, unless the batch is over
+    ``arena_shrink_tokens`` (then its free regions go back to the OS after the run)."""
+
+    def growth(shrink: int | None) -> float:
+        cmd = [sys.executable, "-c", _ARENA_PROBE, str(default_artifact), json.dumps(shrink)]
+        out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    kept, shrunk = growth(None), growth(2048)
+    assert kept > 60, kept
+    assert shrunk < kept / 3, (shrunk, kept)

@@ -1,0 +1,195 @@
+"""Which inputs form the next inference batch: round-robin across requests, length-sorted cuts.
+
+Text Embeddings Inference's queue (``core/src/queue.rs``, ``next_batch``) forms one batch each time the backend
+is free, skips requests whose client went away, and takes entries first-in first-out within the token budget.
+:class:`FairQueue` keeps the first two and replaces FIFO by **round-robin across requests** (one queue per source,
+served in turn: Nagle's fair queueing, RFC 970, here with one batch as the quantum), so a request never waits behind
+all the batches of one that came before it:
+
+* requests sit in a ring; the one at the head *leads* the next batch. A request's inputs are taken shortest first;
+* a window of placeable inputs is filled round-robin (``max_batch_size`` per request per round, up to
+  ``max(256, 4 x max_batch_size)`` inputs), sorted by token length and cut by :func:`cut_window` into
+  contiguous batches within ``max_batch_size`` inputs and ``max_batch_tokens`` padded tokens (``batch x
+  max_len``), at the cut points minimising ``sum(padded tokens) + overhead x n_batches`` (dynamic
+  programming: a long input does not drag short ones up to its length, and equal lengths share a batch);
+* the batch holding the lead's shortest unplaced input is the next batch, and the lead moves to the back of the
+  ring. Inputs of other requests in that batch ride along without spending their turn. The cut is kept as a
+  plan and reused while the next lead's input is in it, so the dynamic programme runs about once per window;
+* no starvation: each turn places at least one input of its lead, so a request of ``n`` inputs is done within
+  ``n`` turns; a new request waits for the batches already running and at most one batch per request ahead of
+  it in the ring (behind one big request: one batch, not all of its batches).
+
+Everything here runs on the event loop and never blocks (no inference, no I/O).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import Tokenized
+
+#: Smallest window of inputs sorted together (more inputs sorted = less padding).
+WINDOW_MIN = 256
+
+
+@dataclass(eq=False)
+class Job:
+    """One request in the batcher: its tokens, output rows, and which inputs are already in a batch.
+
+    ``out`` is float32 ``(n, dimension)`` (pooled, unnormalised rows, written as batches finish); ``remaining``
+    counts rows not yet written; ``failed`` marks a request that is cancelled or failed (skipped from then on).
+    """
+
+    tokens: Tokenized
+    future: asyncio.Future | None
+    out: np.ndarray | None
+    remaining: int
+    failed: bool = False
+    order: list[int] = field(init=False, repr=False)  # input indices, shortest first (stable)
+    placed: np.ndarray = field(init=False, repr=False)  # (n,) bool: in a batch already
+    unplaced: int = field(init=False)
+    cursor: int = field(init=False, default=0)  # order[:cursor] are all placed
+
+    def __post_init__(self) -> None:
+        self.order = np.argsort(self.tokens.lengths, kind="stable").tolist()
+        self.placed = np.zeros(len(self.order), dtype=bool)
+        self.unplaced = len(self.order)
+
+    @property
+    def n(self) -> int:
+        """Number of inputs."""
+        return len(self.tokens.ids)
+
+    @property
+    def live(self) -> bool:
+        """Still wanted (not failed, not cancelled or answered) and with inputs left to place."""
+        return self.unplaced > 0 and not self.failed and not (self.future is not None and self.future.done())
+
+    def next_unplaced(self, k: int) -> list[int]:
+        """Up to ``k`` unplaced input indices, shortest first."""
+        while self.cursor < len(self.order) and self.placed[self.order[self.cursor]]:
+            self.cursor += 1
+        got: list[int] = []
+        for i in self.order[self.cursor :]:
+            if len(got) >= k:
+                break
+            if not self.placed[i]:
+                got.append(i)
+        return got
+
+    def place(self, i: int) -> None:
+        """Mark input ``i`` as taken into a batch."""
+        self.placed[i] = True
+        self.unplaced -= 1
+
+
+Item = tuple[Job, int]  # (request, index of one of its inputs)
+
+
+def cut_window(window: list[Item], *, max_batch_size: int, max_batch_tokens: int, overhead: int) -> list[list[Item]]:
+    """Sort ``window`` by token length (in place); cut it into batches minimising padded tokens + ``overhead``
+    per batch.
+
+    Batches are contiguous runs of the sorted window, each within ``max_batch_size`` inputs and
+    ``max_batch_tokens`` padded tokens (a single input may exceed the latter). Returned shortest first.
+    Cost: ``O(len(window) x max_batch_size)``.
+    """
+    if not window:
+        return []
+    window.sort(key=lambda ji: len(ji[0].tokens.ids[ji[1]]))
+    lengths = np.fromiter((len(j.tokens.ids[i]) for j, i in window), dtype=np.int64, count=len(window))
+    n = len(window)
+    best = np.zeros(n + 1, dtype=np.float64)
+    start = np.zeros(n + 1, dtype=np.int64)
+    for end in range(1, n + 1):
+        lo = max(0, end - max_batch_size)
+        sizes = end - np.arange(lo, end)  # batch = window[i:end], padded to lengths[end - 1]
+        padded = sizes * lengths[end - 1]
+        cost = best[lo:end] + padded + overhead
+        cost[(padded > max_batch_tokens) & (sizes > 1)] = np.inf
+        k = int(np.argmin(cost))
+        best[end], start[end] = cost[k], lo + k
+    cuts = []
+    end = n
+    while end > 0:
+        cuts.append((int(start[end]), end))
+        end = int(start[end])
+    return [window[a:b] for a, b in reversed(cuts)]
+
+
+class FairQueue:
+    """The ring of requests with inputs to place, and the batch-forming policy of the module docstring.
+
+    Args: the batcher's ``max_batch_size``, ``max_batch_tokens`` (padded) and ``overhead`` (padded-token
+    equivalents per batch).
+    """
+
+    def __init__(self, *, max_batch_size: int, max_batch_tokens: int, overhead: int) -> None:
+        self.max_batch_size, self.max_batch_tokens, self.overhead = max_batch_size, max_batch_tokens, overhead
+        self.ring: deque[Job] = deque()
+        self._plan: dict[Item, list[Item]] = {}  # item -> its batch in the last cut of a window
+
+    def add(self, job: Job) -> None:
+        """A new request joins the back of the ring."""
+        self.ring.append(job)
+
+    def has_work(self) -> bool:
+        """Some request still has inputs to place."""
+        return any(j.live for j in self.ring)
+
+    def clear(self) -> list[Job]:
+        """Empty the queue; returns the requests it held."""
+        jobs = list(self.ring)
+        self.ring.clear()
+        self._plan.clear()
+        return jobs
+
+    def drop_lead(self) -> Job | None:
+        """Remove and return the request at the head of the ring (after an error forming its batch)."""
+        self._plan.clear()
+        return self.ring.popleft() if self.ring else None
+
+    def cut(self, window: list[Item]) -> list[list[Item]]:
+        """:func:`cut_window` with this queue's limits."""
+        return cut_window(
+            window, max_batch_size=self.max_batch_size, max_batch_tokens=self.max_batch_tokens, overhead=self.overhead
+        )
+
+    def window(self) -> list[Item]:
+        """Placeable inputs, ``max_batch_size`` per request per round-robin round, up to the window size."""
+        room = max(WINDOW_MIN, 4 * self.max_batch_size)
+        take = dict.fromkeys(self.ring, 0)
+        while room > 0:
+            before = room
+            for job in take:
+                k = min(self.max_batch_size, job.unplaced - take[job], room)
+                if k > 0:
+                    take[job] += k
+                    room -= k
+                    if room == 0:
+                        break
+            if room == before:
+                break
+        return [(job, i) for job, k in take.items() if k for i in job.next_unplaced(k)]
+
+    def next_batch(self) -> list[Item]:
+        """The next batch, its inputs marked placed; [] when nothing is left to place."""
+        self.ring = deque(j for j in self.ring if j.live)
+        if not self.ring:
+            self._plan.clear()
+            return []
+        lead = self.ring[0]
+        key = (lead, lead.next_unplaced(1)[0])
+        batch = self._plan.get(key)
+        if batch is None:
+            self._plan = {item: b for b in self.cut(self.window()) for item in b}
+            batch = self._plan[key]
+        for job, i in batch:
+            del self._plan[(job, i)]
+            job.place(i)
+        self.ring.rotate(-1)  # the lead's turn is over
+        return [(j, i) for j, i in batch if not j.failed]

@@ -1,0 +1,119 @@
+"""Fairness of batch formation (service.fair_queue), on the real ONNX artifact and real STS-B sentences.
+
+A small request that arrives while a big one is being embedded is answered before the big one finishes (the
+batcher used to run every batch already formed from a window first); no request starves; every input is placed
+exactly once within the batch limits. Assertions are on order and composition, never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.backend import OnnxModel
+from service.batcher import Batcher
+from service.fair_queue import FairQueue, Job
+from service.metrics import Metrics
+from training.data.sts import load_task
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def model(default_artifact: Path) -> OnnxModel:
+    m = OnnxModel(default_artifact, providers=["CPUExecutionProvider"], intra_op_threads=1, inter_op_threads=1)
+    m.warm_up(batch_size=2)
+    return m
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    s = load_task("STSBenchmark")
+    return list(dict.fromkeys(s.sent1 + s.sent2))
+
+
+@pytest.fixture(scope="module")
+def long_texts(sentences) -> list[str]:
+    """Real text of the model's maximum length (truncated): 40 consecutive STS-B sentences each."""
+    return [" ".join(sentences[i : i + 40]) for i in range(0, 40 * 40, 40)]
+
+
+def _job(model: OnnxModel, texts: list[str]) -> Job:
+    return Job(model.tokenize(texts), None, None, remaining=len(texts))
+
+
+def test_small_request_is_answered_before_a_big_one_finishes(model, sentences, long_texts):
+    """Big: 40 inputs of ~256 tokens in batches of 4 (10 batches). A one-sentence request submitted once the big
+    one's first batch runs completes first, and both get the embeddings a single batch would give."""
+    assert all(n == model.info.max_seq_length for n in model.tokenize(long_texts).lengths)
+
+    async def go() -> list[str]:
+        b = Batcher(model, Metrics(), max_batch_tokens=4096, max_batch_size=4, max_queue_size=8)
+        b.start()
+        done: list[str] = []
+        try:
+            big = asyncio.ensure_future(b.submit(long_texts))
+            big.add_done_callback(lambda _: done.append("big"))
+            while not b._running:  # the big request's first batch is running
+                await asyncio.sleep(0.005)
+            small = asyncio.ensure_future(b.submit(sentences[:1]))
+            small.add_done_callback(lambda _: done.append("small"))
+            r_big, r_small = await asyncio.gather(big, small)
+        finally:
+            await b.close()
+        np.testing.assert_allclose(r_big.pooled, model.run(*model.pad(model.tokenize(long_texts).ids)), atol=1e-4)
+        np.testing.assert_allclose(r_small.pooled, model.run(*model.pad(model.tokenize(sentences[:1]).ids)), atol=1e-4)
+        return done
+
+    assert asyncio.run(go()) == ["small", "big"]
+
+
+def test_turns_rotate_and_inputs_are_placed_once_within_limits(model, sentences, long_texts):
+    """Two big requests and a small one, queued in that order: the second big one is in the second batch and the
+    small one in the third at the latest (one turn per request ahead of it); every input is placed once."""
+    q = FairQueue(max_batch_size=4, max_batch_tokens=1024, overhead=16)
+    a, b, small = _job(model, long_texts[:20]), _job(model, long_texts[20:]), _job(model, sentences[5:6])
+    for j in (a, b, small):
+        q.add(j)
+    batches = []
+    while batch := q.next_batch():
+        batches.append(batch)
+    owners = [{id(j) for j, _ in batch} for batch in batches]
+    assert len(batches) >= 10 and id(a) in owners[0]
+    assert id(b) in owners[0] | owners[1]  # b does not wait for all of a's batches
+    assert id(small) in owners[0] | owners[1] | owners[2]
+    placed = sorted((id(j), i) for batch in batches for j, i in batch)
+    assert placed == sorted((id(j), i) for j in (a, b, small) for i in range(j.n))
+    for batch in batches:
+        lens = [len(j.tokens.ids[i]) for j, i in batch]
+        assert len(batch) <= 4 and (len(batch) * max(lens) <= 1024 or len(batch) == 1)
+
+
+def test_a_stream_of_small_requests_does_not_starve_a_big_one(model, sentences, long_texts):
+    """A new one-sentence request arrives after every batch; the big request still advances every other turn."""
+    q = FairQueue(max_batch_size=4, max_batch_tokens=4096, overhead=16)
+    big = _job(model, long_texts[:16])  # 4 batches on its own
+    q.add(big)
+    formed = 0
+    while big.live:
+        assert q.next_batch()
+        formed += 1
+        q.add(_job(model, sentences[formed : formed + 1]))
+        assert formed <= 2 * 4 + 1, "the big request is starved"
+    assert big.unplaced == 0
+
+
+def test_cancelled_request_is_skipped(model, sentences, long_texts):
+    q = FairQueue(max_batch_size=4, max_batch_tokens=4096, overhead=16)
+    big, small = _job(model, long_texts[:16]), _job(model, sentences[:3])
+    q.add(big)
+    q.add(small)
+    assert {id(j) for j, _ in q.next_batch()} == {id(big)}
+    big.failed = True  # the client went away
+    rest = []
+    while batch := q.next_batch():
+        rest.extend(batch)
+    assert sorted(i for _, i in rest) == [0, 1, 2] and {id(j) for j, _ in rest} == {id(small)}
