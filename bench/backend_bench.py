@@ -95,7 +95,13 @@ def bench_backend(name: str, settings: Settings, X: np.ndarray, Q: np.ndarray, e
 
         def up(b: tuple[int, int]) -> None:
             i, j = b
-            c.upsert(list(range(i, j)), [f"s{k}" for k in range(i, j)], [{"row": k} for k in range(i, j)], X[i:j], model=MODEL)
+            c.upsert(
+                list(range(i, j)),
+                [f"s{k}" for k in range(i, j)],
+                [{"row": k} for k in range(i, j)],
+                X[i:j],
+                model=MODEL,
+            )
 
         out: dict = {"backend": name, "points": n}
         r1 = _closed_loop(1, batches, up)
@@ -170,7 +176,9 @@ def part_replicas(a: argparse.Namespace) -> list[dict]:
                 port, d = free_port(), tmp / f"nginx{n_rep}"
                 d.mkdir()
                 conf = d / "nginx.conf"
-                conf.write_text(NGINX.format(dir=d, port=port, servers=" ".join(f"server 127.0.0.1:{s.port};" for s in servers)))
+                conf.write_text(
+                    NGINX.format(dir=d, port=port, servers=" ".join(f"server 127.0.0.1:{s.port};" for s in servers))
+                )
                 ng = subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"])
                 stack.callback(lambda ng=ng: (ng.terminate(), ng.wait(10)))
                 url = f"http://127.0.0.1:{port}"
@@ -181,13 +189,7 @@ def part_replicas(a: argparse.Namespace) -> list[dict]:
                             break
                     except httpx.HTTPError:
                         time.sleep(0.2)
-                local = threading.local()
-
-                def call(r: list[str]) -> None:
-                    c = getattr(local, "c", None) or setattr(local, "c", httpx.Client(base_url=url, timeout=300)) or local.c
-                    res = c.post("/v1/embeddings", json={"input": r, "encoding_format": "base64"})
-                    res.raise_for_status()
-                    _ = [np.frombuffer(base64.b64decode(x["embedding"]), "<f4") for x in res.json()["data"]]
+                call = _embed_caller(url)
 
                 for r in reqs[:8]:
                     call(r)  # warm-up
@@ -199,6 +201,22 @@ def part_replicas(a: argparse.Namespace) -> list[dict]:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     return rows
+
+
+def _embed_caller(url: str):
+    """``call(sentences)``: one base64 ``/v1/embeddings`` request on this thread's own HTTP client."""
+    import httpx
+
+    local = threading.local()
+
+    def call(r: list[str]) -> None:
+        if not hasattr(local, "c"):
+            local.c = httpx.Client(base_url=url, timeout=300)
+        res = local.c.post("/v1/embeddings", json={"input": r, "encoding_format": "base64"})
+        res.raise_for_status()
+        _ = [np.frombuffer(base64.b64decode(x["embedding"]), "<f4") for x in res.json()["data"]]
+
+    return call
 
 
 def contextlib_exit():
@@ -221,9 +239,15 @@ def table(backends: list[dict], replicas: list[dict]) -> str:
                 f"{r['recall_at_10']} |"
             )
     if replicas:
-        out += ["", "| replicas | clients | sentences/s | p50 ms | p99 ms | RSS per replica (MB) |", "|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "| replicas | clients | sentences/s | p50 ms | p99 ms | RSS per replica (MB) |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in replicas:
-            out.append(f"| {r['replicas']} | {r['clients']} | {r['sent_per_s']:,.0f} | {r['p50_ms']} | {r['p99_ms']} | {r['rss_mb']} |")
+            out.append(
+                f"| {r['replicas']} | {r['clients']} | {r['sent_per_s']:,.0f} | {r['p50_ms']} | {r['p99_ms']} | {r['rss_mb']} |"
+            )
     return "\n".join(out)
 
 
