@@ -34,6 +34,7 @@ from .backend import OnnxModel, Tokenized
 from .fair_queue import FairQueue, Item, cut_window
 from .fair_queue import Job as _Job
 from .metrics import Metrics
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("service.batcher")
 
@@ -194,13 +195,8 @@ class Batcher:
         deadline = time.monotonic() + timeout
         while self._admitted > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        if self._worker is not None:
-            self._worker.cancel()
-            try:
-                await self._worker
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._worker = None
+        await cancel_and_wait(self._worker)
+        self._worker = None
         for t in list(self._running):
             t.cancel()
         for job in self._fair.clear() + _drain(self._queue):

@@ -10,7 +10,7 @@ Names (all prefixed ``embed_``):
 * ``embed_tokenization_duration_seconds{model}`` — tokenizing one request (histogram, seconds).
 * ``embed_inference_duration_seconds{model}`` — one ONNX Runtime batch, padding included (histogram, seconds).
 * ``embed_inputs_total{model}`` — inputs embedded (counter).
-* ``embed_rejected_total{model,reason}`` — requests refused by the batcher (``queue_full``, ``input_too_long``).
+* ``embed_rejected_total{model,reason}`` — requests refused by the batcher (``queue_full``, ``input_too_long``, ``request_too_large``).
 * ``embed_model_info{name,version,sha256,quantization,providers,active}`` — 1 per loaded model (gauge).
 * ``embed_collection_search_duration_seconds{index,operation}`` — a ``search`` or ``search_batch`` request on a
   collection with that index type, embedding of text queries included (histogram, seconds; successes only).

@@ -45,6 +45,7 @@ from .backend import ModelInfo, ModelLoadError
 from .metrics import Metrics
 from .registry import LoadedModel, ModelNotFound, ModelRegistry, load_model
 from .settings import Settings
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("service.model_control")
 
@@ -185,13 +186,8 @@ class ModelControl:
 
     async def close(self) -> None:
         """Stop the poll watcher (the registry is closed by the app)."""
-        if self._poll_task is not None:
-            self._poll_task.cancel()
-            try:
-                await self._poll_task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._poll_task = None
+        await cancel_and_wait(self._poll_task)
+        self._poll_task = None
 
     # ------------------------------------------------------------------ operations
     def _resolve(self, name: str, version: str | None) -> ArtifactRef:

@@ -127,7 +127,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
 }
 
 _DESCRIPTIONS = {
-    400: "the body is not valid JSON",
+    400: "malformed HTTP request (an invalid Content-Length header)",
     401: "missing or wrong API key",
     403: "the key lacks admin rights, or the admin API is disabled",
     404: "no such model, collection or point",

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from artifact_contract.fsio import fsync_dir
 
+from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, new_spec
 from ..errors import CollectionClosed, CollectionExists, CollectionNotFound
 from .collection import Collection
@@ -91,13 +92,8 @@ class EmbeddedBackend:
 
     async def close(self) -> None:
         """Stop upkeep, snapshot collections with unsnapshotted writes, close them all."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         for c in list(self.collections.values()):
             try:
                 await self.run(c.snapshot)

@@ -290,14 +290,7 @@ class Collection:
 
     # --- reads --------------------------------------------------------------------------------------------------
     def search(
-        self,
-        queries: np.ndarray,
-        top_k: int,
-        conditions: list[Condition] | None = None,
-        score_threshold: float | None = None,
-        with_payload: bool = True,
-        with_text: bool = True,
-        model: dict[str, Any] | None = None,
+        self, queries, top_k, conditions=None, score_threshold=None, with_payload=True, with_text=True, model=None
     ) -> list[list[Hit]]:
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter matching at most
         ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the

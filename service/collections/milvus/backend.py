@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pymilvus import MilvusClient
 
+from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, new_spec
 from ..errors import CollectionExists, CollectionNotFound
 from ..index import IndexSpec
@@ -95,10 +96,8 @@ class MilvusBackend:
 
     async def close(self) -> None:
         """Stop the refresh task and disconnect (the data stays in Milvus)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self.client is not None:
             await self.run(self.client.close)
         self._pool.shutdown(wait=True)
