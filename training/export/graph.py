@@ -122,36 +122,17 @@ def onnx_export(module, tokenizer, path: Path, max_len: int, opset: int, exporte
         return_tensors="pt",
     )
     args = (sample["input_ids"], sample["attention_mask"])
+    names = {"input_names": list(INPUT_NAMES), "output_names": [OUTPUT_NAME]}
+    if exporter == "torchscript":
+        axes = {n: {0: "batch", 1: "seq"} for n in INPUT_NAMES}
+        options = {"dynamic_axes": {**axes, OUTPUT_NAME: {0: "batch"}}, "opset_version": min(opset, 17)}
+        options.update(dynamo=False, do_constant_folding=True)
+    else:
+        dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+        options = {"dynamic_shapes": {n: dims for n in INPUT_NAMES}, "opset_version": opset}
+        options.update(dynamo=True, external_data=False)
     with torch.inference_mode():
-        if exporter == "torchscript":
-            torch.onnx.export(
-                module,
-                args,
-                str(path),
-                input_names=list(INPUT_NAMES),
-                output_names=[OUTPUT_NAME],
-                dynamic_axes={
-                    "input_ids": {0: "batch", 1: "seq"},
-                    "attention_mask": {0: "batch", 1: "seq"},
-                    OUTPUT_NAME: {0: "batch"},
-                },
-                opset_version=min(opset, 17),
-                dynamo=False,
-                do_constant_folding=True,
-            )
-        else:
-            batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
-            torch.onnx.export(
-                module,
-                args,
-                str(path),
-                input_names=list(INPUT_NAMES),
-                output_names=[OUTPUT_NAME],
-                dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-                opset_version=opset,
-                dynamo=True,
-                external_data=False,
-            )
+        torch.onnx.export(module, args, str(path), **names, **options)
 
 
 def opset_of(path: Path) -> int:
