@@ -1,14 +1,15 @@
-"""Sentence encoder for training: a Hugging Face transformer + pooling (+ SimCSE's train-only MLP head).
+"""Sentence encoder for training: a Hugging Face transformer + pooling (+ SimCSE's MLP head).
 
 Shapes used throughout: ``N`` sentences, ``T`` tokens (padded), ``H`` hidden size, ``D = H``
 the sentence-embedding dimension.
 
-* Pooling ``mean``: average of the last hidden states over non-padding tokens (the
-  default encoder, all-MiniLM-L6-v2, was trained with it).
-* Pooling ``cls``: the ``[CLS]`` hidden state; SimCSE (Gao et al., 2021, §3) trains
-  unsupervised ``cls`` models with an MLP head (Linear H→H + tanh) on top and drops the
-  head at test time. Here the head is **train-only** for either pooling: it is never
-  saved into the sentence-transformers directory and never exported to ONNX.
+* Pooling (:mod:`training.pooling`, the one definition): ``mean`` averages the last hidden states over
+  non-padding tokens (the default encoder, all-MiniLM-L6-v2, was trained with it); ``cls`` takes the ``[CLS]``
+  hidden state. SimCSE (Gao et al., arXiv:2104.08821, §3) trains unsupervised ``cls`` models with an MLP head
+  (Linear H→H + tanh) on top and drops the head at test time; supervised runs keep it
+  (:attr:`SentenceEncoder.inference_head`), saved as a sentence-transformers ``Dense`` module and exported.
+* The sentence-transformers files (pooling, Dense head, max length) are read and written by
+  :mod:`training.st_dir`; a physically pruned directory (SparseCSE) loads through :func:`load_backbone`.
 * Cosine similarity: :func:`cosine_matrix`, a matmul of L2-normalised embeddings.
 
 No network access: models load with ``local_files_only=True``.

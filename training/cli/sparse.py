@@ -102,6 +102,7 @@ def cmd_sweep(args) -> int:
         throughput_sentences,
     )
 
+    ov = _overrides(args.set)  # a malformed --set fails before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.output)
@@ -117,7 +118,6 @@ def cmd_sweep(args) -> int:
     sents = throughput_sentences(args.throughput_sentences)
     models_dir = Path(args.models_dir)
     rows = []
-    ov = _overrides(args.set)
     for s in args.sparsities:
         tag = f"s{int(round(s * 100)):02d}"
         t1 = time.perf_counter()
