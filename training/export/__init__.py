@@ -20,7 +20,7 @@ The command line is :mod:`training.cli.export`.
 from training.export.artifact import ArtifactSpec, export_artifact, export_module
 from training.export.graph import PooledEncoder
 from training.export.parity import ExportError
-from training.export.quantize import quantize_artifact
+from training.export.quantize import fp16_artifact, quantize_artifact
 from training.st_dir import default_model_dir
 
 __all__ = [
@@ -30,5 +30,6 @@ __all__ = [
     "default_model_dir",
     "export_artifact",
     "export_module",
+    "fp16_artifact",
     "quantize_artifact",
 ]

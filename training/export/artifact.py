@@ -3,7 +3,7 @@
 * the graph (:mod:`training.export.graph`) is exported by the TorchScript exporter first, then torch.export,
   and the first whose output matches the torch module on real sentences is kept: fp32 must reach
   max |diff| <= 1e-4 and per-sentence cosine >= 0.9999, else :class:`ExportError` and no manifest is written;
-* ``quantize="int8"``: the fp32 artifact is made in a temporary directory and converted
+* ``quantize="int8"`` or ``dtype="fp16"``: the fp32 artifact is made in a temporary directory and converted
   (:mod:`training.export.quantize`).
 
 The manifest is written last, so a half-written directory is never an artifact.
@@ -27,7 +27,7 @@ from training.export.parity import (
     parity_sentences,
     write_artifact_manifest,
 )
-from training.export.quantize import QUANTIZERS
+from training.export.quantize import CONVERSIONS
 from training.pooling import Pooling
 from training.st_dir import DEFAULT_BASE_MODEL, default_model_dir
 
@@ -108,7 +108,7 @@ def export_module(
             continue
         enc = OnnxArtifactEncoder(out, max_seq_length=spec.max_seq_length, model_file=tmp_model)
         got = enc.pooled(sents, batch_size=48)  # different batching/padding from the reference on purpose
-        parity = measure_parity(ref, got, source)
+        parity = measure_parity(ref, got, f"{source}, ONNX vs torch", enc.provider)
         if parity.max_abs_diff <= PARITY_MAX_ABS and parity.min_cosine >= PARITY_MIN_COS:
             break
         failures.append(
@@ -144,6 +144,7 @@ def export_artifact(
     training: dict[str, Any] | None = None,
     scores: dict[str, float] | None = None,
     quantize: Literal["int8"] | None = None,
+    dtype: Literal["fp32", "fp16"] = "fp32",
     evaluate: Evaluate = "dev",
 ) -> Manifest:
     """Export a Hugging Face / sentence-transformers encoder directory to an artifact.
@@ -151,23 +152,26 @@ def export_artifact(
     Pooling and max_seq_length default to the directory's sentence-transformers
     config (else ``mean`` and the tokenizer's limit, capped at 512). A sentence-transformers ``Dense`` module
     (supervised SimCSE's MLP kept at test time) goes into the graph, and the manifest's ``training`` says so. With
-    ``quantize`` (``"int8"``) the fp32 graph is exported to a temporary directory and ``output_dir``
-    receives the converted artifact (:mod:`training.export.quantize`).
+    ``quantize="int8"`` or ``dtype="fp16"`` (exclusive) the fp32 graph is exported to a temporary directory and
+    ``output_dir`` receives the converted artifact (:mod:`training.export.quantize`).
 
     Raises:
-        ExportError: unreadable directory, unsupported pooling or quantization, or failed parity.
+        ExportError: unreadable directory, unsupported pooling, quantization or dtype, or failed parity.
     """
     model_dir = Path(model_dir)
-    if quantize is not None and quantize not in QUANTIZERS:
-        raise ExportError(f"unsupported quantization {quantize!r} (one of {sorted(QUANTIZERS)})")
+    if quantize not in (None, "int8") or dtype not in ("fp32", "fp16"):
+        raise ExportError(f"unsupported quantization {quantize!r} or dtype {dtype!r} (int8; fp32 or fp16)")
+    if quantize is not None and dtype != "fp32":
+        raise ExportError(f"quantization {quantize} applies to fp32 graphs, not dtype {dtype}")
+    convert = quantize or (dtype if dtype != "fp32" else None)
     module, tokenizer, pooling, max_seq_length, has_head = load_pooled_encoder(model_dir, pooling, max_seq_length)
     if base_model is None:
         base_model = DEFAULT_BASE_MODEL if model_dir.resolve() == default_model_dir().resolve() else str(model_dir)
     if has_head:
         training = {**(training or {}), "inference_head": "MLP (tanh Dense) after pooling, kept in the graph"}
     spec = ArtifactSpec(name, base_model, pooling, max_seq_length, version, normalize, training)
-    if quantize is None:
+    if convert is None:
         return export_module(module, tokenizer, output_dir, spec, scores=scores, evaluate=evaluate)
     with tempfile.TemporaryDirectory(prefix="fp32-") as tmp:
         export_module(module, tokenizer, tmp, spec, scores=scores, evaluate="dev")
-        return QUANTIZERS[quantize](tmp, output_dir, name=name, version=version)
+        return CONVERSIONS[convert](tmp, output_dir, name=name, version=version)

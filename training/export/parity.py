@@ -62,11 +62,13 @@ def parity_sentences(n: int = 256) -> tuple[list[str], str]:
     return uniq[:n], f"STS-B dev, first {min(n, len(uniq))} unique sentences"
 
 
-def measure_parity(ref: np.ndarray, got: np.ndarray, source: str) -> Parity:
-    """Parity of ``got`` against ``ref`` (both ``(n, dim)``): max |diff| and min per-row cosine."""
+def measure_parity(ref: np.ndarray, got: np.ndarray, source: str, provider: str | None = None) -> Parity:
+    """Parity of ``got`` against ``ref`` (both ``(n, dim)``): max |diff| and min per-row cosine; ``provider`` is
+    the ONNX Runtime execution provider ``got`` came from."""
     cos = (ref * got).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1))
+    max_abs = float(np.abs(ref - got).max())
     return Parity(
-        n_sentences=len(ref), max_abs_diff=float(np.abs(ref - got).max()), min_cosine=float(cos.min()), source=source
+        n_sentences=len(ref), max_abs_diff=max_abs, min_cosine=float(cos.min()), source=source, provider=provider
     )
 
 
@@ -78,11 +80,18 @@ def stsb_dev(encoder) -> float:
 
 
 def write_artifact_manifest(
-    out: Path, fields: dict[str, Any], encoder, *, parity: Parity, scores: dict[str, float]
+    out: Path,
+    fields: dict[str, Any],
+    encoder,
+    *,
+    parity: Parity,
+    scores: dict[str, float],
+    canary_atol: float = Canary.model_fields["atol"].default,
 ) -> Manifest:
     """Complete and write ``out/manifest.json`` (atomically, last): ``fields`` (identity, pooling, dimension, ...)
     plus ``created_at``, the SHA-256 of ``model.onnx``, ``parity``, ``scores``, the canary embedded by
-    ``encoder`` (an :class:`~training.onnx_encoder.OnnxArtifactEncoder` on ``out``) and the file list.
+    ``encoder`` (an :class:`~training.onnx_encoder.OnnxArtifactEncoder` on ``out``; loaders must agree within
+    ``canary_atol``) and the file list.
 
     Raises:
         pydantic.ValidationError: a field breaks the contract.
@@ -93,7 +102,9 @@ def write_artifact_manifest(
         sha256=sha256_file(out / MODEL_FILE),
         scores=scores,
         parity=parity,
-        canary=Canary(sentences=CANARY_SENTENCES, embeddings=encoder.encode(CANARY_SENTENCES).tolist()),
+        canary=Canary(
+            sentences=CANARY_SENTENCES, embeddings=encoder.encode(CANARY_SENTENCES).tolist(), atol=canary_atol
+        ),
         files=sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
     )
     write_manifest(out, manifest)
