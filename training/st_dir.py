@@ -17,8 +17,10 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from training.pooling import Pooling
+if TYPE_CHECKING:  # the type only: reading and writing these files needs no torch
+    from training.pooling import Pooling
 
 #: the hub name of the default encoder, recorded as ``base_model`` of artifacts made from it
 DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
