@@ -99,12 +99,13 @@ class Trainer:
             args = cfg.three_r.model_dump(include=_THREE_R_ARGS)
             three_r = ThreeR(pool, top, seed=cfg.seed, **args).to(self.device)
 
-        c_group = [{"params": [three_r.c], "weight_decay": 0.0, "lr": cfg.three_r.c_lr}]
+        learn_c = three_r is not None and three_r.c.requires_grad
+        c_group = [{"params": [three_r.c], "weight_decay": 0.0, "lr": cfg.three_r.c_lr}] if learn_c else []
         self.optimizer = build_optimizer(
             [*self.encoder.named_parameters(), *((f"obj.{n}", p) for n, p in self.objectives.named_parameters())],
             lr=cfg.lr,
             weight_decay=cfg.weight_decay,
-            extra_groups=c_group if three_r is not None and three_r.c.requires_grad else (),
+            extra_groups=c_group,
         )
         self.warmup = cfg.warmup_steps if cfg.warmup_steps is not None else int(cfg.warmup_ratio * self.total_steps)
         self.scheduler = linear_warmup(self.optimizer, self.warmup, self.total_steps)
