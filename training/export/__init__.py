@@ -10,7 +10,8 @@ contract in ``models/README.md`` / :mod:`artifact_contract`:
   fp32 must reach max |diff| <= 1e-4 and per-sentence cosine >= 0.9999, else :class:`ExportError` and no
   manifest is written;
 * :mod:`training.export.quantize` — ``--quantize int8``: ONNX Runtime dynamic quantisation (int8 weights,
-  MatMul/Gemm), with its STS-B dev Spearman recorded beside the fp32 one;
+  MatMul/Gemm); ``--dtype fp16``: float16 for GPU serving (normalisations and pooling kept float32), held to
+  min cosine >= 0.999 and STS-B dev within 0.1 of fp32; both record STS-B dev Spearman beside the fp32 one;
 * :mod:`training.export.parity` — parity sentences and figures, the canary, the manifest (written last, so a
   half-written directory is never an artifact).
 
