@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from artifact_contract.fsio import atomic_write_text
 
@@ -74,7 +74,10 @@ class Parity(BaseModel):
     n_sentences: int = Field(gt=0)
     max_abs_diff: float = Field(ge=0)
     min_cosine: float
-    source: str = Field(description="where the parity sentences came from")
+    source: str = Field(description="where the parity sentences came from, and what was compared with what")
+    provider: str | None = Field(
+        default=None, description="ONNX Runtime execution provider the ONNX side ran on (None: not recorded)"
+    )
 
 
 class Canary(BaseModel):
@@ -110,6 +113,11 @@ class Manifest(BaseModel):
     onnx_opset: int = Field(gt=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     quantization: Literal["int8"] | None = None
+    dtype: Literal["fp32", "fp16"] = Field(
+        default="fp32",
+        description="floating-point precision of model.onnx's weights and arithmetic; inputs (int64) and the "
+        "sentence_embedding output (float32) are the same for both. fp16 artifacts are for GPU serving",
+    )
     scores: dict[str, float] = Field(
         default_factory=dict,
         description="Spearman x100 per STS task (e.g. 'STS12', 'STSBenchmark', 'mean', 'STSBenchmark-dev')",
@@ -125,6 +133,12 @@ class Manifest(BaseModel):
             if not np.isfinite(s) or not -100.0 <= s <= 100.0:
                 raise ValueError(f"score {k}={s} is not a Spearman x100 in [-100, 100]")
         return v
+
+    @model_validator(mode="after")
+    def _one_precision(self) -> Manifest:
+        if self.quantization is not None and self.dtype != "fp32":
+            raise ValueError(f"quantization {self.quantization} applies to fp32 graphs, dtype is {self.dtype}")
+        return self
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ reuses: from the default encoder, ``python -m training train`` in a subprocess p
 one JSON line per run in ``<out>/runs.jsonl``. Each setting is one of ``configs/<name>.yaml``
 (``simcse``/``simcse_3r`` are B's settings, included for a same-machine reference).
 
-SparseCSE has its own sweep command (``python -m training.sparse sweep``, see docs/results.md).
+SparseCSE has its own sweep command (``python -m training sparse sweep``, see docs/results.md).
 
 Usage::
 

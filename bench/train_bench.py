@@ -152,7 +152,7 @@ def run_one(
 
 
 def run_baseline(out: Path, threads: int, limit: int | None) -> dict:
-    from training.encoder import default_model_path
+    from training.st_dir import default_model_dir
 
     cmd = [
         sys.executable,
@@ -160,7 +160,7 @@ def run_baseline(out: Path, threads: int, limit: int | None) -> dict:
         "training",
         "eval",
         "--model",
-        default_model_path(),
+        str(default_model_dir()),
         "--align-uniform",
         "--tasks",
         ",".join(TASKS + ["STSBenchmark-dev"]),
@@ -215,10 +215,10 @@ def measure_overhead(out: Path, steps: int, threads: int) -> dict:
         },
     )
     tr = Trainer(cfg)
-    three_r = tr.three_r
+    three_r = tr.stepper.three_r
     t_off, t_on, t_3r = [], [], []
     for i in range(2 * steps + 2):  # first two steps: warm-up, discarded
-        tr.three_r = three_r if i % 2 else None
+        tr.stepper.three_r = three_r if i % 2 else None
         logs = tr.train_step(i)
         if i >= 2:
             (t_on if i % 2 else t_off).append(logs["time/step"])

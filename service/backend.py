@@ -42,6 +42,16 @@ class ModelLoadError(RuntimeError):
     """
 
 
+class PrecisionUnsupported(ModelLoadError):
+    """An fp16 artifact (``manifest.dtype == "fp16"``) on a session without ONNX Runtime's CUDA provider.
+
+    fp16 artifacts are for GPU serving. ONNX Runtime's CPU provider would run the fp16 ops it has no CPU kernel for
+    in float32 behind casts it inserts (not the fp16 arithmetic the artifact is for), so the service refuses to load
+    one there (admin API: 422 ``model_load_failed``; at start-up: the service does not start) and the fp32 artifact
+    is the one to serve on a CPU.
+    """
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """Identity of a loaded model, as reported to clients and to collections.
@@ -118,6 +128,7 @@ class OnnxModel:
         ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
             inputs/outputs or output width disagree with the manifest, or the canary
             embeddings are not reproduced within ``canary.atol``.
+        PrecisionUnsupported: an fp16 artifact, and the session has no CUDA provider.
     """
 
     def __init__(
@@ -150,6 +161,12 @@ class OnnxModel:
         )
         self._session = self._open_session(providers or ["auto"], intra_op_threads, inter_op_threads, spinning)
         self.providers = self._session.get_providers()
+        if m.dtype == "fp16" and CUDA not in self.providers:
+            raise PrecisionUnsupported(
+                f"{self.path}: an fp16 artifact needs ONNX Runtime's {CUDA} and this session runs on "
+                f"{self.providers}; fp16 artifacts are for GPU serving, serve the fp32 artifact on a CPU "
+                "(models/README.md)"
+            )
         self._check_signature()
         self._tok_trunc, self._tok_full = self._load_tokenizers()
         self.pad_id = self._pad_id()

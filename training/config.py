@@ -206,6 +206,21 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     return out
 
 
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """``["max_steps=50", "three_r.enabled=true"]`` → nested dict (values as YAML scalars).
+
+    Raises:
+        ValueError: an item is not ``key=value``.
+    """
+    out: dict[str, Any] = {}
+    for it in items:
+        k, eq, v = it.partition("=")
+        if not eq or not k:
+            raise ValueError(f"expected key=value, got {it!r}")
+        set_dotted(out, k, _parse_value(v))
+    return out
+
+
 def load_settings(
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | None = None,

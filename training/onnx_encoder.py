@@ -52,6 +52,11 @@ class OnnxArtifactEncoder:
             providers=list(providers or ["CPUExecutionProvider"]),
         )
 
+    @property
+    def provider(self) -> str:
+        """The execution provider the session runs on first (``CPUExecutionProvider`` unless asked otherwise)."""
+        return self.session.get_providers()[0]
+
     def pooled(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Pooled, un-normalised embeddings, shape ``(len(sentences), dimension)`` float32.
 

@@ -36,8 +36,8 @@ Table 3 variants (``variant``):
 Word-based statistics (last two variants) are re-encoded every ``refresh_every`` steps.
 
 Redundant pool: the paper has an LLM write 64 sentences from the corpus's top-300 words
-(each used ≥ 2 times). No LLM runs here: :func:`mine_redundant_pool` mines them from the
-training corpus instead (see its docstring).
+(each used ≥ 2 times). No LLM runs here: :func:`training.data.redundant_pool.mine_redundant_pool` mines them
+from the training corpus instead (see its docstring).
 
 Inference: 3R is a *training-time* regulariser. The paper uses it "during the contrastive
 fine-tuning process" (§3.3) and evaluates the fine-tuned SimCSE encoder like any SimCSE model
@@ -48,12 +48,9 @@ plain fine-tuned encoder + pooling, with 3R off (no h̄, no c, no mask) — see 
 
 from __future__ import annotations
 
-import re
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -62,108 +59,6 @@ from torch import nn
 
 Variant = Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification"]
 VARIANTS: tuple[str, ...] = ("3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification")
-
-_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
-
-
-def words(sentence: str) -> list[str]:
-    """Lower-cased alphabetic words of a sentence (the unit of the frequency count)."""
-    return _WORD.findall(sentence.lower())
-
-
-def top_words(sentences: Iterable[str], n: int = 300) -> list[str]:
-    """The ``n`` most frequent words of a corpus (the 3R paper §3.1 step 1), most frequent first."""
-    c: Counter[str] = Counter()
-    for s in sentences:
-        c.update(words(s))
-    return [w for w, _ in c.most_common(n)]
-
-
-def mine_redundant_pool(
-    sentences: Sequence[str],
-    n_top_words: int = 300,
-    pool_size: int = 64,
-    max_tokens: int = 32,
-    min_top_fraction: float = 0.8,
-    min_uses: int = 2,
-    seed: int = 0,
-    count_tokens: Callable[[str], int] | None = None,
-) -> tuple[list[str], list[str], dict]:
-    """Mine a redundant-sentence pool from a corpus (replaces the paper's LLM, §3.1 steps 2–3).
-
-    Candidates: sentences with at most ``max_tokens`` tokens (``count_tokens``; default: word
-    count) whose words are at least ``min_top_fraction`` top-``n_top_words`` words. A greedy set
-    cover then picks, ``pool_size`` times, the candidate covering the most still-needed top-word
-    uses (each top word is needed ``min_uses`` times; ties broken at random with ``seed``). Once
-    every top word is covered, the rest of the pool is filled with the candidates of highest
-    top-word fraction. If ``pool_size`` is too small to cover every word, coverage is partial
-    and reported.
-
-    Returns:
-        ``(pool, top, stats)``: the pool sentences, the top words, and
-        ``{"n_candidates", "covered_words", "fully_covered", "mean_top_fraction"}``.
-
-    Raises:
-        ValueError: no sentence qualifies as a candidate.
-    """
-    top = top_words(sentences, n_top_words)
-    top_idx = {w: i for i, w in enumerate(top)}
-    rng = np.random.default_rng(seed)
-    cands: list[tuple[str, np.ndarray, float]] = []
-    seen: set[str] = set()
-    for s in sentences:
-        ws = words(s)
-        if not ws or s in seen:
-            continue
-        if len(ws) > max_tokens:
-            continue
-        ids = [top_idx[w] for w in ws if w in top_idx]
-        frac = len(ids) / len(ws)
-        if frac < min_top_fraction:
-            continue
-        if (count_tokens(s) if count_tokens else len(s.split())) > max_tokens:
-            continue
-        seen.add(s)
-        cands.append((s, np.bincount(ids, minlength=len(top)) if ids else np.zeros(len(top), int), frac))
-    if not cands:
-        raise ValueError("no candidate sentence for the redundant pool: relax max_tokens/min_top_fraction")
-    counts = np.stack([c[1] for c in cands])  # (n_cand, n_top)
-    need = np.full(len(top), min_uses)
-    chosen: list[int] = []
-    available = np.ones(len(cands), bool)
-    while len(chosen) < min(pool_size, len(cands)) and need.max() > 0:
-        gain = np.minimum(counts, need).sum(1).astype(float)
-        gain[~available] = -1
-        best = np.flatnonzero(gain == gain.max())
-        if gain.max() <= 0:
-            break
-        i = int(rng.choice(best))
-        chosen.append(i)
-        available[i] = False
-        need = np.maximum(need - counts[i], 0)
-    if len(chosen) < pool_size:
-        fracs = np.array([c[2] for c in cands])
-        fracs = fracs + rng.random(len(fracs)) * 1e-6
-        fracs[~available] = -1
-        for i in np.argsort(-fracs)[: pool_size - len(chosen)]:
-            if fracs[i] >= 0:
-                chosen.append(int(i))
-    pool = [cands[i][0] for i in chosen]
-    covered = int(((min_uses - need) >= min_uses).sum())
-    stats = {
-        "n_candidates": len(cands),
-        "covered_words": covered,
-        "n_top_words": len(top),
-        "fully_covered": bool(need.max() == 0),
-        "mean_top_fraction": float(np.mean([cands[i][2] for i in chosen])),
-    }
-    return pool, top, stats
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Non-empty stripped lines of a UTF-8 text file."""
-    return [l.strip() for l in Path(path).read_text(encoding="utf-8").splitlines() if l.strip()]
-
 
 # ---------------------------------------------------------------------------------------
 # Pure tensor functions (Eqs. 3 and 5), tested on hand-computed tensors.

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from training.data.train_data import read_pairs
 from training.objectives.informin import TiedMLMHead, informin_reconstruction, mask_tokens, mlm_loss
-from training.objectives.msse import ICMDecoder, cross_correlation, dcm_loss, icm_loss, read_pairs
+from training.objectives.msse import ICMDecoder, cross_correlation, dcm_loss, icm_loss
 from training.objectives.sscl import sscl_infonce, sscl_layers
 
 

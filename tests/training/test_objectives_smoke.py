@@ -87,13 +87,13 @@ def trained(small_data, tmp_path_factory):
     from safetensors.torch import load_file
 
     from training.config import load_settings
-    from training.encoder import default_model_path
+    from training.st_dir import default_model_dir
     from training.trainer import Trainer
 
     torch.set_num_threads(1)
     work = tmp_path_factory.mktemp("smoke")
     models = work / "models"
-    base_w = load_file(str(Path(default_model_path()) / "model.safetensors"))
+    base_w = load_file(str(default_model_dir() / "model.safetensors"))
     key = next(k for k in base_w if k.endswith("encoder.layer.5.output.dense.weight"))
     info = {}
     for method, (cfg_file, extra, keys) in RUNS.items():
@@ -119,7 +119,7 @@ def trained(small_data, tmp_path_factory):
                 "sparse": False,
             }
     # SparseCSE: score -> prune 20% (+rewind) -> SimCSE fine-tune (alone / + 3R) -> export
-    from training.sparse.pipeline import export_pruned, finetune_pruned, prune_model_dir, score_model
+    from training.sparse_pipeline import export_pruned, finetune_pruned, prune_model_dir, score_model
 
     imp = score_model(batch_size=8, max_batches=1)
     pruned = work / "sparse-pruned"
@@ -235,7 +235,7 @@ def test_msse_with_pairs_file_positives(tmp_path):
         },
     )
     tr = Trainer(cfg)
-    views = tr._views(tr.batch_at(0))
+    views = tr.data.views(tr.data.batch(0))
     assert set(views) == {"anchor", "positive"}
     assert all(dict(zip(s1, s2))[a] == p for a, p in zip(views["anchor"], views["positive"]))
     logs = tr.train_step(0)

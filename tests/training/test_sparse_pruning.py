@@ -12,10 +12,10 @@ import os
 import pytest
 import torch
 
+from training.pooling import pool
 from training.sparse.importance import (
     alignment_loss,
     compute_importance,
-    mean_pool,
     positive_pairs,
     score_loss,
     uniformity_loss,
@@ -54,9 +54,8 @@ def sentences():
 def _embed(tok):
     def f(model, sents):
         b = tok(list(sents), padding=True, truncation=True, max_length=32, return_tensors="pt")
-        return mean_pool(
-            model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state, b["attention_mask"]
-        )
+        last = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
+        return pool(last, b["attention_mask"], "mean")
 
     return f
 
@@ -187,12 +186,13 @@ def test_save_load_roundtrip(pruned, base, sentences, tmp_path, default_model_di
 def test_pruned_artifact_smaller_and_matches(pruned, base, default_artifact, tmp_path, default_model_dir):
     """Export the pruned model to ONNX (export_module checks parity vs torch) and compare with the dense artifact."""
     from artifact_contract import MODEL_FILE, validate_artifact
-    from training.sparse.pipeline import _copy_st_files, export_pruned
+    from training.sparse_pipeline import export_pruned
+    from training.st_dir import copy_st_config
 
     st, pm = pruned
     d = tmp_path / "p"
     save_pruned(pm, st, d, tokenizer_src=default_model_dir)
-    _copy_st_files(default_model_dir, d)
+    copy_st_config(default_model_dir, d)
     man = export_pruned(d, tmp_path / "art", name="sparse-test", evaluate="none")
     validate_artifact(tmp_path / "art")
     assert man.parity.max_abs_diff <= 1e-4 and man.dimension == 384

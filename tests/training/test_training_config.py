@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from training.cli_train import main as train_main
+from training.cli.train import main as train_main
 from training.config import TrainSettings, load_settings, parse_overrides
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.encoder import SentenceEncoder, default_model_path
+from training.encoder import SentenceEncoder
+from training.st_dir import default_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def raw_dir(tmp_path_factory) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     d = tmp_path_factory.mktemp("raw")
-    tok = AutoTokenizer.from_pretrained(default_model_path())
+    tok = AutoTokenizer.from_pretrained(str(default_model_dir()))
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=64)  # fmt: skip

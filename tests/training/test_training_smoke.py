@@ -17,8 +17,8 @@ import torch
 from artifact_contract import validate_artifact
 from tests.server_utils import run_server
 from training.config import load_settings
-from training.encoder import default_model_path
 from training.evaluation import onnx_encode_fn
+from training.st_dir import default_model_dir
 from training.trainer import Trainer
 
 pytestmark = pytest.mark.timeout(900)
@@ -85,7 +85,7 @@ def test_manifest_and_onnx_match_sentence_transformers(trained):
     got = onnx_encode_fn(str(art))(SENTS)
     assert np.min(np.sum(ref * got, axis=1)) > 0.9999
     # training moved the weights away from the base encoder
-    base = SentenceTransformer(default_model_path(), device="cpu").encode(SENTS, normalize_embeddings=True)
+    base = SentenceTransformer(str(default_model_dir()), device="cpu").encode(SENTS, normalize_embeddings=True)
     assert np.max(np.abs(base - ref)) > 1e-5
 
 

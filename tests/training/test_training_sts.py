@@ -43,8 +43,8 @@ def test_sts_loader_counts(task, n):
 
 @pytest.fixture(scope="module")
 def reference_scores(tmp_path_factory):
-    from training.cli_eval import main
-    from training.encoder import default_model_path
+    from training.cli.eval import main
+    from training.st_dir import default_model_dir
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("ref") / "scores.json"
@@ -53,7 +53,7 @@ def reference_scores(tmp_path_factory):
         main(
             [
                 "--model",
-                default_model_path(),
+                str(default_model_dir()),
                 "--tasks",
                 tasks,
                 "--max-seq-length",

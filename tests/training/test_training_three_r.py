@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from training.three_r import ThreeR, batch_sigma, mine_redundant_pool, reduce_redundancy, redundant_mask, top_words
+from training.data.redundant_pool import mine_redundant_pool, top_words
+from training.three_r import ThreeR, batch_sigma, reduce_redundancy, redundant_mask
 
 H = torch.tensor([[1.0, 2.0, 0.0], [3.0, 2.0, 1.0]])  # N=2, D=3
 HBAR = torch.tensor([10.0, 20.0, 30.0])

@@ -66,14 +66,14 @@ def _manual_chunked(tr: Trainer, chunk: int, seed: int):
 
     tr.optimizer.zero_grad(set_to_none=True)
     tr.encoder.train()
-    views = tr._views(tr.batch_at(0))
+    views = tr.data.views(tr.data.batch(0))
     toks = {v: tr.encoder.tokenize(t) for v, t in views.items()}
     torch.manual_seed(seed)
     outs = {}
     for v, t in toks.items():
-        parts = [tr._encode(t, slice(i, i + chunk)).embedding for i in range(0, tr.cfg.batch_size, chunk)]
+        parts = [tr.stepper.encode(t, slice(i, i + chunk)).embedding for i in range(0, tr.cfg.batch_size, chunk)]
         outs[v] = EncoderOutput(torch.cat(parts))
-    loss, _ = tr.compute_loss(outs, toks, 0)
+    loss, _ = tr.stepper.compute_loss(outs, toks, 0)
     loss.backward()
     g = {n: p.grad.detach().clone() for n, p in tr.encoder.named_parameters() if p.grad is not None}
     return float(loss), g, tr.three_r.c.grad.detach().clone()

@@ -78,7 +78,7 @@ def test_default_encoder_on_a_subsample_is_well_above_chance_and_deterministic(d
 
 
 def test_eval_cli_writes_sts_and_transfer_scores(default_artifact, tmp_path):
-    from training.cli_eval import main
+    from training.cli.eval import main
 
     out = tmp_path / "scores.json"
     args = ["--model", str(default_artifact), "--tasks", "STSBenchmark-dev,MPQA", "--limit", "150"]

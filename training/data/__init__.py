@@ -1,1 +1,3 @@
-"""Data loaders: STS evaluation sets, the unsupervised corpus and NLI triplets."""
+"""Data: STS evaluation sets (:mod:`.sts`), SentEval transfer tasks (:mod:`.transfer`), training examples and
+their batches (:mod:`.train_data`: sentences, NLI triplets, positive pairs), and the 3R redundant pool
+(:mod:`.redundant_pool`)."""

@@ -1,9 +1,12 @@
-"""Training data: unsupervised sentences and supervised (anchor, positive, hard negative) triplets.
+"""Training data: unsupervised sentences, supervised (anchor, positive, hard negative) triplets, positive pairs,
+and the batches a run draws from them (:class:`TrainingData`).
 
-* Unsupervised: a text file, one sentence a line (``../shared/data/corpus/en_sentences.txt``).
-* Supervised (SimCSE, Gao et al. 2021 §4.2): triplets (premise, entailment hypothesis,
+* Unsupervised: a text file, one sentence a line (``../shared/data/corpus/en_sentences.txt``); the two views of
+  a sentence are two dropout passes (SimCSE, Gao et al., arXiv:2104.08821, §3).
+* Supervised (SimCSE §4.2): triplets (premise, entailment hypothesis,
   contradiction hypothesis of the same premise) from SentEval's SNLI files
   (``s1.*``, ``s2.*``, ``labels.*``), or a CSV with columns ``sent0, sent1, hard_neg``.
+* Pairs: ``sentence<TAB>positive`` lines (e.g. back-translations, MSSE §3.1).
 """
 
 from __future__ import annotations
@@ -11,6 +14,20 @@ from __future__ import annotations
 import csv
 from collections import defaultdict
 from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+Mode = Literal["unsup", "sup", "pairs"]
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Non-empty stripped lines of a UTF-8 text file (possibly none).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    return [l.strip() for l in Path(path).read_text(encoding="utf-8").splitlines() if l.strip()]
 
 
 def load_sentences(path: str | Path, max_samples: int | None = None) -> list[str]:
@@ -88,3 +105,81 @@ def load_triplets(path: str | Path) -> list[tuple[str, str, str]]:
     """A SNLI directory or a ``.csv`` triplet file (see the two loaders)."""
     p = Path(path)
     return load_snli_triplets(p) if p.is_dir() else load_csv_triplets(p)
+
+
+def read_pairs(path: str | Path) -> tuple[list[str], list[str]]:
+    """A positives file: one ``sentence<TAB>positive`` per line (e.g. a back-translation).
+
+    Blank lines are skipped.
+
+    Raises:
+        ValueError: a non-blank line without exactly one tab-separated positive (message gives the line number).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    a, b = [], []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            raise ValueError(f"{path}:{n}: expected 'sentence<TAB>positive'")
+        a.append(parts[0].strip())
+        b.append(parts[1].strip())
+    return a, b
+
+
+class TrainingData:
+    """The examples of a training run and its batches: a seeded permutation per epoch, drop-last, so the batch of
+    a step depends only on (seed, step) and a resumed run sees the same batches.
+
+    Args:
+        mode: ``unsup`` (sentences), ``sup`` (triplets from :func:`load_triplets`) or ``pairs`` (:func:`read_pairs`).
+        train_file: the file (or SNLI directory) to read.
+        max_samples: keep the first N examples (None: all).
+        batch_size: examples per step.
+        seed: of the per-epoch permutations.
+
+    Raises:
+        ValueError: fewer examples than ``batch_size``, or a malformed file. FileNotFoundError: no such file.
+    """
+
+    def __init__(self, mode: Mode, train_file: str | Path, max_samples: int | None, batch_size: int, seed: int):
+        self.mode, self.batch_size, self.seed = mode, batch_size, seed
+        if mode == "sup":
+            self.examples: list = load_triplets(train_file)[: max_samples or None]
+        elif mode == "pairs":
+            self.examples = list(zip(*read_pairs(train_file)))[: max_samples or None]
+        else:
+            self.examples = load_sentences(train_file, max_samples)
+        self.steps_per_epoch = len(self.examples) // batch_size
+        if self.steps_per_epoch < 1:
+            raise ValueError(f"batch_size {batch_size} is larger than the data ({len(self.examples)} examples)")
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def batch(self, step: int) -> list:
+        """The examples of ``step``: position ``step mod steps_per_epoch`` of epoch ``step // steps_per_epoch``."""
+        epoch, pos = divmod(step, self.steps_per_epoch)
+        perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+        B = self.batch_size
+        return [self.examples[i] for i in perm[pos * B : (pos + 1) * B]]
+
+    def views(self, items: list) -> dict[str, list[str]]:
+        """The texts of each view of a batch: ``anchor`` and ``positive`` (the same sentences in ``unsup`` mode:
+        dropout makes them differ), plus ``hard_negative`` in ``sup`` mode."""
+        if self.mode == "sup":
+            return {
+                "anchor": [t[0] for t in items],
+                "positive": [t[1] for t in items],
+                "hard_negative": [t[2] for t in items],
+            }
+        if self.mode == "pairs":
+            return {"anchor": [t[0] for t in items], "positive": [t[1] for t in items]}
+        return {"anchor": list(items), "positive": list(items)}
+
+    def sentences(self) -> list[str]:
+        """Every sentence of the examples, in order (the corpus the 3R pool is mined from)."""
+        if self.mode == "unsup":
+            return list(self.examples)
+        return [s for ex in self.examples for s in ex]

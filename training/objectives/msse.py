@@ -21,18 +21,16 @@ encoder's word embeddings (``u_j E^T + c``), since the default encoder has no
 MLM head. Gradients reach the encoder through ``h`` and through ``E``.
 
 Positives: dropout (the second view of the same sentence) or a user pairs
-file (:func:`read_pairs`, e.g. back-translations as in MSSE §3.1).
+file (:func:`training.data.train_data.read_pairs`, e.g. back-translations as in MSSE §3.1).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["dcm_loss", "cross_correlation", "ICMDecoder", "icm_loss", "read_pairs"]
+__all__ = ["dcm_loss", "cross_correlation", "ICMDecoder", "icm_loss"]
 
 
 def cross_correlation(h: torch.Tensor, h_pos: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -145,27 +143,6 @@ def icm_loss(
     states = decoder.hidden(h, input_ids.shape[1])[sel]  # (M, H)
     logits = states @ decoder.tied_weight.T + decoder.bias
     return F.cross_entropy(logits, input_ids[sel])
-
-
-def read_pairs(path: str | Path) -> tuple[list[str], list[str]]:
-    """A positives file: one ``sentence<TAB>positive`` per line (e.g. a back-translation).
-
-    Blank lines are skipped.
-
-    Raises:
-        ValueError: a non-blank line without exactly one tab-separated positive (message gives the line number).
-        FileNotFoundError: ``path`` does not exist.
-    """
-    a, b = [], []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split("\t")
-        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            raise ValueError(f"{path}:{n}: expected 'sentence<TAB>positive'")
-        a.append(parts[0].strip())
-        b.append(parts[1].strip())
-    return a, b
 
 
 # ---------------------------------------------------------------- trainer integration

@@ -8,5 +8,5 @@ The model, the masking and the WordPiece vocabulary come from ``transformers`` (
 into a resumable CPU/GPU loop with the same conventions as ``python -m training train``.
 
 Modules: :mod:`.config` (settings), :mod:`.data` (corpus split, vocabulary, batches),
-:mod:`.loop` (model, optimisation, checkpoints, metrics), :mod:`.cli` (the command).
+:mod:`.loop` (model, optimisation, checkpoints, metrics); the command is :mod:`training.cli.pretrain`.
 """

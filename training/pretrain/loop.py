@@ -25,9 +25,9 @@ from transformers import BertConfig, BertForMaskedLM, get_linear_schedule_with_w
 
 from artifact_contract.fsio import atomic_write_bytes, atomic_write_json
 from training.data.train_data import load_sentences
-from training.encoder import default_model_path
 from training.pretrain.config import PretrainSettings
 from training.pretrain.data import MaskedBatches, load_or_build_tokenizer, split_heldout
+from training.st_dir import default_model_dir
 
 RECIPE_FILE = "pretrain_recipe.json"
 
@@ -50,7 +50,7 @@ class Pretrainer:
         sentences = load_sentences(cfg.corpus_file, cfg.max_corpus_sentences)
         self.train_sentences, heldout = split_heldout(sentences, cfg.heldout_fraction, cfg.seed)
         self.tokenizer = load_or_build_tokenizer(
-            cfg.tokenizer, cfg.init_from, default_model_path(), self.train_sentences, cfg.vocab_size,
+            cfg.tokenizer, cfg.init_from, str(default_model_dir()), self.train_sentences, cfg.vocab_size,
             self.out / "tokenizer",
         )  # fmt: skip
         self.batches = MaskedBatches(

@@ -32,7 +32,6 @@ __all__ = [
     "uniformity_loss",
     "score_loss",
     "positive_pairs",
-    "mean_pool",
     "Importance",
     "compute_importance",
 ]
@@ -107,12 +106,6 @@ def positive_pairs(
     if limit is not None:
         keep = keep[:limit]
     return [p.sent1[i] for i in keep], [p.sent2[i] for i in keep]
-
-
-def mean_pool(last_hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean over non-padding tokens: ``(B, L, D), (B, L) -> (B, D)``."""
-    m = attention_mask.unsqueeze(-1).to(last_hidden.dtype)
-    return (last_hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from training.encoder import SentenceEncoder
 from training.sparse.importance import Importance, compute_importance, positive_pairs
 from training.sparse.prune import (
     STRUCTURE_FILE,
@@ -39,6 +40,7 @@ from training.sparse.prune import (
     save_pruned,
     select_structure,
 )
+from training.st_dir import DEFAULT_BASE_MODEL, copy_st_config, default_model_dir, read_st_config
 
 __all__ = [
     "score_model",
@@ -48,14 +50,6 @@ __all__ = [
     "onnx_throughput",
     "artifact_stats",
 ]
-
-_ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
-
-
-def _default_dir() -> str:
-    from training.encoder import default_model_path
-
-    return default_model_path()
 
 
 def score_model(
@@ -81,8 +75,6 @@ def score_model(
     Raises:
         ValueError: not a BERT-style encoder.
     """
-    from training.encoder import SentenceEncoder
-
     enc = SentenceEncoder(model_dir or "", mlp_head=False, max_seq_length=max_seq_length)
     s1, s2 = positive_pairs("train", min_score, seed=seed)
 
@@ -90,14 +82,6 @@ def score_model(
         return enc(**enc.tokenize(sents), use_head=False).embedding
 
     return compute_importance(enc.model, embed, s1, s2, lam=lam, batch_size=batch_size, max_batches=max_batches)
-
-
-def _copy_st_files(src: Path, dst: Path) -> None:
-    for name in _ST_FILES:
-        if (src / name).is_file():
-            shutil.copy(src / name, dst / name)
-    if (src / "1_Pooling").is_dir():
-        shutil.copytree(src / "1_Pooling", dst / "1_Pooling", dirs_exist_ok=True)
 
 
 def prune_model_dir(
@@ -124,7 +108,7 @@ def prune_model_dir(
     """
     from transformers import AutoModel
 
-    src = Path(rewind_to or _default_dir())
+    src = Path(rewind_to or default_model_dir())
     structure = select_structure(
         importance.heads, importance.neurons, sparsity, min_heads=min_heads, min_neurons=min_neurons
     )
@@ -141,7 +125,7 @@ def prune_model_dir(
     )
     out = Path(output_dir)
     save_pruned(model, structure, out, tokenizer_src=src)
-    _copy_st_files(src, out)
+    copy_st_config(src, out)
     return structure
 
 
@@ -188,7 +172,7 @@ def export_pruned(
     training: dict[str, Any] | None = None,
     scores: dict[str, float] | None = None,
     evaluate: Literal["none", "dev", "all"] = "dev",
-    base_model: str = "sentence-transformers/all-MiniLM-L6-v2",
+    base_model: str = DEFAULT_BASE_MODEL,
 ):
     """Export a (pruned or plain) encoder directory to an ONNX artifact, recording its sparse structure.
 
@@ -203,10 +187,10 @@ def export_pruned(
     Raises:
         training.export.ExportError: parity failure.
     """
-    from training.export import export_artifact, read_st_config
+    from training.export import export_artifact
 
     d = Path(model_dir)
-    _, max_len = read_st_config(d)
+    max_len = read_st_config(d).max_seq_length
     rec = dict(training or {})
     if (d / STRUCTURE_FILE).is_file():
         rec["sparse_structure"] = json.loads((d / STRUCTURE_FILE).read_text())

@@ -1,45 +1,40 @@
-"""``python -m training.sparse {score,prune,sweep}``: SparseCSE from the command line (SparseCSE §2).
+"""``python -m training sparse {score,prune,sweep}``: SparseCSE from the command line (SparseCSE §2).
 
 Examples::
 
     # importance once, then prune at 10/30/50%, fine-tune each with configs/sparsecse.yaml, export, measure
-    python -m training.sparse sweep --sparsities 0.1 0.3 0.5 --output runs/sparse_sweep \\
+    python -m training sparse sweep --sparsities 0.1 0.3 0.5 --output runs/sparse_sweep \\
         --finetune-config configs/sparsecse.yaml --models-dir models
 
     # no fine-tuning (prune + rewind only), dev-set STS on the exported graph
-    python -m training.sparse sweep --sparsities 0.1 0.3 --output runs/sparse_nofit --eval dev
+    python -m training sparse sweep --sparsities 0.1 0.3 --output runs/sparse_nofit --eval dev
 
-    python -m training.sparse score --output runs/sparse/importance.json
-    python -m training.sparse prune --importance runs/sparse/importance.json --sparsity 0.2 --output runs/sparse/p20
+    python -m training sparse score --output runs/sparse/importance.json
+    python -m training sparse prune --importance runs/sparse/importance.json --sparsity 0.2 --output runs/sparse/p20
 
 Options after ``--set`` are trainer overrides for fine-tuning (``--set max_steps=50 batch_size=32``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
+from training.cli.common import ConfigError, command, parser
+from training.config import parse_assignments
 from training.data.sts import REPO_ROOT
 
 
 def _overrides(items: list[str] | None) -> dict:
-    from training.config import parse_overrides
-
-    for it in items or []:
-        if "=" not in it:
-            raise SystemExit(f"--set expects key=value, got {it!r}")
     try:
-        return parse_overrides([f"--{it}" for it in items or []])
+        return parse_assignments(items or [])
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise ConfigError(f"--set: {e}") from None
 
 
-def _score(args) -> Importance:  # noqa: F821
-    from training.sparse.pipeline import score_model
+def _score(args):
+    from training.sparse_pipeline import score_model
 
     return score_model(
         args.model,
@@ -60,7 +55,7 @@ def cmd_score(args) -> int:
 
 def cmd_prune(args) -> int:
     from training.sparse.importance import Importance
-    from training.sparse.pipeline import prune_model_dir
+    from training.sparse_pipeline import prune_model_dir
 
     imp = Importance.from_json(json.loads(Path(args.importance).read_text()))
     st = prune_model_dir(imp, args.sparsity, args.output, rewind_to=args.rewind_to)
@@ -99,7 +94,7 @@ def cmd_sweep(args) -> int:
     import torch
 
     from training.sparse.importance import Importance
-    from training.sparse.pipeline import (
+    from training.sparse_pipeline import (
         artifact_stats,
         export_pruned,
         finetune_pruned,
@@ -107,6 +102,7 @@ def cmd_sweep(args) -> int:
         throughput_sentences,
     )
 
+    ov = _overrides(args.set)  # a malformed --set fails before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.output)
@@ -122,14 +118,13 @@ def cmd_sweep(args) -> int:
     sents = throughput_sentences(args.throughput_sentences)
     models_dir = Path(args.models_dir)
     rows = []
-    ov = _overrides(args.set)
     for s in args.sparsities:
         tag = f"s{int(round(s * 100)):02d}"
         t1 = time.perf_counter()
         if s == 0:
-            from training.encoder import default_model_path
+            from training.st_dir import default_model_dir
 
-            model_dir = Path(args.rewind_to or default_model_path())
+            model_dir = Path(args.rewind_to or default_model_dir())
             pruned_dir = model_dir
             st = None
         else:
@@ -188,8 +183,10 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.sparse", description=__doc__.split("\n")[0])
+@command
+def main(argv: list[str]) -> int:
+    """Parse ``argv`` and run the sub-command; returns the exit status (2 on a usage error)."""
+    p = parser("sparse", __doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def scoring(sp):
@@ -237,7 +234,3 @@ def main(argv: list[str] | None = None) -> int:
 
     args = p.parse_args(argv)
     return int(args.fn(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,29 +11,19 @@ A run resumes from ``<output_dir>/checkpoint.pt``; a finished run (same config) 
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
-from training.config import load_settings, parse_overrides
+from training.cli.common import command, load_cli_settings, print_json, settings_parser
 from training.pretrain.config import PretrainSettings
 
 
+@command
 def main(argv: list[str]) -> int:
     """Parse ``argv``, pretrain, print the recipe record; returns the exit status (2 on a config error)."""
-    parser = argparse.ArgumentParser(prog="python -m training pretrain", description=__doc__.split("\n\n")[1])
-    parser.add_argument("--config", help="YAML file")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved settings and exit")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        cfg = load_settings(args.config, parse_overrides(rest), PretrainSettings)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+    args, rest = settings_parser("pretrain", __doc__).parse_known_args(argv)
+    cfg = load_cli_settings(args.config, rest, PretrainSettings)
     if args.print_config:
-        print(json.dumps(cfg.recipe(), indent=2))
+        print_json(cfg.recipe())
         return 0
     from training.pretrain.loop import Pretrainer
 
-    print(json.dumps(Pretrainer(cfg).run(), indent=2))
+    print_json(Pretrainer(cfg).run())
     return 0

