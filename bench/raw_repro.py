@@ -35,7 +35,51 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 TRANSFER = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
-SETTINGS = {"simcse": "configs/raw_small_simcse.yaml", "simcse_3r": "configs/raw_small_simcse_3r.yaml"}
+_S, _R = "configs/raw_small_simcse.yaml", "configs/raw_small_simcse_3r.yaml"
+_SIMCSE = {"type": "simcse", "weight": 1.0, "params": {"temperature": 0.05}}
+_INFORMIN = {"type": "informin", "weight": 1.0, "params": {"lam": 0.4, "beta": 0.0}}
+_MSSE = {"type": "msse", "weight": 1.0, "params": {"mu": 0.8, "gamma": 0.2, "dcm_reduction": "sum"}}
+_SSCL = {"type": "sscl", "weight": 1.0, "params": {"form": "authors", "temperature": 0.05, "layer": -2}}
+# setting -> (base config, overrides); ``losses`` in the overrides replaces the base's loss terms
+SETTINGS: dict[str, tuple[str, dict]] = {
+    "simcse": (_S, {}),
+    "simcse_3r": (_R, {}),
+    # 3R's threshold c with the sigmoid straight-through surrogate (beta 0.02) and the previous c_lr
+    "simcse_3r_sigmoid": (_R, {"three_r": {"c_estimator": "sigmoid", "c_lr": 1.0e-3}}),
+    # the 3R paper's Table 3 variants
+    "simcse_3r_overall": (_R, {"three_r": {"variant": "overall_subtraction"}}),
+    "simcse_3r_token": (_R, {"three_r": {"variant": "token_subtraction"}}),
+    "simcse_3r_static": (_R, {"three_r": {"variant": "static_identification"}}),
+    # the relatives, alone and + 3R (SparseCSE needs its prune-then-finetune workflow: not in this table)
+    "informin": (_S, {"losses": {"simcse": _SIMCSE, "informin": _INFORMIN}}),
+    "informin_3r": (_R, {"losses": {"simcse": _SIMCSE, "informin": _INFORMIN}}),
+    "msse": (_S, {"losses": {"simcse": _SIMCSE, "msse": _MSSE}}),
+    "msse_3r": (_R, {"losses": {"simcse": _SIMCSE, "msse": _MSSE}}),
+    "sscl": (_S, {"losses": {"sscl": _SSCL}}),
+    "sscl_3r": (_R, {"losses": {"sscl": _SSCL}}),
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out.get(k) or {}, v) if isinstance(v, dict) and k != "losses" else v
+    return out
+
+
+def config_for(out: Path, setting: str) -> str:
+    """The config file of ``setting``: its base config, or the base merged with its overrides (written once)."""
+    import yaml
+
+    base, over = SETTINGS[setting]
+    if not over:
+        return base
+    path = out / "configs" / f"{setting}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged = _merge(yaml.safe_load((REPO / base).read_text()), over)
+    merged["output_dir"] = f"runs/raw_small_{setting}"
+    path.write_text(f"# {base} with {json.dumps(over)}\n" + yaml.safe_dump(merged, sort_keys=False))
+    return str(path)
 
 
 def _runs(out: Path) -> list[dict]:
@@ -65,7 +109,7 @@ def _internals(metrics: Path) -> dict:
     rows = [r for r in rows if r.get("kind") == "train"]
     if not rows:
         return {}
-    keys = ["step", "loss", "c", "n_redundant_dims", "sigma_q10", "sigma_q50", "sigma_q90"]
+    keys = ["step", "loss", "c", "c_grad", "n_redundant_dims", "sigma_q10", "sigma_q50", "sigma_q90"]
     pick = [rows[0], rows[len(rows) // 2], rows[-1]]
     return {"trajectory": [{k: r[k] for k in keys if k in r} for r in pick]}
 
@@ -73,7 +117,7 @@ def _internals(metrics: Path) -> dict:
 def run_one(out: Path, setting: str, seed: int, args: argparse.Namespace) -> dict:
     run_dir = out / "runs" / f"{setting}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "training", "train", "--config", SETTINGS[setting], "--seed", str(seed),
+    cmd = [sys.executable, "-m", "training", "train", "--config", config_for(out, setting), "--seed", str(seed),
            "--output_dir", str(run_dir), "--export", "false", "--progress", "false", "--threads", str(args.threads),
            "--model_name_or_path", args.encoder]  # fmt: skip
     if args.max_steps:
@@ -163,21 +207,66 @@ def report(out: Path) -> str:
         seeds = ",".join(str(r["seed"]) for r in rs) if rs[0]["seed"] is not None else "-"
         lines.append(f"| {setting} | {seeds} | " + " | ".join(cells + extra) + " |")
     lines += ["", "3R internals (first / middle / last logged step): c, |S| (dimensions below c), sigma quantiles",
-              "", "| seed | step | loss | c | abs S | sigma q10 | q50 | q90 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in by.get("simcse_3r", []):
-        for t in r.get("trajectory", []):
-            cells = [t.get(k) for k in ("step", "loss", "c", "n_redundant_dims", "sigma_q10", "sigma_q50", "sigma_q90")]
-            lines.append(f"| {r['seed']} | " + " | ".join("-" if v is None else f"{v:.4g}" for v in cells) + " |")
-    a = {r["seed"]: r["scores"]["mean"] for r in by.get("simcse", [])}
-    b = {r["seed"]: r["scores"]["mean"] for r in by.get("simcse_3r", [])}
-    common = sorted(set(a) & set(b))
-    if len(common) >= 2:
-        d = np.array([b[s] - a[s] for s in common])
-        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-        lines += ["", f"Paired difference of the STS mean, 3R − SimCSE, seeds {common}: "
-                  + ", ".join(f"{x:+.2f}" for x in d)
-                  + f"; mean {d.mean():+.2f}, 95 % t-interval [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]"]  # fmt: skip
+              "", "| setting | seed | step | loss | c | abs S | sigma q10 | q50 | q90 |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for setting, rs in by.items():
+        for r in rs if "3r" in setting else []:
+            for t in r.get("trajectory", []):
+                cells = [
+                    t.get(k) for k in ("step", "loss", "c", "n_redundant_dims", "sigma_q10", "sigma_q50", "sigma_q90")
+                ]
+                lines.append(
+                    f"| {setting} | {r['seed']} | " + " | ".join("-" if v is None else f"{v:.4g}" for v in cells) + " |"
+                )
+    lines += ["", "Paired differences of the STS mean (setting − its base, same seeds), with a 95 % t-interval:", ""]
+    for setting in by:
+        base = "simcse" if setting.startswith("simcse_3r") else setting[:-3] if setting.endswith("_3r") else None
+        if base is None or base not in by:
+            continue
+        a = {r["seed"]: r["scores"]["mean"] for r in by[base]}
+        b = {r["seed"]: r["scores"]["mean"] for r in by[setting]}
+        common = sorted(set(a) & set(b))
+        if not common:
+            continue
+        d = np.array([b[k] - a[k] for k in common])
+        line = f"- {setting} − {base}, seeds {common}: " + ", ".join(f"{x:+.2f}" for x in d) + f"; mean {d.mean():+.2f}"
+        if len(d) >= 2:
+            half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            line += f", 95 % t-interval [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def plot_c(out: Path, path: Path) -> None:
+    """c over training for every finished 3R run, with sigma's 10-90 % quantile band and |S| (the dimensions below
+    c), from each run's metrics.jsonl: one panel per 3R setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in _runs(out) if r.get("returncode", 0) == 0 and "3r" in r["setting"]]
+    settings = sorted({r["setting"] for r in runs})
+    if not settings:
+        return
+    fig, axes = plt.subplots(2, len(settings), figsize=(5 * len(settings), 6), squeeze=False, sharex=True)
+    for j, setting in enumerate(settings):
+        for r in (r for r in runs if r["setting"] == setting):
+            m = out / "runs" / f"{setting}-s{r['seed']}" / "metrics.jsonl"
+            rows = [x for x in map(json.loads, m.read_text().splitlines()) if x.get("kind") == "train" and "c" in x]
+            st = [x["step"] for x in rows]
+            (line,) = axes[0][j].plot(st, [x["c"] for x in rows], label=f"c, seed {r['seed']}")
+            if all("sigma_q10" in x for x in rows):
+                axes[0][j].fill_between(st, [x["sigma_q10"] for x in rows], [x["sigma_q90"] for x in rows],
+                                        color=line.get_color(), alpha=0.12)  # fmt: skip
+            axes[1][j].plot(st, [x.get("n_redundant_dims") for x in rows], color=line.get_color())
+        axes[0][j].set_title(setting)
+        axes[0][j].set_ylabel("c (band: sigma q10-q90)")
+        axes[1][j].set_ylabel("|S| (dimensions with sigma < c)")
+        axes[1][j].set_xlabel("step")
+        axes[0][j].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path.home() / ".cache" / "redundancy-embed" / "raw_repro"))
     ap.add_argument("--encoder", default=str(Path.home() / ".cache" / "redundancy-embed" / "raw_small" / "encoder"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--settings", nargs="+", default=["simcse", "simcse_3r"], choices=list(SETTINGS))
     ap.add_argument("--max-steps", type=int, default=0, help="0: the configs' budget (one epoch)")
     ap.add_argument("--eval-limit", type=int, default=None, help="STS pairs per task (dry runs only)")
     ap.add_argument("--threads", type=int, default=2)
@@ -194,11 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kfold", type=int, default=10)
     ap.add_argument("--baseline", action="store_true", help="also the untrained encoder, [CLS] and mean")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--plot", type=Path, help="with --report: also draw c over training for every 3R run (PNG)")
     args = ap.parse_args(argv)
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     if args.report:
         print(report(out))
+        if args.plot:
+            plot_c(out, args.plot)
         return 0
     print(f"load average before: {os.getloadavg()}", flush=True)
     with open(out / "loadavg.jsonl", "a") as f:

@@ -186,7 +186,8 @@ class StepRunner:
             step: the optimisation step (selects 3R's pool sample).
 
         Returns:
-            the logs of :meth:`compute_loss` plus ``grad_norm`` (when clipping), ``lr`` and ``time/step`` (seconds).
+            the logs of :meth:`compute_loss` plus ``c_grad`` (3R's threshold gradient, before clipping), ``grad_norm``
+            (when clipping), ``lr`` and ``time/step`` (seconds).
         """
         t0 = time.perf_counter()
         self.encoder.train()
@@ -200,6 +201,8 @@ class StepRunner:
             loss.backward()
         else:
             logs = self._grad_cached_backward(toks, step, chunk)
+        if self.three_r is not None and self.three_r.c.grad is not None:
+            logs["c_grad"] = float(self.three_r.c.grad)  # before clipping: is the threshold learning at all?
         if self.max_grad_norm:
             params = [p for g in self.optimizer.param_groups for p in g["params"]]
             logs["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
