@@ -281,9 +281,11 @@ def test_rescan_lists_new_versions_and_activates_only_when_asked(default_artifac
         assert mc.registry.active.info.id == f"{NAME}:1" and len(mc.registry.all()) == 1
 
         publish(default_artifact, models, "0")  # older than the active one: never activated
+        res = await mc.rescan(activate_new=True)
+        assert (res["new"], res["activated"], res["errors"]) == ([f"{NAME}:0"], None, {})
         publish(default_artifact, models, "3")
         res = await mc.rescan(activate_new=True)
-        assert sorted(res["new"]) == [f"{NAME}:0", f"{NAME}:3"] and res["activated"] == f"{NAME}:3"
+        assert (res["new"], res["activated"]) == ([f"{NAME}:3"], f"{NAME}:3")
         assert mc.registry.active.info.id == f"{NAME}:3" and persisted(data)["version"] == "3"
         assert f"{NAME}:0" not in {m.info.id for m in mc.registry.all()}
 
@@ -302,12 +304,19 @@ def test_rescan_lists_new_versions_and_activates_only_when_asked(default_artifac
         shutil.rmtree(bad)  # removed: its failure is forgotten
         res = await mc.rescan(activate_new=True)
         assert f"{NAME}:4" not in res["available"] and f"{NAME}:4" not in mc.failures
+
+        corrupt_artifact(default_artifact, models, NAME, "5")
+        with pytest.raises(ModelLoadError):
+            await mc.activate(NAME, "5")  # refused by hand first: the scan does not try it again
+        res = await mc.rescan(activate_new=True)
+        assert (res["new"], res["activated"], res["errors"]) == ([f"{NAME}:5"], None, {})
         rows = {r["id"]: (r["loaded"], r["active"]) for r in mc.available()}
         assert rows == {
             f"{NAME}:0": (False, False),
             f"{NAME}:1": (True, False),
             f"{NAME}:2": (False, False),
             f"{NAME}:3": (True, True),
+            f"{NAME}:5": (False, False),
         }
         assert mc.registry.active.info.id == f"{NAME}:3"
 
@@ -338,6 +347,8 @@ def test_poll_mode_activates_a_newly_published_newer_version(default_artifact, s
         stage = corrupt_artifact(default_artifact, models.parent / "stage-bad", NAME, "3")
         os.rename(stage, models / NAME / "3")
         await until(lambda: f"{NAME}:3" in mc.failures, "the corrupt minilm:3 recorded as failed")
+        scan = mc.last_poll  # recorded mid-scan: wait for that scan (which also saw minilm:0) to finish
+        await until(lambda: mc.last_poll != scan, "the scan that tried minilm:3 finished")
         assert mc.registry.active.info.id == f"{NAME}:2"  # the watcher survived the failure
         assert {m.info.id for m in mc.registry.all()} == {f"{NAME}:1", f"{NAME}:2"}
         assert not mc._poll_task.done()
