@@ -156,7 +156,8 @@ class ModelControl:
     async def startup(self) -> LoadedModel:
         """Load and activate the persisted active model, else ``settings.default_model``; start polling if asked.
 
-        A persisted model that no longer loads is logged and the default model is used instead.
+        A persisted model that no longer loads, or is no longer in ``models_dir``, is logged and the default model
+        is used instead.
 
         Raises:
             ModelLoadError: the model to start with cannot be loaded.
@@ -168,7 +169,7 @@ class ModelControl:
             try:
                 lm = await self._load_unlocked(name, version)
                 log.info("restored active model %s from %s", lm.info.id, self.state_path)
-            except ModelLoadError as e:
+            except (ModelLoadError, ModelNotFound) as e:  # no longer loads, or no longer on disk
                 log.error(
                     "persisted active model %s:%s cannot be loaded (%s); starting with %s",
                     name,
