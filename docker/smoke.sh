@@ -70,7 +70,7 @@ pass() { RESULTS+=("PASS  $1"); log "PASS  $1"; }
 fail() { RESULTS+=("FAIL  $1"); log "FAIL  $1"; FAILED=1; }
 note() { RESULTS+=("NOTE  $1"); log "NOTE  $1"; }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-timing() { TIMES+=("$(printf '%-58s %6ss' "$1" "$2")"); log "time  $1: $2 s"; }
+timing() { TIMES+=("$(printf '%-66s %5ss' "$1" "$2")"); log "time  $1: $2 s"; }
 mb() { python3 -c "print(f'{$1 / 1e6:.1f} MB')"; }
 
 # --- HTTP: req METHOD URL [JSON] [extra curl args] -> status code in $CODE, body in $TMP/body, headers in $TMP/hdr
@@ -132,7 +132,7 @@ else
 fi
 compose() { MODELS_HOST_DIR=$MODELS_SINGLE "${PC[@]}" -p "$PROJECT" -f docker/docker-compose.yml "$@"; }
 scale() {
-  MODELS_HOST_DIR=$MODELS_SCALE EMBED_PUBLISH_PORT=$SCALE_PORT PROMETHEUS_PORT=$SCALE_PROMETHEUS_PORT \
+  MODELS_HOST_DIR=$MODELS_SCALE EMBED_REPLICAS=2 EMBED_PUBLISH_PORT=$SCALE_PORT PROMETHEUS_PORT=$SCALE_PROMETHEUS_PORT \
     GRAFANA_PORT=$SCALE_GRAFANA_PORT "${PC[@]}" -p "$PROJECT_SCALE" -f docker/docker-compose.yml \
     -f docker/docker-compose.scale.yml "$@"
 }

@@ -12,14 +12,13 @@ else
   mkdir -p "$TMP/nginx-standin"
   cat >"$TMP/nginx-standin/docker-entrypoint.sh" <<'SH'
 #!/bin/sh
-# What the official nginx image's entrypoint does with the project's files: NGINX_LOCAL_RESOLVERS from
-# /etc/resolv.conf when NGINX_ENTRYPOINT_LOCAL_RESOLVERS is set, then /etc/nginx/templates/*.template rendered
-# into /etc/nginx/conf.d/ by envsubst, for the variables defined in the environment only.
+# What the official nginx image's entrypoint does with the project's files: source the executable
+# /docker-entrypoint.d/*.envsh, then render /etc/nginx/templates/*.template into /etc/nginx/conf.d/ by envsubst,
+# for the variables defined in the environment only.
 set -eu
-if [ -n "${NGINX_ENTRYPOINT_LOCAL_RESOLVERS:-}" ]; then
-  NGINX_LOCAL_RESOLVERS=$(awk 'BEGIN{ORS=" "} $1=="nameserver" {if ($2 ~ ":") {print "["$2"]"} else {print $2}}' /etc/resolv.conf)
-  export NGINX_LOCAL_RESOLVERS
-fi
+for f in $(find /docker-entrypoint.d/ -follow -type f -name '*.envsh' 2>/dev/null | sort -V); do
+  if [ -x "$f" ]; then echo "$0: sourcing $f"; . "$f"; else echo "$0: ignoring $f, not executable"; fi
+done
 defined=$(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/${\1}/p' | tr '\n' ' ')
 for t in /etc/nginx/templates/*.template; do
   [ -f "$t" ] || continue
@@ -33,7 +32,7 @@ FROM localhost/debian:bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends nginx curl gettext-base \
  && rm -rf /var/lib/apt/lists/* /etc/nginx/sites-enabled/default \
  && ln -sf /dev/stdout /var/log/nginx/access.log && ln -sf /dev/stderr /var/log/nginx/error.log \
- && mkdir -p /etc/nginx/templates
+ && mkdir -p /etc/nginx/templates /docker-entrypoint.d
 COPY docker-entrypoint.sh /docker-entrypoint.sh
 RUN chmod 755 /docker-entrypoint.sh
 ENTRYPOINT ["/docker-entrypoint.sh"]
@@ -51,6 +50,16 @@ CF
   fi
 fi
 
+milvus_healthy() {  # TIMING-LABEL: polls Milvus's health check (podman runs none by itself here)
+  local c t0=$SECONDS
+  c=$(project_containers "$PROJECT_SCALE" | grep -E '[_-]milvus[_-]1$' | head -n1)
+  while [ $((SECONDS - t0)) -lt 300 ]; do
+    podman healthcheck run "$c" >/dev/null 2>&1 && { timing "$1" $((SECONDS - t)); return 0; }
+    sleep 1
+  done
+  fail "$1: not healthy after 300 s"
+}
+
 # --- up: a versioned models directory (models/<name>/<version>/) shared by the replicas ------------------------
 V1=$(python3 -c "import json; print(json.load(open('models/$MODEL/manifest.json'))['version'])")
 V2=$((V1 + 1))
@@ -61,7 +70,8 @@ SURL=http://127.0.0.1:$SCALE_PORT
 SPROM=http://127.0.0.1:$SCALE_PROMETHEUS_PORT
 t=$SECONDS
 scale down -v >/dev/null 2>&1
-scale up -d --scale embed=2 "${SCALE_SERVICES[@]}" >"$TMP/scale-up.log" 2>&1 || { tail -n 30 "$TMP/scale-up.log"; fail "scale: compose up"; }
+scale up -d "${SCALE_SERVICES[@]}" >"$TMP/scale-up.log" 2>&1 || { tail -n 30 "$TMP/scale-up.log"; fail "scale: compose up"; }
+milvus_healthy "scale: up -> Milvus healthy (new volume)"
 if wait_ready "$SURL" 300; then pass "scale: /ready through nginx"; else fail "scale: /ready through nginx"; scale logs | tail -n 40; fi
 timing "scale: up (Milvus, 2 replicas, nginx) -> /ready through nginx" $((SECONDS - t))
 mapfile -t REPS < <(replicas)
@@ -74,14 +84,18 @@ for c in "${REPS[@]}"; do
 done
 check "scale: both replicas ready ($ready of ${#REPS[@]}; hostnames ${HOST_OF[*]})" [ "$ready" = 2 ]
 timing "scale: up -> both replicas ready" $((SECONDS - t))
-MILVUS_C=$(project_containers "$PROJECT_SCALE" | grep -E '[_-]milvus[_-]1$' | head -n1)
-restarts="milvus $(podman inspect "$MILVUS_C" --format '{{.RestartCount}}' 2>/dev/null)"
-for c in "${REPS[@]}"; do restarts+=", ${c##*[_-]embed[_-]} $(podman inspect "$c" --format '{{.RestartCount}}')"; done
-if [ -n "$(echo "$restarts" | grep -E ' [1-9]')" ]; then
-  note "scale: restarts during start-up ($restarts): podman-compose starts the replicas without waiting for Milvus's health check (it ignores depends_on's condition); a replica that cannot reach Milvus exits and its restart policy starts it again"
-else
-  note "scale: no container restarted during start-up ($restarts)"
-fi
+restarts() {  # WHEN: a note with each container's restart count
+  local r c
+  r="milvus=$(podman inspect "$(project_containers "$PROJECT_SCALE" | grep -E '[_-]milvus[_-]1$' | head -n1)" \
+    --format '{{.RestartCount}}' 2>/dev/null)"
+  for c in $(replicas); do r+=", embed_${c##*[_-]embed[_-]}=$(podman inspect "$c" --format '{{.RestartCount}}')"; done
+  if echo "$r" | grep -qE '=[1-9]'; then
+    note "scale: restarts $1 ($r): podman-compose starts the replicas without waiting for Milvus's health check (it ignores depends_on's condition); a replica that cannot reach Milvus exits and its restart policy starts it again"
+  else
+    note "scale: no container restarted $1 ($r)"
+  fi
+}
+restarts "during start-up"
 
 spread() {  # N METHOD PATH [JSON] through nginx -> X-Replica of each 200 in $TMP/seen, their count in $OK
   : >"$TMP/seen"
@@ -205,9 +219,11 @@ left=$(project_containers "$PROJECT_SCALE" | tr '\n' ' ')
 check "scale: compose down removed every container (left: ${left:-none})" [ -z "$left" ]
 for c in $left; do podman rm -f "$c" >/dev/null 2>&1; done
 check "scale: the Milvus volume ${PROJECT_SCALE}_milvus is kept" podman volume exists "${PROJECT_SCALE}_milvus"
-scale up -d --scale embed=2 "${SCALE_SERVICES[@]}" >"$TMP/scale-up2.log" 2>&1 || { tail -n 20 "$TMP/scale-up2.log"; fail "scale: compose up (again)"; }
+scale up -d "${SCALE_SERVICES[@]}" >"$TMP/scale-up2.log" 2>&1 || { tail -n 20 "$TMP/scale-up2.log"; fail "scale: compose up (again)"; }
+milvus_healthy "scale: down + up -> Milvus healthy (existing volume)"
 if wait_ready "$SURL" 300; then pass "scale: down/up: /ready through nginx again"; else fail "scale: down/up: /ready through nginx again"; fi
 timing "scale: compose down + up -> /ready through nginx" $((SECONDS - t))
+restarts "during the restart"
 req GET "$SURL/collections/smoke" "" "${AUTH[@]}"
 check "scale: collection survived down/up (HTTP $CODE, $(jbody 'd["count"]' 2>/dev/null) points, was $COUNT; model $(jbody 'd["model"]["name"] + ":" + d["model"]["version"]' 2>/dev/null))" \
   [ "$CODE:$(jbody 'd["count"]' 2>/dev/null):$(jbody 'd["model"]["version"]' 2>/dev/null)" = "200:$COUNT:$V2" ]

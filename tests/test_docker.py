@@ -252,6 +252,9 @@ def test_scale_override_services_are_health_checked_and_loopback_only() -> None:
             assert not _is_named(source) or source in declared, f"{name}: named volume {source} not declared"
     embed = scale["services"]["embed"]
     assert embed["ports"] == {"!reset": []}, "replicas publish no host port (nginx is the way in; --scale needs it)"
+    # replicas by default (`mode: replicated`: podman-compose reads the count only then, and its `down` reads no
+    # --scale); --scale embed=N still overrides
+    assert embed["deploy"] == {"mode": "replicated", "replicas": "${EMBED_REPLICAS:-2}"}
     assert embed["image"] != base["services"]["embed"]["image"], "the milvus-client build must not replace :cpu"
     assert embed["depends_on"]["milvus"]["condition"] == "service_healthy"
     nginx = scale["services"]["nginx"]
@@ -321,6 +324,7 @@ def test_milvus_entrypoint_writes_a_config_for_the_real_wheel(tmp_path) -> None:
 
 
 NGINX_TEMPLATE = DOCKER / "nginx" / "default.conf.template"
+RESOLVER_ENVSH = DOCKER / "nginx" / "15-embed-resolver.envsh"
 
 
 def _nginx_conf() -> str:
@@ -337,11 +341,12 @@ def test_nginx_template_balances_every_replica_within_the_service_limits() -> No
     nginx = scale["services"]["nginx"]
     assert re.fullmatch(r"nginx:\d+\.\d+\.\d+", nginx["image"]), "pin an official nginx release"
     assert "./nginx/default.conf.template:/etc/nginx/templates/default.conf.template:ro" in nginx["volumes"]
-    assert nginx["environment"]["NGINX_ENTRYPOINT_LOCAL_RESOLVERS"], "the image fills NGINX_LOCAL_RESOLVERS"
+    assert f"./nginx/{RESOLVER_ENVSH.name}:/docker-entrypoint.d/{RESOLVER_ENVSH.name}:ro" in nginx["volumes"]
+    assert os.access(RESOLVER_ENVSH, os.X_OK), "the image's entrypoint sources only executable *.envsh files"
     conf = _nginx_conf()
     assert conf.count("{") == conf.count("}")
-    assert set(re.findall(r"\$\{(\w+)\}", conf)) == {"NGINX_LOCAL_RESOLVERS"}, "only variables the image sets"
-    assert re.search(r"^resolver \$\{NGINX_LOCAL_RESOLVERS\} valid=\d+s", conf, re.M)
+    assert set(re.findall(r"\$\{(\w+)\}", conf)) == {"NGINX_DNS_RESOLVER"}, "only variables the entrypoint sets"
+    assert re.search(r"^resolver \$\{NGINX_DNS_RESOLVER\} valid=\d+s", conf, re.M)
     assert re.search(r"^\s*listen (\d+);", conf, re.M).group(1) == nginx["ports"][0].rsplit(":", 1)[1]
     # proxy_pass through a variable: resolved at run time, so every replica (and a changed set) is found
     var, target = re.search(r"set \$(\w+) (http://[\w.:-]+);", conf).groups()
@@ -362,7 +367,7 @@ def test_nginx_template_balances_every_replica_within_the_service_limits() -> No
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx)")
 def test_nginx_template_parses(tmp_path) -> None:
     """``nginx -t`` on the template rendered as the image renders it, inside a minimal nginx.conf."""
-    (tmp_path / "default.conf").write_text(NGINX_TEMPLATE.read_text().replace("${NGINX_LOCAL_RESOLVERS}", "127.0.0.11"))
+    (tmp_path / "default.conf").write_text(NGINX_TEMPLATE.read_text().replace("${NGINX_DNS_RESOLVER}", "127.0.0.11"))
     (tmp_path / "nginx.conf").write_text(
         f"pid {tmp_path}/nginx.pid;\nerror_log stderr;\nevents {{}}\nhttp {{\n  include {tmp_path}/default.conf;\n}}\n"
     )
@@ -372,6 +377,27 @@ def test_nginx_template_parses(tmp_path) -> None:
         text=True,
     )
     assert r.returncode == 0 and "syntax is ok" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("resolv", "expected"),
+    [
+        ("search dns.podman\nnameserver 10.89.0.1\nnameserver 10.255.255.53\n", "10.89.0.1"),  # podman
+        ("nameserver 127.0.0.11\noptions ndots:0\n", "127.0.0.11"),  # Docker
+        ("# comment\nnameserver fd00::1\nnameserver 10.0.0.2\n", "[fd00::1]"),  # IPv6 in brackets for nginx
+    ],
+)
+def test_resolver_script_picks_the_first_nameserver(tmp_path, resolv: str, expected: str) -> None:
+    """The ``.envsh`` the nginx entrypoint sources exports the first ``nameserver`` (the container runtime's DNS),
+    one address: nginx would ask a second one (podman lists the host's) in turn and get "not found"."""
+    (tmp_path / "resolv.conf").write_text(resolv)
+    out = subprocess.run(
+        ["sh", "-c", f'. "{RESOLVER_ENVSH}" && printf %s "$NGINX_DNS_RESOLVER"'],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RESOLV_CONF": str(tmp_path / "resolv.conf")},
+    )
+    assert out.returncode == 0 and out.stdout == expected, out
 
 
 def test_replica_header_names_the_host(default_artifact, tmp_path) -> None:
