@@ -5,8 +5,13 @@
 log "== part 4: the scale-out stack (2 replicas, nginx, Milvus)"
 
 # --- nginx: the image the compose file names if it is in local storage, else a stand-in from Debian's package ----
-if podman image exists "$NGINX_IMAGE"; then
+STANDIN_LABEL=redundancy-embed.stand-in
+standin_of() { podman image inspect "$1" --format "{{index .Labels \"$STANDIN_LABEL\"}}" 2>/dev/null; }
+if podman image exists "$NGINX_IMAGE" && [ -z "$(standin_of "$NGINX_IMAGE")" ]; then
   note "nginx: the image $NGINX_IMAGE from local storage"
+elif podman image exists "$NGINX_IMAGE"; then
+  v=$(podman run --rm --entrypoint nginx "$NGINX_IMAGE" -v 2>&1 | sed -n 's/.*nginx\///p')
+  note "nginx: $NGINX_IMAGE cannot be pulled here; the stand-in an earlier run built: $(standin_of "$NGINX_IMAGE") (nginx $v)"
 else
   t=$SECONDS
   mkdir -p "$TMP/nginx-standin"
@@ -29,6 +34,8 @@ exec "$@"
 SH
   cat >"$TMP/nginx-standin/Containerfile" <<'CF'
 FROM localhost/debian:bookworm
+ARG STANDIN=""
+LABEL redundancy-embed.stand-in="${STANDIN}"
 RUN apt-get update && apt-get install -y --no-install-recommends nginx curl gettext-base \
  && rm -rf /var/lib/apt/lists/* /etc/nginx/sites-enabled/default \
  && ln -sf /dev/stdout /var/log/nginx/access.log && ln -sf /dev/stderr /var/log/nginx/error.log \
@@ -40,9 +47,11 @@ STOPSIGNAL SIGQUIT
 CMD ["nginx", "-g", "daemon off;"]
 CF
   case "$NGINX_IMAGE" in */*) ref=docker.io/$NGINX_IMAGE ;; *) ref=docker.io/library/$NGINX_IMAGE ;; esac
-  if podman build -q --network host -t "$ref" "$TMP/nginx-standin" >"$TMP/nginx-build.log" 2>&1; then
+  what="Debian bookworm's nginx package on localhost/debian:bookworm, tagged $ref"
+  if podman build -q --network host --build-arg "STANDIN=$what" -t "$ref" "$TMP/nginx-standin" \
+    >"$TMP/nginx-build.log" 2>&1; then
     v=$(podman run --rm --entrypoint nginx "$ref" -v 2>&1 | sed -n 's/.*nginx\///p')
-    note "nginx: $NGINX_IMAGE cannot be pulled here; a stand-in built from Debian bookworm's nginx $v, tagged $ref"
+    note "nginx: $NGINX_IMAGE cannot be pulled here; a stand-in built now: $what (nginx $v)"
     timing "build the nginx stand-in (Debian's package)" $((SECONDS - t))
   else
     tail -n 20 "$TMP/nginx-build.log"
