@@ -155,16 +155,18 @@ check "scale: prometheus scrapes both replicas (targets up: $(jbody '", ".join(r
   [ "$n" = 2 ]
 POINTS_EXPR=$(python3 -c 'import json,sys; print(next(json.loads(l)["expr"] for l in open(sys.argv[1]) if json.loads(l)["panel"] == "Points per collection"))' "$TMP/exprs.jsonl")
 pts=""
+per=""
 t=$SECONDS
-while [ $((SECONDS - t)) -lt 60 ]; do
-  prom_query "$SPROM" "$POINTS_EXPR"
-  pts=$(jbody '",".join(r["value"][1] for r in d["data"]["result"] if r["metric"]["collection"] == "smoke")' 2>/dev/null)
-  [ "$pts" = "$N" ] && break
+while [ $((SECONDS - t)) -lt 90 ]; do  # until both replicas have been scraped since the upsert
+  prom_query "$SPROM" 'embed_collection_points{collection="smoke"}'
+  per=$(jbody '", ".join(r["metric"]["instance"] + "=" + r["value"][1] for r in d["data"]["result"])' 2>/dev/null)
+  [ "$(echo "$per" | grep -o "=$N" | wc -l)" = 2 ] && break
   sleep 3
 done
-prom_query "$SPROM" 'embed_collection_points{collection="smoke"}'
-per=$(jbody '", ".join(r["metric"]["instance"] + "=" + r["value"][1] for r in d["data"]["result"])' 2>/dev/null)
-check "scale: dashboard 'Points per collection' = $pts, expected $N (per replica: $per)" [ "$pts" = "$N" ]
+prom_query "$SPROM" "$POINTS_EXPR"
+pts=$(jbody '",".join(r["value"][1] for r in d["data"]["result"] if r["metric"]["collection"] == "smoke")' 2>/dev/null)
+check "scale: dashboard 'Points per collection' = $pts, expected $N (each replica reports the shared collection: $per)" \
+  [ "$pts:$(echo "$per" | grep -o "=$N" | wc -l)" = "$N:2" ]
 
 # --- a stopped replica is routed around; restarted, it is found again by DNS -------------------------------------
 DOWN=${REPS[0]}
