@@ -17,6 +17,7 @@ shutdown: not ready, collections closed, batchers drained. The web console's sta
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -112,5 +113,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         api_keys=keys,
         max_payload_bytes=settings.max_payload_bytes,
         request_timeout_s=settings.request_timeout_s,
+        replica=socket.gethostname() if settings.replica_header else None,
     )
     return app

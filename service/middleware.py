@@ -17,6 +17,8 @@ Order per HTTP request:
 
 5. ``embed_requests_total`` and ``embed_request_duration_seconds`` recorded with the
    route template (unknown paths as ``other``) and the final status.
+
+With ``replica`` set (setting ``replica_header``), every response carries ``X-Replica: <replica>``.
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def _is_json(content_type: bytes) -> bool:
 
 
 class ServiceMiddleware:
-    """ASGI middleware. Args: the app, :class:`Metrics`, accepted API keys, payload limit in bytes."""
+    """ASGI middleware. Args: the app, :class:`Metrics`, accepted API keys, payload limit in bytes, time budget of a
+    request in seconds, and the ``X-Replica`` value (None: no header)."""
 
     def __init__(
         self,
@@ -107,8 +110,10 @@ class ServiceMiddleware:
         api_keys: list[str],
         max_payload_bytes: int,
         request_timeout_s: float = 60.0,
+        replica: str | None = None,
     ) -> None:
         self.app = app
+        self.replica = [(b"x-replica", replica.encode())] if replica else []
         self.metrics = metrics
         self.api_keys = [k.encode() for k in api_keys]
         self.max_payload_bytes = max_payload_bytes
@@ -124,6 +129,8 @@ class ServiceMiddleware:
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
+                if self.replica:
+                    message = {**message, "headers": [*message.get("headers", []), *self.replica]}
             await send(message)
 
         try:

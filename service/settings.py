@@ -120,6 +120,10 @@ class Settings(BaseSettings):
     )
     model_poll_interval_s: float = Field(2.0, gt=0, description="seconds between scans of models_dir in poll mode")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log level")
+    replica_header: bool = Field(
+        False,
+        description="send 'X-Replica: <hostname>' on every response (tells replicas apart behind a load balancer)",
+    )
 
     # Collections (nearest-neighbour search); env EMBED_COLLECTIONS_*, flags --collections-*
     collections_backend: Literal["embedded", "milvus"] = Field(
