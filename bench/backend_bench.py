@@ -133,7 +133,7 @@ def part_backends(a: argparse.Namespace) -> list[dict]:
     print(f"points {len(X)}, queries {len(Q)}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        s = Settings(data_dir=Path(tmp) / "data")
+        s = Settings(data_dir=str(Path(tmp) / "data"))
         rows.append(bench_backend("embedded", s, X, Q, exact, a.batch))
         print(json.dumps(rows[-1]), flush=True)
         with milvus_server(Path(tmp) / "milvus") as uri:
