@@ -98,9 +98,10 @@ class MilvusBackend:
         """Stop the refresh task and disconnect (the data stays in Milvus)."""
         await cancel_and_wait(self._task)
         self._task = None
+        # calls already on the pool (a cancelled refresh keeps running in its thread) finish before the disconnect
+        await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown, True)
         if self.client is not None:
-            await self.run(self.client.close)
-        self._pool.shutdown(wait=True)
+            self.client.close()
 
     async def _refresh_loop(self) -> None:
         while True:
