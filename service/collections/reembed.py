@@ -157,42 +157,18 @@ class Reembedder:
         tg: ReembedTarget | None = None
         try:
             lm = self._embedder().resolve(info.id)
-            tg = await self._claim(c, target, info.dimension)
-            if tg is None:  # another replica completed it: show the shared status, not this replica's placeholder
-                c.reembed_status = None
-                return
-            st = tg.status
-            log.info("collection %s: re-embedding from %s to %s", c.name, model_id(c.model), info.id)
-            t0, n0, published, cursor = time.monotonic(), st["done"], 0.0, None
             while True:
-                rows, cursor = await run(tg.pending, cursor, BATCH)
-                if not rows:
-                    if await run(tg.complete):
-                        break
-                    cursor = None  # points added meanwhile without a target vector: sweep again
-                    continue
-                res = await self._encode([r[1] for r in rows], lm)
-                await run(tg.write, [r[0] for r in rows], res.embeddings)
-                st["done"] += len(rows)
-                st["total"] = max(await self._count(c), st["done"])
-                el = time.monotonic() - t0
-                rate = float(self.backend.settings.reembed_rate or 0.0)
-                if rate > 0 and (slack := (st["done"] - n0) / rate - el) > 0:
-                    await asyncio.sleep(slack)  # collections_reembed_rate: leave the CPU to live traffic
-                    el = time.monotonic() - t0
-                st["rate_per_s"] = round((st["done"] - n0) / el, 2) if el > 0 else None
-                if time.monotonic() - published >= PUBLISH_EVERY_S:
-                    if not await run(tg.renew):
-                        raise RuntimeError("the claim on this re-embedding was lost to another replica")
-                    await run(tg.publish_status)
-                    published = time.monotonic()
-            el = time.monotonic() - t0
-            own = st["done"] - n0  # points this task embedded (live upserts write the target themselves)
-            n = await self._count(c)
-            st.update(state="completed", done=n, total=n, finished_at=time.time(), seconds=round(el, 3))
-            st["rate_per_s"] = round(own / el, 2) if el > 0 else None
-            await run(tg.publish_status)
-            await run(tg.abandon, False)  # detach (a no-op after the switch) and release
+                tg = await self._claim(c, target, info.dimension)
+                if tg is None:  # another replica completed it: show the shared status, not this one's placeholder
+                    c.reembed_status = None
+                    return
+                if await self._sweep(c, tg, lm, info):
+                    return
+                # the claim went to another replica (two claims can overlap on a shared backend): wait, and take
+                # over if its claim lapses
+                log.info("collection %s: another replica holds the re-embedding to %s; waiting", c.name, info.id)
+                await run(tg.abandon, False)
+                tg = None
         except asyncio.CancelledError:
             if tg is not None:
                 tg.status.update(state="cancelled", finished_at=time.time())
@@ -206,6 +182,47 @@ class Reembedder:
                 await run(tg.abandon, False)
             else:
                 c.reembed_status = {**(c.reembed_status or {}), **failed}
+
+    async def _sweep(self, c: CollectionHandle, tg: ReembedTarget, lm: Any, info: Any) -> bool:
+        """Embed every point lacking a target vector, then switch (the module docstring's steps 2-4).
+
+        Returns:
+            True when the collection switched; False when this process lost the claim meanwhile.
+        """
+        run = self.backend.run
+        st = tg.status
+        log.info("collection %s: re-embedding from %s to %s", c.name, model_id(c.model), info.id)
+        t0, n0, published, cursor = time.monotonic(), st["done"], 0.0, None
+        while True:
+            rows, cursor = await run(tg.pending, cursor, BATCH)
+            if not rows:
+                if await run(tg.complete):
+                    break
+                cursor = None  # points added meanwhile without a target vector: sweep again
+                continue
+            res = await self._encode([r[1] for r in rows], lm)
+            await run(tg.write, [r[0] for r in rows], res.embeddings)
+            st["done"] += len(rows)
+            st["total"] = max(await self._count(c), st["done"])
+            el = time.monotonic() - t0
+            rate = float(self.backend.settings.reembed_rate or 0.0)
+            if rate > 0 and (slack := (st["done"] - n0) / rate - el) > 0:
+                await asyncio.sleep(slack)  # collections_reembed_rate: leave the CPU to live traffic
+                el = time.monotonic() - t0
+            st["rate_per_s"] = round((st["done"] - n0) / el, 2) if el > 0 else None
+            if time.monotonic() - published >= PUBLISH_EVERY_S:
+                if not await run(tg.renew):
+                    return False
+                await run(tg.publish_status)
+                published = time.monotonic()
+        el = time.monotonic() - t0
+        own = st["done"] - n0  # points this task embedded (live upserts write the target themselves)
+        n = await self._count(c)
+        st.update(state="completed", done=n, total=n, finished_at=time.time(), seconds=round(el, 3))
+        st["rate_per_s"] = round(own / el, 2) if el > 0 else None
+        await run(tg.publish_status)
+        await run(tg.abandon, False)  # detach (a no-op after the switch) and release
+        return True
 
     async def close(self) -> None:
         """Stop every re-embedding (target vectors stay, so a restart resumes them)."""

@@ -221,7 +221,7 @@ class MilvusBackend:
         owner, key = f"create:{time.time_ns()}", f"+{name}"
         s = self.settings
         try:
-            if not self.registry.claim(key, owner, time.time(), s.milvus_claim_ttl_s, self.claim_settle_s):
+            if self.registry.claim(key, owner, s.milvus_claim_ttl_s, self.claim_settle_s) is None:
                 raise CollectionExists(f"collection {name!r} already exists (another replica is creating it)")
             if self.registry.record(name) is not None:
                 raise CollectionExists(f"collection {name!r} already exists")

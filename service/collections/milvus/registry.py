@@ -96,14 +96,27 @@ class Registry:
         live = [c for c in self._claims(name) if c.get("until", 0) > now]
         return min(live, key=lambda c: (c["at"], c["owner"]))["owner"] if live else None
 
-    def claim(self, name: str, owner: str, at: float, ttl_s: float, settle_s: float = 0.0) -> bool:
-        """Write (or renew) ``owner``'s claim on ``name``, made at ``at`` (seconds since the epoch) and valid for
-        ``ttl_s`` from now; wait ``settle_s`` (a first claim); True when ``owner`` holds the claim (module
-        docstring)."""
-        self.put(f"l:{name}:{owner}", {"owner": owner, "at": at, "until": time.time() + ttl_s})
+    def claim(
+        self, name: str, owner: str, ttl_s: float, settle_s: float = 0.0, at: float | None = None
+    ) -> float | None:
+        """Write (or renew) ``owner``'s claim on ``name``, valid for ``ttl_s`` from now, and say whether it holds.
+
+        Args:
+            at: the claim's place in line (seconds since the epoch); None keeps the place of ``owner``'s live claim,
+                or takes now for a new one (a waiting replica keeps its place).
+            settle_s: wait this long after writing (a first claim: earlier claims become visible).
+
+        Returns:
+            the claim's ``at`` when ``owner`` holds the claim (module docstring), else None.
+        """
+        now = time.time()
+        if at is None:
+            mine = [c for c in self._claims(name) if c["owner"] == owner and c.get("until", 0) > now]
+            at = mine[0]["at"] if mine else now
+        self.put(f"l:{name}:{owner}", {"owner": owner, "at": at, "until": now + ttl_s})
         if settle_s > 0:
             time.sleep(settle_s)
-        return self.holder(name) == owner
+        return at if self.holder(name) == owner else None
 
     def release(self, name: str, owner: str | None = None) -> None:
         """Drop ``owner``'s claim on ``name`` (every claim when None)."""

@@ -62,8 +62,8 @@ def begin(c: Any, model: dict[str, Any], dimension: int, owner: str) -> MilvusTa
         params = normalize_params(spec.kind, get_type(spec.kind).user_params(spec.params), dimension)
     except IndexConfigError as e:
         raise InvalidCollectionRequest(f"cannot re-embed {c.name!r} at dimension {dimension}: {e}") from e
-    claimed_at = time.time()
-    if not b.registry.claim(c.name, owner, claimed_at, s.milvus_claim_ttl_s, settle_s=b.claim_settle_s):
+    claimed_at = b.registry.claim(c.name, owner, s.milvus_claim_ttl_s, settle_s=b.claim_settle_s)
+    if claimed_at is None:
         return None
     rec = b.registry.record(c.name)
     if rec is None:
@@ -152,17 +152,26 @@ class MilvusTarget:
         self.c.shared_status = dict(self.status)
 
     def renew(self) -> bool:
-        """Extend the claim; False when another replica holds it now."""
-        return self.b.registry.claim(self.c.name, self.owner, self.claimed_at, self.b.settings.milvus_claim_ttl_s)
+        """Extend the claim; False when another replica holds it now, or announced its own target (two claims can
+        overlap when a claim's write is slower than ``claim_settle_s``)."""
+        if (
+            self.b.registry.claim(self.c.name, self.owner, self.b.settings.milvus_claim_ttl_s, at=self.claimed_at)
+            is None
+        ):
+            return False
+        rec = self.b.registry.record(self.c.name)
+        return rec is not None and (rec.get("reembed") or {}).get("physical") == self.new
 
     def abandon(self, drop: bool) -> None:
         """Release the claim; ``drop`` also ends the re-embedding (record and new collection) for every replica,
-        else it stays announced so the next claimer resumes it."""
-        if drop:
-            rec = self.b.registry.record(self.c.name)
-            if rec is not None and (rec.get("reembed") or {}).get("physical") == self.new:
-                rec["reembed"] = None
-                self.b.registry.put(f"c:{self.c.name}", rec)
-                self.c.update(rec, self.c.shared_status)
+        else it stays announced so the next claimer resumes it. A new collection no record announces (another
+        replica's announcement replaced it) is retired either way."""
+        rec = self.b.registry.record(self.c.name)
+        announced = rec is not None and (rec.get("reembed") or {}).get("physical") == self.new
+        if drop and announced:
+            rec["reembed"] = None
+            self.b.registry.put(f"c:{self.c.name}", rec)
+            self.c.update(rec, self.c.shared_status)
+        if (drop or not announced) and rec is not None and rec.get("physical") != self.new:
             self.b.retire(self.new)
         self.b.registry.release(self.c.name, self.owner)

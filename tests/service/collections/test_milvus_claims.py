@@ -1,0 +1,86 @@
+"""Overlapping re-embedding claims on the milvus backend, made deterministic (real Milvus server, two backends on one
+prefix as two replicas would be).
+
+Milvus has no compare-and-set, so two replicas can both believe they hold a claim when one claim's write is slower
+than ``claim_settle_s`` (seen under load). Here replica B's claim is ordered before A's after A has already announced
+its target: A must notice at its next renewal, B must resume A's announced target (not create another), A's
+release must leave that target in place, and B must complete the switch that every replica then sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+
+from service.collections import open_backend
+from service.settings import Settings
+from training.data.sts import load_task
+
+M1 = {"name": "m", "version": "1", "sha256": "1" * 64}
+M2 = {"name": "m", "version": "2", "sha256": "2" * 64}
+DIM = 16
+
+
+def _vectors(texts: list[str], salt: int) -> np.ndarray:
+    """Deterministic vectors per text (the claim logic under test does not depend on their meaning)."""
+    out = np.stack([np.random.default_rng([salt, sum(t.encode())]).standard_normal(DIM) for t in texts])
+    return out.astype(np.float32)
+
+
+@pytest.fixture()
+def replicas(milvus_uri):
+    s = Settings(
+        collections_backend="milvus", collections_milvus_uri=milvus_uri,
+        collections_milvus_prefix=f"k{uuid.uuid4().hex[:10]}_", collections_milvus_refresh_s=0.2,
+        collections_milvus_claim_ttl_s=3.0, collections_milvus_claim_settle_s=0.2,
+        collections_milvus_write_timeout_s=1.0,
+    )  # fmt: skip
+    loop = asyncio.new_event_loop()
+    a, b = open_backend(s), open_backend(s)
+    loop.run_until_complete(a.start())
+    loop.run_until_complete(b.start())
+    yield loop, a, b
+    loop.run_until_complete(a.close())
+    loop.run_until_complete(b.close())
+    loop.close()
+
+
+def test_overlapping_claims_resolve_to_one_target(replicas):
+    loop, a, b = replicas
+    p = load_task("STSBenchmark")
+    texts = list(dict.fromkeys(p.sent1))[:60]
+    ca = loop.run_until_complete(a.create("docs", "flat", None, "cosine", M1, DIM))
+    ca.upsert(list(range(len(texts))), texts, [{"row": i} for i in range(len(texts))], _vectors(texts, 1), model=M1)
+
+    ta = ca.begin_reembed(M2, DIM, "replica-a")
+    assert ta is not None and ta.renew()
+    # B's claim, ordered before A's (its write was slow: it reaches Milvus only now)
+    assert b.registry.claim("docs", "replica-b", 3.0, at=ta.claimed_at - 1.0) is not None
+    assert ta.renew() is False  # A notices at its next renewal
+    tb = b.get("docs").begin_reembed(M2, DIM, "replica-b")
+    assert tb is not None and tb.new == ta.new  # B resumes A's announced target instead of making another
+    ta.abandon(False)
+    assert b.exists(tb.new) and not b.registry.retired()  # A's release leaves B's target alone
+    assert b.get("docs").begin_reembed(M2, DIM, "replica-a2") is None  # a third replica waits
+
+    cursor = None
+    while True:
+        rows, cursor = tb.pending(cursor, 25)
+        if not rows:
+            if tb.complete():
+                break
+            cursor = None
+            continue
+        tb.write([r[0] for r in rows], _vectors([r[1] for r in rows], 2))
+    tb.abandon(False)
+    a.refresh_one("docs")
+    for backend in (a, b):
+        c = backend.get("docs")
+        assert c.model == M2 and c.count == len(texts)
+        got = c.get(5, with_vector=True)
+        want = _vectors([texts[5]], 2)[0]
+        np.testing.assert_allclose(got["vector"], want / np.linalg.norm(want), atol=1e-5)
+    assert b.registry.retired()  # the old physical collection is retired once switched
