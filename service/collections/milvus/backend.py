@@ -230,7 +230,7 @@ class MilvusBackend:
             rec = {"name": name, "kind": spec.kind, "metric": spec.metric, "params": spec.params,
                    "dimension": spec.dimension, "model": dict(model), "physical": physical,
                    "created_at": time.time(), "reembed": None}  # fmt: skip
-            self.registry.put(f"c:{name}", rec)
+            self.registry.put_record(name, rec)
             self.point_alias(name, physical)
         finally:
             self.registry.release(key, owner)

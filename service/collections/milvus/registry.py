@@ -4,8 +4,9 @@ reads, holding one JSON document per row:
 * ``c:<name>``: a collection's record: ``{name, kind, metric, params, dimension, model, physical, created_at,
   reembed, retired}``. ``physical`` is the Milvus collection holding its points now; ``reembed`` (or null) the
   running re-embedding ``{model, dimension, physical, announced_at}``; ``retired`` ``[[physical, drop_after]]``
-  the old physical collections kept until no replica can still use them. A record changes in one row write, so a
-  switch of model, dimension and physical collection is atomic for every reader.
+  the old physical collections kept until no replica can still use them; ``rev`` a revision that every write
+  increments (a replica's view never goes back to an older revision, whichever thread read it first). A record
+  changes in one row write, so a switch of model, dimension and physical collection is atomic for every reader.
 * ``s:<name>``: the progress of its last re-embedding (what ``GET /collections/{name}`` shows under ``reembedding``).
 * ``l:<name>:<owner>``: a claim on re-embedding ``name`` (``l:+<name>:<owner>``: on creating it):
   ``{owner, at, until}``.
@@ -64,6 +65,11 @@ class Registry:
     def put(self, key: str, doc: dict[str, Any]) -> None:
         """Write one document (replacing the row)."""
         self.client.upsert(self.name, [{"key": key, "doc": doc, "vec": [0.0, 0.0]}])
+
+    def put_record(self, name: str, rec: dict[str, Any]) -> None:
+        """Write a collection's record (read from the registry just before) with its revision incremented."""
+        rec["rev"] = int(rec.get("rev", 0)) + 1
+        self.put(f"c:{name}", rec)
 
     def remove(self, keys: list[str]) -> None:
         """Delete rows by key."""

@@ -78,7 +78,7 @@ def begin(c: Any, model: dict[str, Any], dimension: int, owner: str) -> MilvusTa
         rb = {"model": dict(model), "dimension": dimension, "params": params, "physical": physical,
               "announced_at": time.time()}  # fmt: skip
         rec["reembed"] = rb
-        b.registry.put(f"c:{c.name}", rec)
+        b.registry.put_record(c.name, rec)
     c.update(rec, c.shared_status)
     return MilvusTarget(c, rec, owner, claimed_at)
 
@@ -140,7 +140,7 @@ class MilvusTarget:
         if (rec.get("reembed") or {}).get("physical") != self.new or not self.renew():
             return False
         rec.update(model=self.model, dimension=self.dimension, params=self.params, physical=self.new, reembed=None)
-        self.b.registry.put(f"c:{self.c.name}", rec)  # the switch, for every replica
+        self.b.registry.put_record(self.c.name, rec)  # the switch, for every replica
         self.b.point_alias(self.c.name, self.new)
         self.b.retire(self.old)
         self.c.update(rec, self.c.shared_status)
@@ -170,7 +170,7 @@ class MilvusTarget:
         announced = rec is not None and (rec.get("reembed") or {}).get("physical") == self.new
         if drop and announced:
             rec["reembed"] = None
-            self.b.registry.put(f"c:{self.c.name}", rec)
+            self.b.registry.put_record(self.c.name, rec)
             self.c.update(rec, self.c.shared_status)
         if (drop or not announced) and rec is not None and rec.get("physical") != self.new:
             self.b.retire(self.new)

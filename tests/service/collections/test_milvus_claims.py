@@ -84,3 +84,27 @@ def test_overlapping_claims_resolve_to_one_target(replicas):
         want = _vectors([texts[5]], 2)[0]
         np.testing.assert_allclose(got["vector"], want / np.linalg.norm(want), atol=1e-5)
     assert b.registry.retired()  # the old physical collection is retired once switched
+
+
+def test_a_read_from_before_the_switch_never_moves_a_view_back(replicas):
+    """Registry reads run on several threads: a refresh that read the registry before a switch can apply its result
+    after the switch (seen in CI: a collection reported its re-embedding ``completed`` with the old model)."""
+    loop, a, _ = replicas
+    p = load_task("STSBenchmark")
+    texts = list(dict.fromkeys(p.sent1))[:30]
+    c = loop.run_until_complete(a.create("docs", "flat", None, "cosine", M1, DIM))
+    c.upsert(list(range(len(texts))), texts, [{"row": i} for i in range(len(texts))], _vectors(texts, 1), model=M1)
+    tg = c.begin_reembed(M2, DIM, "replica-a")
+    tg.publish_status()
+    stale_recs, stale_stats = a.registry.records()  # a refresh reads here...
+    rows, _ = tg.pending(None, 100)
+    tg.write([r[0] for r in rows], _vectors([r[1] for r in rows], 2))
+    assert tg.complete()
+    tg.status.update(state="completed", done=len(texts))
+    tg.publish_status()
+    assert stale_recs["docs"]["model"] == M1 and stale_stats["docs"]["state"] == "running"
+    c.update(stale_recs["docs"], stale_stats["docs"])  # ...and applies its result only now
+    assert c.model == M2 and c.info()["dimension"] == DIM and c.info()["model"] == M2
+    assert c.reembed_status["state"] == "completed"
+    a.refresh_one("docs")
+    assert c.model == M2 and c.record["rev"] == stale_recs["docs"]["rev"] + 1
