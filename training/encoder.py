@@ -218,6 +218,23 @@ class SentenceEncoder(nn.Module):
         return next(self.model.parameters()).device
 
     # ---- tokenisation / forward ------------------------------------------------------
+    def set_dropout(self, p: float) -> None:
+        """Set the rate of every dropout layer of the backbone to ``p`` (SimCSE's augmentation noise: Gao et al.,
+        "SimCSE", arXiv:2104.08821, Table 2 sweeps p for BERT-base and finds 0.1 best) and record it in the model
+        config, so the saved model states the rate it was trained with.
+
+        Raises:
+            ValueError: ``p`` outside [0, 1).
+        """
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {p}")
+        for m in self.model.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = p
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if hasattr(self.model.config, key):
+                setattr(self.model.config, key, p)
+
     def tokenize(self, texts: Sequence[str], max_seq_length: int | None = None) -> dict[str, torch.Tensor]:
         """Tokenise to ``input_ids`` / ``attention_mask`` (int64, ``(N, T)``), padded to the longest, truncated."""
         enc = self.tokenizer(

@@ -66,6 +66,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
 
         self.encoder = SentenceEncoder(cfg.model_name_or_path, cfg.pooling, cfg.mlp_head, cfg.max_seq_length)
+        if cfg.dropout is not None:
+            self.encoder.set_dropout(cfg.dropout)
         keep = cfg.head_at_inference if cfg.head_at_inference is not None else cfg.data.mode == "sup"
         if keep and self.encoder.head is None:
             raise ValueError("head_at_inference needs an MLP head (mlp_head: true or pooling: cls)")

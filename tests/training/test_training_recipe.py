@@ -118,3 +118,24 @@ def test_supervised_head_is_kept_at_test_time_and_exported(raw_dir, tmp_path):
     # without the Dense module the head is training-only: plain [CLS] at test
     plain = enc.save_sentence_transformer(tmp_path / "plain", with_head=False)
     assert abs(encode_fn_for(str(plain))(sents) - cls.numpy()).max() < 1e-5
+
+
+def test_dropout_rate_changes_the_augmentation_noise(raw_dir):
+    """SimCSE's only augmentation is dropout: the rate set by ``dropout`` must reach every dropout layer (two passes
+    differ more at 0.3 than at 0.1, not at all at 0) and be recorded in the saved config."""
+    enc = SentenceEncoder(str(raw_dir), pooling="cls", mlp_head=False)
+    enc.train()
+    texts = ["a man is playing a guitar .", "two dogs run across a field ."]
+
+    def gap(p: float) -> float:
+        enc.set_dropout(p)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            t = enc.tokenize(texts)
+            a, b = enc(**t).embedding, enc(**t).embedding
+        return float((1 - torch.nn.functional.cosine_similarity(a, b)).mean())
+
+    assert gap(0.0) < 1e-6 < gap(0.1) < gap(0.3)
+    assert enc.model.config.hidden_dropout_prob == 0.3 and enc.model.config.attention_probs_dropout_prob == 0.3
+    with pytest.raises(ValueError):
+        enc.set_dropout(1.0)
