@@ -73,6 +73,11 @@ class DataConfig(BaseModel):
     max_train_samples: int | None = None
 
 
+def expand_path(v: str) -> str:
+    """``~`` and ``$VARS`` expanded in a path setting (an empty string stays empty)."""
+    return os.path.expandvars(os.path.expanduser(v)) if v else v
+
+
 class YamlSettings(BaseSettings):
     """Base of the package's settings objects: CLI overrides > ``env_prefix`` environment > YAML file > defaults.
 
@@ -155,7 +160,7 @@ class TrainSettings(YamlSettings):
     @field_validator("model_name_or_path")
     @classmethod
     def _expand_path(cls, v: str) -> str:
-        return os.path.expandvars(os.path.expanduser(v)) if v else v
+        return expand_path(v)
 
     def recipe(self) -> dict[str, Any]:
         """The config as a JSON-able dict (the manifest's ``training`` recipe)."""

@@ -19,7 +19,7 @@ does not say how its gradient reaches c, so it is a straight-through estimator (
 * ``sigmoid``: the gradient of ``sigmoid((c − σ^d) / β)`` (β = ``surrogate_temperature``), so
   ∂L/∂c = Σ_d ∂L/∂m_d · sigmoid'((c − σ^d)/β) / β. It only moves c while some σ^d lies within a few β
   of c; from an init above every σ^d (c ~ U(0, 1) on a small raw encoder, σ in ~0.06–0.45) the float32
-  sigmoid saturates to exactly 1 and c never moves (measured: docs/results.md).
+  sigmoid saturates to exactly 1 and c never moves (docs/results.md, "3R's threshold c on this encoder").
 
 σ is treated as a statistic (no gradient).
 

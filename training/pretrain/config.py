@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from training.config import YamlSettings
+from training.config import YamlSettings, expand_path
 from training.data.sts import REPO_ROOT
 
 
@@ -66,6 +66,11 @@ class PretrainSettings(YamlSettings):
     save_every: int = Field(250, ge=1, description="resumable checkpoint every N steps")
     output_dir: str = str(cache_root() / "raw_small")
     progress: bool = True
+
+    @field_validator("init_from", "corpus_file", "output_dir")
+    @classmethod
+    def _expand_path(cls, v: str) -> str:
+        return expand_path(v)
 
     def recipe(self) -> dict[str, Any]:
         """The config as a JSON-able dict (recorded beside the encoder)."""

@@ -14,19 +14,24 @@ reads, holding one JSON document per row:
 
 Claims: Milvus has no compare-and-set, so a re-embedding is claimed by order: a replica writes its claim, waits
 ``settle_s`` (so that every claim written before its own is visible), then holds the re-embedding if its claim is
-the earliest unexpired one (ties by owner name). The holder renews its claim; one that lapses (a killed replica)
-lets the next claimer take over and resume.
+the earliest unexpired one (ties by owner name). The holder renews its claim; one that lapses (a killed or stalled
+replica) lets the next claimer take over and resume, and cannot be renewed: its holder learns it lost at its next
+renewal and goes back to waiting.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
 _MAX_ROWS = 16384  # Milvus's query window
+
+log = logging.getLogger("service.collections.milvus")
 
 
 class Registry:
@@ -124,7 +129,60 @@ class Registry:
             time.sleep(settle_s)
         return at if self.holder(name) == owner else None
 
+    def renew(self, name: str, owner: str, ttl_s: float, at: float) -> bool:
+        """Extend ``owner``'s claim on ``name`` (taken at ``at``) for ``ttl_s`` from now; False when it lapsed
+        meanwhile or another claim is ahead of it. A lapsed claim cannot be renewed: renewing it with its old place
+        in line would take the re-embedding back from the replica that took over."""
+        now = time.time()
+        mine = [
+            c
+            for c in self._claims(name)
+            if c["owner"] == owner and abs(c["at"] - at) < 1e-3 and c.get("until", 0) > now
+        ]
+        if not mine:
+            return False
+        self.put(f"l:{name}:{owner}", {"owner": owner, "at": at, "until": now + ttl_s})
+        return self.holder(name) == owner
+
     def release(self, name: str, owner: str | None = None) -> None:
         """Drop ``owner``'s claim on ``name`` (every claim when None)."""
         keys = [f"l:{name}:{c['owner']}" for c in self._claims(name) if owner is None or c["owner"] == owner]
         self.remove(keys)
+
+
+class Lease:
+    """Keeps a held claim alive from a thread, renewing it every third of its TTL, so that a holder busy in one long
+    Milvus call (creating a collection, reading every write version) does not lapse; the usual lease keeper.
+
+    :attr:`lost` turns True, and renewal stops, when a renewal fails (the claim lapsed or another is ahead: see
+    :meth:`Registry.renew`) or raises (Milvus unreachable: giving the claim up is the safe side, the announced target
+    stays for the next claimer).
+
+    Args:
+        registry: the registry. name: the collection. owner: the claim's owner. at: its place in line.
+        ttl_s: the claim's TTL (``collections_milvus_claim_ttl_s``).
+    """
+
+    def __init__(self, registry: Registry, name: str, owner: str, at: float, ttl_s: float) -> None:
+        self.registry, self.name, self.owner, self.at, self.ttl_s = registry, name, owner, at, ttl_s
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"milvus-lease-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                ok = self.registry.renew(self.name, self.owner, self.ttl_s, self.at)
+            except Exception:
+                log.warning("milvus: renewing the claim on %s failed; giving it up", self.name, exc_info=True)
+                ok = False
+            if not ok:
+                self.lost = True
+                return
+
+    def stop(self) -> None:
+        """Stop renewing (before releasing the claim)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

@@ -27,6 +27,7 @@ from typing import Any
 from ..backend import same_model
 from ..errors import CollectionClosed, InvalidCollectionRequest
 from ..index import IndexConfigError, IndexSpec, get_type, normalize_params
+from .registry import Lease
 from .schema import create_physical
 
 _PAGE = 16384
@@ -49,7 +50,8 @@ def _versions(client: Any, physical: str) -> dict[str, int]:
 
 def begin(c: Any, model: dict[str, Any], dimension: int, owner: str) -> MilvusTarget | None:
     """Claim ``c``'s re-embedding towards ``model`` and announce it (or resume the announced one for the same
-    model); None when another replica holds the claim.
+    model); None when another replica holds the claim, or the collection already has ``model`` (this replica's view
+    was older than another replica's switch).
 
     Raises:
         InvalidCollectionRequest: the index params cannot be carried to ``dimension``.
@@ -65,10 +67,28 @@ def begin(c: Any, model: dict[str, Any], dimension: int, owner: str) -> MilvusTa
     claimed_at = b.registry.claim(c.name, owner, s.milvus_claim_ttl_s, settle_s=b.claim_settle_s)
     if claimed_at is None:
         return None
+    lease = Lease(b.registry, c.name, owner, claimed_at, s.milvus_claim_ttl_s)
+    try:
+        return _announce(c, model, dimension, owner, params, lease)
+    except BaseException:
+        lease.stop()
+        b.registry.release(c.name, owner)
+        raise
+
+
+def _announce(c: Any, model: dict[str, Any], dimension: int, owner: str, params: dict[str, Any], lease: Lease) -> Any:
+    """:func:`begin` once the claim is held (kept alive by ``lease``)."""
+    b = c.backend
+    spec = c.spec
     rec = b.registry.record(c.name)
     if rec is None:
-        b.registry.release(c.name, owner)
         raise CollectionClosed(f"collection {c.name!r} not found (deleted)")
+    if same_model(rec["model"], model) and int(rec["dimension"]) == dimension:
+        # this replica's view was older than the switch another replica made: nothing left to do
+        lease.stop()
+        b.registry.release(c.name, owner)
+        c.update(rec, c.shared_status)
+        return None
     rb = rec.get("reembed")
     if not (rb and same_model(rb["model"], model) and rb["dimension"] == dimension and b.exists(rb["physical"])):
         if rb:
@@ -80,14 +100,18 @@ def begin(c: Any, model: dict[str, Any], dimension: int, owner: str) -> MilvusTa
         rec["reembed"] = rb
         b.registry.put_record(c.name, rec)
     c.update(rec, c.shared_status)
-    return MilvusTarget(c, rec, owner, claimed_at)
+    if lease.lost:  # another replica took over meanwhile: it resumes the announced target
+        lease.stop()
+        b.registry.release(c.name, owner)
+        return None
+    return MilvusTarget(c, rec, owner, lease)
 
 
 class MilvusTarget:
     """An announced re-embedding of one collection held by ``owner`` (see the module docstring)."""
 
-    def __init__(self, c: Any, rec: dict[str, Any], owner: str, claimed_at: float) -> None:
-        self.c, self.b, self.owner, self.claimed_at = c, c.backend, owner, claimed_at
+    def __init__(self, c: Any, rec: dict[str, Any], owner: str, lease: Lease) -> None:
+        self.c, self.b, self.owner, self.lease, self.claimed_at = c, c.backend, owner, lease, lease.at
         rb = rec["reembed"]
         self.model, self.dimension, self.params = dict(rb["model"]), int(rb["dimension"]), rb["params"]
         self.old, self.new, self.announced_at = rec["physical"], rb["physical"], float(rb["announced_at"])
@@ -154,9 +178,8 @@ class MilvusTarget:
     def renew(self) -> bool:
         """Extend the claim; False when another replica holds it now, or announced its own target (two claims can
         overlap when a claim's write is slower than ``claim_settle_s``)."""
-        if (
-            self.b.registry.claim(self.c.name, self.owner, self.b.settings.milvus_claim_ttl_s, at=self.claimed_at)
-            is None
+        if self.lease.lost or not self.b.registry.renew(
+            self.c.name, self.owner, self.b.settings.milvus_claim_ttl_s, self.claimed_at
         ):
             return False
         rec = self.b.registry.record(self.c.name)
@@ -166,6 +189,7 @@ class MilvusTarget:
         """Release the claim; ``drop`` also ends the re-embedding (record and new collection) for every replica,
         else it stays announced so the next claimer resumes it. A new collection no record announces (another
         replica's announcement replaced it) is retired either way."""
+        self.lease.stop()
         rec = self.b.registry.record(self.c.name)
         announced = rec is not None and (rec.get("reembed") or {}).get("physical") == self.new
         if drop and announced:

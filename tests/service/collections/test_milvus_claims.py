@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from service.collections import open_backend
+from service.collections.milvus.collection import MilvusCollection
 from service.settings import Settings
 from training.data.sts import load_task
 
@@ -106,5 +107,36 @@ def test_a_read_from_before_the_switch_never_moves_a_view_back(replicas):
     c.update(stale_recs["docs"], stale_stats["docs"])  # ...and applies its result only now
     assert c.model == M2 and c.info()["dimension"] == DIM and c.info()["model"] == M2
     assert c.reembed_status["state"] == "completed"
+    tg.abandon(False)
     a.refresh_one("docs")
     assert c.model == M2 and c.record["rev"] == stale_recs["docs"]["rev"] + 1
+
+
+def test_a_lapsed_claim_cannot_be_renewed_and_a_stale_view_does_not_restart_a_finished_switch(replicas):
+    """A holder whose claim lapsed (stalled longer than the TTL) must not take the re-embedding back from the replica
+    that took over by renewing with its old place in line; and a replica whose view predates another's switch must
+    not start a second re-embedding to the model the collection already has (both seen in a replica test)."""
+    loop, a, b = replicas
+    p = load_task("STSBenchmark")
+    texts = list(dict.fromkeys(p.sent1))[:30]
+    ca = loop.run_until_complete(a.create("docs", "flat", None, "cosine", M1, DIM))
+    ca.upsert(list(range(len(texts))), texts, [{"row": i} for i in range(len(texts))], _vectors(texts, 1), model=M1)
+    ta = ca.begin_reembed(M2, DIM, "replica-a")
+    assert ta is not None
+    a.registry.put("l:docs:replica-a", {"owner": "replica-a", "at": ta.claimed_at, "until": 0.0})  # lapsed
+    tb = b.get("docs").begin_reembed(M2, DIM, "replica-b")
+    assert tb is not None and tb.new == ta.new  # B took over and resumes A's target
+    assert ta.renew() is False  # A's old place in line does not win it back
+    assert b.registry.holder("docs") == "replica-b"
+
+    stale = dict(b.get("docs").record)  # B's view before its own switch, as another replica would hold it
+    rows, _ = tb.pending(None, 100)
+    tb.write([r[0] for r in rows], _vectors([r[1] for r in rows], 2))
+    assert tb.complete()
+    tb.abandon(False)
+    ta.abandon(False)
+    view = MilvusCollection(a, stale)  # a replica whose view predates the switch (its refresh has not run since)
+    assert view.model == M1
+    assert view.begin_reembed(M2, DIM, "replica-a") is None  # reads the record: already on M2
+    assert view.model == M2 and a.registry.holder("docs") is None
+    assert a.count(a.registry.record("docs")["physical"]) == len(texts) and not a.registry.record("docs")["reembed"]

@@ -40,7 +40,7 @@ def sentences():
 def _args(uri: str, prefix: str) -> list[str]:
     return [
         "--default-model", NAME, "--model-control", "poll", "--model-poll-interval-s", "0.5", "--log-level", "info",
-        "--collections-reembed-rate", str(RATE), "--collections-milvus-claim-ttl-s", "3",
+        "--collections-reembed-rate", str(RATE), "--collections-milvus-claim-ttl-s", "6",
         *backend_args("milvus", uri, prefix),
     ]  # fmt: skip
 
