@@ -123,13 +123,18 @@ def onnx_encode_fn(
 
 
 def encode_fn_for(
-    path: str, max_seq_length: int | None = 128, batch_size: int = 128, pooling: str | None = None
+    path: str,
+    max_seq_length: int | None = 128,
+    batch_size: int = 128,
+    pooling: str | None = None,
+    threads: int | None = None,
 ) -> EncodeFn:
     """An :data:`EncodeFn` for an ONNX artifact directory (pooling is inside its graph) or an HF /
     sentence-transformers directory (``pooling``: ``cls``/``mean``; None: its sentence-transformers config, else mean).
+    ``threads``: onnxruntime's intra-op threads for an artifact (None: one per core); torch's are the caller's.
     """
     if is_onnx_artifact(path):
-        return onnx_encode_fn(path, max_seq_length, batch_size)
+        return onnx_encode_fn(path, max_seq_length, batch_size, threads)
     return torch_encode_fn(path, max_seq_length or 128, batch_size, pooling=pooling)
 
 

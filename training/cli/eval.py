@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--align-uniform", action="store_true")
     ap.add_argument("--json", default=None, help="also write the scores to this JSON file")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch and onnxruntime intra-op threads")
     ap.add_argument(
         "--limit",
         type=int,
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         return 2
     groups = {"sts": list(TEST_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*TEST_TASKS, *TRANSFER_TASKS]}
     names = groups.get(a.tasks) or [t for t in a.tasks.split(",") if t]
-    enc = encode_fn_for(a.model, a.max_seq_length, a.batch_size, pooling=a.pooling)
+    enc = encode_fn_for(a.model, a.max_seq_length, a.batch_size, pooling=a.pooling, threads=a.threads)
     sts = [t for t in names if t not in TRANSFER_TASKS]
     scores = evaluate_sts(enc, sts, limit=a.limit) if sts else {}
     transfer = [t for t in names if t in TRANSFER_TASKS]
