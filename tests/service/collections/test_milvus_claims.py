@@ -31,6 +31,14 @@ def _vectors(texts: list[str], salt: int) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def _docs(loop, backend, n: int):
+    """Collection ``docs`` on ``backend`` with the first ``n`` distinct STS-B sentences under model M1."""
+    texts = list(dict.fromkeys(load_task("STSBenchmark").sent1))[:n]
+    c = loop.run_until_complete(backend.create("docs", "flat", None, "cosine", M1, DIM))
+    c.upsert(list(range(n)), texts, [{"row": i} for i in range(n)], _vectors(texts, 1), model=M1)
+    return c, texts
+
+
 @pytest.fixture()
 def replicas(milvus_uri):
     s = Settings(
@@ -51,10 +59,7 @@ def replicas(milvus_uri):
 
 def test_overlapping_claims_resolve_to_one_target(replicas):
     loop, a, b = replicas
-    p = load_task("STSBenchmark")
-    texts = list(dict.fromkeys(p.sent1))[:60]
-    ca = loop.run_until_complete(a.create("docs", "flat", None, "cosine", M1, DIM))
-    ca.upsert(list(range(len(texts))), texts, [{"row": i} for i in range(len(texts))], _vectors(texts, 1), model=M1)
+    ca, texts = _docs(loop, a, 60)
 
     ta = ca.begin_reembed(M2, DIM, "replica-a")
     assert ta is not None and ta.renew()
@@ -91,10 +96,7 @@ def test_a_read_from_before_the_switch_never_moves_a_view_back(replicas):
     """Registry reads run on several threads: a refresh that read the registry before a switch can apply its result
     after the switch (seen in CI: a collection reported its re-embedding ``completed`` with the old model)."""
     loop, a, _ = replicas
-    p = load_task("STSBenchmark")
-    texts = list(dict.fromkeys(p.sent1))[:30]
-    c = loop.run_until_complete(a.create("docs", "flat", None, "cosine", M1, DIM))
-    c.upsert(list(range(len(texts))), texts, [{"row": i} for i in range(len(texts))], _vectors(texts, 1), model=M1)
+    c, texts = _docs(loop, a, 30)
     tg = c.begin_reembed(M2, DIM, "replica-a")
     tg.publish_status()
     stale_recs, stale_stats = a.registry.records()  # a refresh reads here...
@@ -117,10 +119,7 @@ def test_a_lapsed_claim_cannot_be_renewed_and_a_stale_view_does_not_restart_a_fi
     that took over by renewing with its old place in line; and a replica whose view predates another's switch must
     not start a second re-embedding to the model the collection already has (both seen in a replica test)."""
     loop, a, b = replicas
-    p = load_task("STSBenchmark")
-    texts = list(dict.fromkeys(p.sent1))[:30]
-    ca = loop.run_until_complete(a.create("docs", "flat", None, "cosine", M1, DIM))
-    ca.upsert(list(range(len(texts))), texts, [{"row": i} for i in range(len(texts))], _vectors(texts, 1), model=M1)
+    ca, texts = _docs(loop, a, 30)
     ta = ca.begin_reembed(M2, DIM, "replica-a")
     assert ta is not None
     a.registry.put("l:docs:replica-a", {"owner": "replica-a", "at": ta.claimed_at, "until": 0.0})  # lapsed
