@@ -1,6 +1,6 @@
 """Benchmark of methods (not in CI): InforMin-CL, SSCL, MSSE, each alone and + 3R.
 
-Same protocol as ``bench/train_bench.py`` (engineer B's SimCSE/3R bench), whose ``run_one`` it
+Same protocol as ``bench/train_bench.py`` (the SimCSE/3R bench), whose ``run_one`` it
 reuses: from the default encoder, ``python -m training train`` in a subprocess per run, batch 64,
 ``--steps`` steps, the given seeds, final STS suite on a fixed ``--eval-limit`` subsample per task,
 one JSON line per run in ``<out>/runs.jsonl``. Each setting is one of ``configs/<name>.yaml``
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-import train_bench  # noqa: E402  (engineer B's bench: run_one, TASKS)
+import train_bench  # noqa: E402  (the SimCSE/3R bench: run_one, TASKS)
 
 METHODS = {
     "informin": ["--config", "configs/informin.yaml"],

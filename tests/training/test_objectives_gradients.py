@@ -57,7 +57,7 @@ def _has_grad(p) -> bool:
     return p.grad is not None and p.grad.abs().sum().item() > 0
 
 
-def test_registry_resolves_issue5_types():
+def test_registry_resolves_the_relatives_loss_types():
     for t in ("informin", "sscl", "msse"):
         assert get_objective_class(t).type_name == t
 

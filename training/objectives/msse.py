@@ -1,7 +1,8 @@
-"""MSSE (MSSE §3.2–3.3): dimension-level contrast (DCM) and information compensation (ICM).
+"""MSSE ("Harnessing Dimension-level Contrastive Learning and Information Compensation Mechanism for Sentence
+Embedding Enhancement", §3.2–3.3): dimension-level contrast (DCM) and information compensation (ICM).
 
 MSSE, Eq. 10: ``L = L_NCE + μ·L_DCM + γ·L_ICM`` (μ = 0.8, γ = 0.2 in its
-Appendix; ``L_NCE`` is the run's InfoNCE, engineer B's SimCSE objective).
+Appendix; ``L_NCE`` is the run's InfoNCE, the SimCSE objective of training/objectives/simcse.py).
 
 **DCM** (Eqs. 2–4). ``H, H⁺ ∈ R^{N×D}`` are the two views' batch embeddings.
 Each column is normalised over the batch (centred, then scaled to unit norm,

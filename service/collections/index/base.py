@@ -12,6 +12,7 @@ better; ``l2`` reports the Euclidean distance (not squared), lower is better.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,7 @@ def reject_unknown(kind: str, params: dict[str, Any], known: set[str]) -> None:
         raise IndexConfigError(f"params: unknown {kind} params {sorted(unknown)} (known: {sorted(known)})")
 
 
-class IndexType:
+class IndexType(ABC):
     """One kind of index. Subclasses set :attr:`name` and override what differs from an exact flat index.
 
     Attributes:
@@ -82,29 +83,33 @@ class IndexType:
     name: str = ""
     removes_in_place: bool = True
 
+    @abstractmethod
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
         """Defaults filled in and every value validated, for vectors of ``dimension``.
 
         Raises:
             IndexConfigError: an unknown param name or a value out of range.
         """
-        raise NotImplementedError
 
     def user_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """The params to carry over when the dimension changes (derived defaults are dropped and recomputed)."""
         return dict(params)
 
+    @abstractmethod
     def create(self, spec: IndexSpec) -> faiss.Index:
         """An empty FAISS index that accepts ``add_with_ids`` at once (no training)."""
-        raise NotImplementedError
 
     def train_sample_size(self, spec: IndexSpec, live_count: int) -> int | None:
         """Vectors to sample for training once the collection holds ``live_count``; None: no training (yet)."""
         return None
 
     def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
-        """An empty index trained on ``sample`` (float32 ``(s, dimension)``); only for types that train."""
-        raise NotImplementedError(f"index type {self.name!r} is not trained")
+        """An empty index trained on ``sample`` (float32 ``(s, dimension)``); only for types that train.
+
+        Raises:
+            TypeError: this type does not train (its :meth:`train_sample_size` is always None).
+        """
+        raise TypeError(f"index type {self.name!r} is not trained")
 
     def is_trained(self, spec: IndexSpec, index: faiss.Index) -> bool:
         """Whether ``index`` is the configured index rather than a pre-training fallback."""
