@@ -96,3 +96,13 @@ def test_run_writes_an_encoder_train_accepts(cfg):
     # a finished run is skipped: same record back, metrics untouched
     assert Pretrainer(cfg).run() == rec
     assert len(open(f"{out}/metrics.jsonl").read().splitlines()) == 4
+
+
+@pytest.mark.parametrize("cpu_bf16, dtype", [(False, torch.float32), (True, torch.bfloat16)])
+def test_cpu_bf16_autocast(cfg, cpu_bf16, dtype):
+    """``cpu_bf16`` runs the MLM forward in bf16 on CPU (fp32 otherwise); a step still trains (finite loss)."""
+    p = Pretrainer(cfg.model_copy(update={"cpu_bf16": cpu_bf16, "device": "cpu"}))
+    b = p.batches.batch(0)
+    with p._autocast():
+        assert p.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.dtype == dtype
+    assert torch.isfinite(torch.tensor(p.train_step()["loss"]))

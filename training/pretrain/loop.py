@@ -93,8 +93,11 @@ class Pretrainer:
         return BertForMaskedLM(config)
 
     def _autocast(self):
+        """bf16 autocast: on CUDA when ``bf16``, on CPU when ``cpu_bf16``; else a no-op context."""
         if self.device.type == "cuda" and self.cfg.bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.device.type == "cpu" and self.cfg.cpu_bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def train_step(self) -> dict[str, float]:
