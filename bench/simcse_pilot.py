@@ -72,7 +72,9 @@ def pilot(enc: str, name: str, flags: list[str], out: Path, steps: int, threads:
 
 def mlm_accuracy(enc: str) -> float | None:
     """Held-out masked-token accuracy (%) recorded by ``python -m training pretrain``, if any."""
-    p = Path(enc) / "pretrain_recipe.json"
+    from training.pretrain.loop import RECIPE_FILE
+
+    p = Path(enc) / RECIPE_FILE
     return 100 * json.loads(p.read_text())["final"]["heldout_accuracy"] if p.is_file() else None
 
 

@@ -63,7 +63,7 @@ class PretrainSettings(YamlSettings):
     cpu_bf16: bool = Field(
         False,
         description="bf16 autocast on CPU: about 1.8x faster steps where the CPU has AMX / AVX-512-BF16 "
-        "(docs/raw_encoder.md); much slower on CPUs without them (emulated)",
+        "(measured on one such CPU, docs/raw_encoder.md); not measured on CPUs without them",
     )
     device: str | None = None
     threads: int | None = Field(None, description="torch.set_num_threads on CPU")
