@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from training.data.sts import REPO_ROOT
+from training.data.sts import REPO_ROOT, default_corpus_file
 
 
 class LossTerm(BaseModel):
@@ -69,7 +69,7 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     mode: Literal["unsup", "sup", "pairs"] = "unsup"
-    train_file: str = str(REPO_ROOT.parent / "shared" / "data" / "corpus" / "en_sentences.txt")
+    train_file: str = Field(default_factory=default_corpus_file)
     max_train_samples: int | None = None
 
 

@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 from tests.server_utils import REPO_ROOT, run_server
+from training.data.sts import default_corpus_file
 
 pytestmark = pytest.mark.timeout(900)
 
-CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus" / "en_sentences.txt"
+CORPUS = Path(default_corpus_file())
 TINY = {
     "max_steps": 4,
     "batch_size": 8,

@@ -42,13 +42,23 @@ class STSPairs:
         return len(self.scores)
 
 
+def data_root() -> Path:
+    """The shared data root, not checked: ``$SHARED_DATA_DIR`` or ``<repo>/../shared/data``."""
+    return Path(os.environ.get("SHARED_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+
+
+def default_corpus_file() -> str:
+    """The 189k-sentence English corpus (one sentence per line) under :func:`data_root`; the default training text."""
+    return str(data_root() / "corpus" / "en_sentences.txt")
+
+
 def data_dir() -> Path:
     """The shared data root: ``$SHARED_DATA_DIR`` or ``<repo>/../shared/data``.
 
     Raises:
         FileNotFoundError: the directory does not exist.
     """
-    d = Path(os.environ.get("SHARED_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+    d = data_root()
     if not d.is_dir():
         raise FileNotFoundError(f"data directory {d} not found; set SHARED_DATA_DIR")
     return d

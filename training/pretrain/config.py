@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from training.config import YamlSettings, expand_path
-from training.data.sts import REPO_ROOT
+from training.data.sts import default_corpus_file
 
 
 def cache_root() -> Path:
@@ -46,7 +46,7 @@ class PretrainSettings(YamlSettings):
         "train", description="train: a new WordPiece vocabulary on the corpus; default: the default encoder's"
     )
     vocab_size: int = Field(16000, ge=128, description="size of a trained WordPiece vocabulary")
-    corpus_file: str = str(REPO_ROOT.parent / "shared" / "data" / "corpus" / "en_sentences.txt")
+    corpus_file: str = Field(default_factory=default_corpus_file)
     max_corpus_sentences: int | None = Field(None, ge=2, description="first N corpus lines (tests, dry runs)")
     heldout_fraction: float = Field(0.01, gt=0, lt=0.5, description="sentences held out for masked-token accuracy")
     heldout_max: int = Field(2000, ge=1, description="cap on held-out sentences scored per evaluation")
