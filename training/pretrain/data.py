@@ -6,6 +6,7 @@ batches and masks an uninterrupted one would have seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,14 +51,15 @@ def train_wordpiece(sentences: list[str], vocab_size: int, out_dir: Path) -> Ber
 
 
 def load_or_build_tokenizer(
-    kind: str, init_from: str, default_dir: str, sentences: list[str], vocab_size: int, out_dir: Path
+    kind: str, init_from: str, default_dir: Callable[[], Path | str], sentences: list[str], vocab_size: int, out_dir: Path
 ) -> PreTrainedTokenizerBase:
     """The run's tokenizer: ``init_from``'s when continuing a model, the default encoder's for ``kind="default"``,
-    else a WordPiece vocabulary trained on ``sentences`` (cached in ``out_dir``, so a resumed run reuses it)."""
+    else a WordPiece vocabulary trained on ``sentences`` (cached in ``out_dir``, so a resumed run reuses it).
+    ``default_dir`` is called only for ``kind="default"`` (the default encoder's package need not be installed)."""
     if init_from:
         return AutoTokenizer.from_pretrained(init_from)
     if kind == "default":
-        return AutoTokenizer.from_pretrained(default_dir)
+        return AutoTokenizer.from_pretrained(str(default_dir()))
     if (out_dir / "tokenizer.json").is_file():
         return AutoTokenizer.from_pretrained(str(out_dir))
     return train_wordpiece(sentences, vocab_size, out_dir)

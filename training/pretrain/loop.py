@@ -50,7 +50,7 @@ class Pretrainer:
         sentences = load_sentences(cfg.corpus_file, cfg.max_corpus_sentences)
         self.train_sentences, heldout = split_heldout(sentences, cfg.heldout_fraction, cfg.seed)
         self.tokenizer = load_or_build_tokenizer(
-            cfg.tokenizer, cfg.init_from, str(default_model_dir()), self.train_sentences, cfg.vocab_size,
+            cfg.tokenizer, cfg.init_from, default_model_dir, self.train_sentences, cfg.vocab_size,
             self.out / "tokenizer",
         )  # fmt: skip
         self.batches = MaskedBatches(
