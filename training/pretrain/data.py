@@ -51,7 +51,12 @@ def train_wordpiece(sentences: list[str], vocab_size: int, out_dir: Path) -> Ber
 
 
 def load_or_build_tokenizer(
-    kind: str, init_from: str, default_dir: Callable[[], Path | str], sentences: list[str], vocab_size: int, out_dir: Path
+    kind: str,
+    init_from: str,
+    default_dir: Callable[[], Path | str],
+    sentences: list[str],
+    vocab_size: int,
+    out_dir: Path,
 ) -> PreTrainedTokenizerBase:
     """The run's tokenizer: ``init_from``'s when continuing a model, the default encoder's for ``kind="default"``,
     else a WordPiece vocabulary trained on ``sentences`` (cached in ``out_dir``, so a resumed run reuses it).
