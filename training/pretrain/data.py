@@ -6,11 +6,12 @@ batches and masks an uninterrupted one would have seen.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from transformers import AutoTokenizer, BertTokenizerFast, DataCollatorForLanguageModeling, PreTrainedTokenizerBase
+
+from training.st_dir import default_model_dir
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -51,20 +52,15 @@ def train_wordpiece(sentences: list[str], vocab_size: int, out_dir: Path) -> Ber
 
 
 def load_or_build_tokenizer(
-    kind: str,
-    init_from: str,
-    default_dir: Callable[[], Path | str],
-    sentences: list[str],
-    vocab_size: int,
-    out_dir: Path,
+    kind: str, init_from: str, sentences: list[str], vocab_size: int, out_dir: Path
 ) -> PreTrainedTokenizerBase:
     """The run's tokenizer: ``init_from``'s when continuing a model, the default encoder's for ``kind="default"``,
     else a WordPiece vocabulary trained on ``sentences`` (cached in ``out_dir``, so a resumed run reuses it).
-    ``default_dir`` is called only for ``kind="default"`` (the default encoder's package need not be installed)."""
+    The default encoder's package is resolved only for ``kind="default"`` (a machine may lack it)."""
     if init_from:
         return AutoTokenizer.from_pretrained(init_from)
     if kind == "default":
-        return AutoTokenizer.from_pretrained(str(default_dir()))
+        return AutoTokenizer.from_pretrained(str(default_model_dir()))
     if (out_dir / "tokenizer.json").is_file():
         return AutoTokenizer.from_pretrained(str(out_dir))
     return train_wordpiece(sentences, vocab_size, out_dir)

@@ -27,7 +27,6 @@ from artifact_contract.fsio import atomic_write_bytes, atomic_write_json
 from training.data.train_data import load_sentences
 from training.pretrain.config import PretrainSettings
 from training.pretrain.data import MaskedBatches, load_or_build_tokenizer, split_heldout
-from training.st_dir import default_model_dir
 
 RECIPE_FILE = "pretrain_recipe.json"
 
@@ -50,7 +49,7 @@ class Pretrainer:
         sentences = load_sentences(cfg.corpus_file, cfg.max_corpus_sentences)
         self.train_sentences, heldout = split_heldout(sentences, cfg.heldout_fraction, cfg.seed)
         self.tokenizer = load_or_build_tokenizer(
-            cfg.tokenizer, cfg.init_from, default_model_dir, self.train_sentences, cfg.vocab_size,
+            cfg.tokenizer, cfg.init_from, self.train_sentences, cfg.vocab_size,
             self.out / "tokenizer",
         )  # fmt: skip
         self.batches = MaskedBatches(
