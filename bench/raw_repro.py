@@ -47,17 +47,32 @@ SETTINGS: dict[str, tuple[str, dict]] = {
     # 3R's threshold c with the sigmoid straight-through surrogate (beta 0.02) and the previous c_lr
     "simcse_3r_sigmoid": (_R, {"three_r": {"c_estimator": "sigmoid", "c_lr": 1.0e-3}}),
     # the 3R paper's Table 3 variants
+    "simcse_3r_dynamic": (_R, {"three_r": {"variant": "dynamic_mask"}}),
     "simcse_3r_overall": (_R, {"three_r": {"variant": "overall_subtraction"}}),
     "simcse_3r_token": (_R, {"three_r": {"variant": "token_subtraction"}}),
     "simcse_3r_static": (_R, {"three_r": {"variant": "static_identification"}}),
-    # the relatives, alone and + 3R (SparseCSE needs its prune-then-finetune workflow: not in this table)
+    # the relatives, alone and + 3R
     "informin": (_S, {"losses": {"simcse": _SIMCSE, "informin": _INFORMIN}}),
     "informin_3r": (_R, {"losses": {"simcse": _SIMCSE, "informin": _INFORMIN}}),
     "msse": (_S, {"losses": {"simcse": _SIMCSE, "msse": _MSSE}}),
     "msse_3r": (_R, {"losses": {"simcse": _SIMCSE, "msse": _MSSE}}),
     "sscl": (_S, {"losses": {"sscl": _SSCL}}),
     "sscl_3r": (_R, {"losses": {"sscl": _SSCL}}),
+    # SparseCSE: the same training as simcse / simcse_3r, but of the raw encoder pruned by importance scored on the
+    # SimCSE run of the same seed, its kept units rewound to the raw encoder (see _pruned_encoder)
+    "sparsecse": (_S, {}),
+    "sparsecse_3r": (_R, {}),
 }
+SPARSE = ("sparsecse", "sparsecse_3r")
+
+
+def bases(setting: str) -> list[str]:
+    """What a setting is compared with, seed by seed: every setting with SimCSE; a method + 3R also with the method
+    alone (``informin_3r`` with ``informin``)."""
+    if setting == "simcse" or setting.startswith("untrained"):
+        return []
+    alone = setting[: -len("_3r")] if setting.endswith("_3r") and setting != "simcse_3r" else None
+    return ["simcse"] + ([alone] if alone else [])
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -114,12 +129,33 @@ def _internals(metrics: Path) -> dict:
     return {"trajectory": [{k: r[k] for k in keys if k in r} for r in pick]}
 
 
+def _pruned_encoder(out: Path, run_dir: Path, seed: int, args: argparse.Namespace) -> str | None:
+    """SparseCSE's starting point for one seed (SparseCSE §2): importance of every head and FFN neuron scored on
+    the unsupervised-SimCSE model of the same seed (its best checkpoint; λ 0.5, STS-B train positives, §2.3), the
+    fraction ``--sparsity`` with the lowest scores removed, the kept units rewound to the raw encoder (§2.1).
+    Returns the pruned directory, or None when a step failed (its log is ``run_dir/bench.log``)."""
+    pruned = run_dir / "pruned"
+    if (pruned / "sparse_structure.json").is_file():
+        return str(pruned)
+    scored = out / "runs" / f"simcse-s{seed}" / "best"
+    imp = run_dir / "importance.json"
+    score = [sys.executable, "-m", "training", "sparse", "score", "--model", str(scored), "--output", str(imp)]
+    prune = [sys.executable, "-m", "training", "sparse", "prune", "--importance", str(imp),
+             "--sparsity", str(args.sparsity), "--rewind-to", args.encoder, "--output", str(pruned)]  # fmt: skip
+    if not scored.is_dir() or _run(score, run_dir / "bench.log") or _run(prune, run_dir / "bench.log"):
+        return None
+    return str(pruned)
+
+
 def run_one(out: Path, setting: str, seed: int, args: argparse.Namespace) -> dict:
     run_dir = out / "runs" / f"{setting}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    encoder = _pruned_encoder(out, run_dir, seed, args) if setting in SPARSE else args.encoder
+    if encoder is None:
+        return {"setting": setting, "seed": seed, "returncode": 1, "error": "SparseCSE scoring or pruning failed"}
     cmd = [sys.executable, "-m", "training", "train", "--config", config_for(out, setting), "--seed", str(seed),
            "--output_dir", str(run_dir), "--export", "false", "--progress", "false", "--threads", str(args.threads),
-           "--model_name_or_path", args.encoder]  # fmt: skip
+           "--model_name_or_path", encoder]  # fmt: skip
     if args.max_steps:
         cmd += ["--max_steps", str(args.max_steps)]
     if args.eval_limit:
@@ -218,10 +254,7 @@ def report(out: Path) -> str:
                     f"| {setting} | {r['seed']} | " + " | ".join("-" if v is None else f"{v:.4g}" for v in cells) + " |"
                 )
     lines += ["", "Paired differences of the STS mean (setting − its base, same seeds), with a 95 % t-interval:", ""]
-    for setting in by:
-        base = "simcse" if setting.startswith("simcse_3r") else setting[:-3] if setting.endswith("_3r") else None
-        if base is None or base not in by:
-            continue
+    for setting, base in ((s, b) for s in by for b in bases(s) if b in by):
         a = {r["seed"]: r["scores"]["mean"] for r in by[base]}
         b = {r["seed"]: r["scores"]["mean"] for r in by[setting]}
         common = sorted(set(a) & set(b))
@@ -281,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transfer", action="store_true", help="also the SentEval transfer tasks per run")
     ap.add_argument("--transfer-only", action="store_true", help="only add transfer scores to finished runs")
     ap.add_argument("--kfold", type=int, default=10)
+    ap.add_argument("--sparsity", type=float, default=0.1, help="SparseCSE: fraction of heads and neurons pruned")
     ap.add_argument("--baseline", action="store_true", help="also the untrained encoder, [CLS] and mean")
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--plot", type=Path, help="with --report: also draw c over training for every 3R run (PNG)")
@@ -301,8 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.baseline:
         baseline(out, args)
     done = {(r["setting"], r["seed"]) for r in _runs(out) if r.get("returncode", 0) == 0}
+    settings = list(dict.fromkeys(args.settings))
+    if any(s in SPARSE for s in settings):  # SparseCSE scores the SimCSE run of its seed: run that one first
+        settings = ["simcse", *(s for s in settings if s != "simcse")]
+        settings.sort(key=lambda s: s in SPARSE)
     for seed in [] if args.transfer_only else args.seeds:  # interleaved, so a partial table already pairs seeds
-        for setting in args.settings:
+        for setting in settings:
             if (setting, seed) in done:
                 continue
             rec = run_one(out, setting, seed, args)
