@@ -26,7 +26,10 @@ does not say how its gradient reaches c, so it is a straight-through estimator (
 Table 3 variants (``variant``):
 
 * ``3r`` — the method above.
-* ``dynamic_mask`` — ĥ^d = 0 for d ∈ S (no subtraction; h̄ unused, pool not encoded).
+* ``dynamic_mask`` — ĥ^d = 0 for d ∈ S (no subtraction; h̄ unused, pool not encoded). When S holds every
+  dimension (c above every σ^d, e.g. a draw of c ~ U(0, 1) on an encoder whose σ stays below 0.4), ĥ = 0 for
+  every sentence: the InfoNCE is the constant log N and no parameter, c included, gets a gradient, so the run
+  could never leave that point. :meth:`ThreeR.prepare` refuses it at the first step and warns if it is reached later.
 * ``overall_subtraction`` — ĥ = h − h̄ on all dimensions (no identification; c unused).
 * ``token_subtraction`` — h̄ = mean embedding of the top-300 words themselves (each word
   encoded as a one-word sentence), instead of the redundant-sentence pool.
@@ -48,6 +51,7 @@ plain fine-tuned encoder + pooling, with 3R off (no h̄, no c, no mask) — see 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,6 +60,8 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import nn
+
+logger = logging.getLogger(__name__)
 
 Variant = Literal["3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification"]
 VARIANTS: tuple[str, ...] = ("3r", "dynamic_mask", "overall_subtraction", "token_subtraction", "static_identification")
@@ -191,6 +197,7 @@ class ThreeR(nn.Module):
         self._word_emb: torch.Tensor | None = None
         self._word_emb_step = -1
         self.last_seconds = 0.0
+        self._warned_all_masked = False
 
     @property
     def mode(self) -> str:
@@ -208,6 +215,19 @@ class ThreeR(nn.Module):
             self._word_emb_step = step
         return self._word_emb
 
+    def _all_masked(self, sigma: torch.Tensor, step: int) -> None:
+        msg = (
+            f"3R dynamic_mask at step {step}: all {sigma.numel()} dimensions have sigma < c (c = {float(self.c):.4g}, "
+            f"max sigma = {float(sigma.max()):.4g}), so every embedding is zeroed: the InfoNCE is the constant log N "
+            "and no parameter, c included, gets a gradient. Start c below sigma's range (three_r.c_init, e.g. 1e-5, "
+            "the 3R paper's Table 7 low initialisation)"
+        )
+        if step == 0:
+            raise ValueError(msg)
+        if not self._warned_all_masked:
+            logger.warning(msg)
+            self._warned_all_masked = True
+
     def prepare(self, encoder, anchor: torch.Tensor, step: int) -> ThreeRStep:
         """Compute this step's h̄, σ and mask.
 
@@ -215,6 +235,10 @@ class ThreeR(nn.Module):
             encoder: the :class:`training.encoder.SentenceEncoder` (used without gradient).
             anchor: ``(N, D)`` the batch's anchor embeddings h_i (only their values are used).
             step: optimisation step (selects the pool sample).
+
+        Raises:
+            ValueError: ``dynamic_mask`` masks every dimension at step 0 (c above every σ^d: a point no gradient
+                can leave, see the module docstring); reached at a later step it is logged as a warning instead.
         """
         t0 = time.perf_counter()
         hbar = sigma = None
@@ -229,5 +253,7 @@ class ThreeR(nn.Module):
         mask = None
         if sigma is not None:
             mask = redundant_mask(sigma.to(anchor.device), self.c, self.surrogate_temperature, self.c_estimator)
+            if self.mode == "zero" and bool((mask.detach() > 0.5).all()):
+                self._all_masked(sigma, step)
         self.last_seconds = time.perf_counter() - t0
         return ThreeRStep(hbar.to(anchor.device) if hbar is not None else None, sigma, mask, self.mode)

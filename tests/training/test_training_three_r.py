@@ -90,6 +90,28 @@ def test_dynamic_mask_gradient_uses_embedding_values():
     assert c.grad.item() == pytest.approx(expected, rel=1e-5)
 
 
+def test_dynamic_mask_with_every_dimension_masked_is_refused(caplog):
+    # c above every sigma: the dynamic mask zeroes every embedding, the InfoNCE is the constant log N and neither
+    # the embeddings nor c get any gradient (seen on the raw encoder with c ~ U(0, 1) = 0.496, max sigma 0.36)
+    from training.objectives.simcse import info_nce
+
+    h = (0.1 * torch.randn(8, 16, generator=torch.Generator().manual_seed(0))).requires_grad_(True)
+    tr = ThreeR([], [], variant="dynamic_mask", c_init=0.9)
+    mask = redundant_mask(batch_sigma(h.detach()), tr.c)
+    h_hat = reduce_redundancy(h, torch.zeros(16), mask, "zero")
+    loss = info_nce(h_hat, h_hat)
+    loss.backward()
+    assert loss.item() == pytest.approx(math.log(8)) and h.grad.abs().max() == 0 and tr.c.grad == 0
+    with pytest.raises(ValueError, match="all 16 dimensions have sigma < c"):
+        tr.prepare(None, h.detach(), step=0)
+    with caplog.at_level("WARNING", logger="training.three_r"):
+        tr.prepare(None, h.detach(), step=5)  # reached later in a run: a warning, once
+        tr.prepare(None, h.detach(), step=6)
+    assert sum("all 16 dimensions" in r.message for r in caplog.records) == 1
+    low = ThreeR([], [], variant="dynamic_mask", c_init=1e-5)  # the 3R paper's low init: S starts empty
+    assert low.prepare(None, h.detach(), step=0).mask.sum() == 0
+
+
 def test_three_r_module_validates_and_samples_deterministically():
     pool = [f"sentence number {i}" for i in range(10)]
     tr = ThreeR(pool, ["the"], k=6, seed=3)
