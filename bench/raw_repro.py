@@ -47,9 +47,10 @@ SETTINGS: dict[str, tuple[str, dict]] = {
     # 3R's threshold c with the sigmoid straight-through surrogate (beta 0.02) and the previous c_lr
     "simcse_3r_sigmoid": (_R, {"three_r": {"c_estimator": "sigmoid", "c_lr": 1.0e-3}}),
     # the 3R paper's Table 3 variants
-    # dynamic mask from the paper's low init (its Table 7): a draw of c above every sigma zeroes every embedding, a
-    # point no gradient can leave (training/three_r.py refuses it)
-    "simcse_3r_dynamic": (_R, {"three_r": {"variant": "dynamic_mask", "c_init": 1.0e-5}}),
+    # dynamic mask: c inside sigma's range at step 0 (~0.16-0.29, 10-90 %; above every sigma every embedding is
+    # zeroed, a point no gradient leaves) and the sigmoid estimator (the identity one gives c exactly no gradient
+    # under this variant): training/three_r.py refuses both
+    "simcse_3r_dynamic": (_R, {"three_r": {"variant": "dynamic_mask", "c_init": 0.2, "c_estimator": "sigmoid"}}),
     "simcse_3r_overall": (_R, {"three_r": {"variant": "overall_subtraction"}}),
     "simcse_3r_token": (_R, {"three_r": {"variant": "token_subtraction"}}),
     "simcse_3r_static": (_R, {"three_r": {"variant": "static_identification"}}),

@@ -39,7 +39,14 @@ TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelat
 SETTINGS = {
     "simcse": [],
     "simcse_3r": ["--three_r.enabled", "true", "--three_r.variant", "3r"],
-    "dynamic_mask": ["--three_r.enabled", "true", "--three_r.variant", "dynamic_mask"],
+    "dynamic_mask": [
+        "--three_r.enabled",
+        "true",
+        "--three_r.variant",
+        "dynamic_mask",
+        "--three_r.c_estimator",
+        "sigmoid",
+    ],
     "overall_subtraction": ["--three_r.enabled", "true", "--three_r.variant", "overall_subtraction"],
     "token_subtraction": ["--three_r.enabled", "true", "--three_r.variant", "token_subtraction"],
     "static_identification": ["--three_r.enabled", "true", "--three_r.variant", "static_identification"],

@@ -30,6 +30,11 @@ Table 3 variants (``variant``):
   dimension (c above every σ^d, e.g. a draw of c ~ U(0, 1) on an encoder whose σ stays below 0.4), ĥ = 0 for
   every sentence: the InfoNCE is the constant log N and no parameter, c included, gets a gradient, so the run
   could never leave that point. :meth:`ThreeR.prepare` refuses it at the first step and warns if it is reached later.
+  With the ``identity`` estimator c gets no gradient at all under this variant, whatever S: ∂L/∂c =
+  −Σ_i Σ_d h_i^d ∂L/∂ĥ_i^d, where the masked dimensions contribute nothing (every view is 0 there, so a cosine's
+  gradient is too) and the unmasked ones cancel (a cosine ignores the common scale of ĥ_i). So the variant
+  needs the ``sigmoid`` estimator, which weights the dimensions near the threshold (or ``learn_c=False``), and
+  c inside σ's range; the constructor refuses ``identity`` with a learnable c.
 * ``overall_subtraction`` — ĥ = h − h̄ on all dimensions (no identification; c unused).
 * ``token_subtraction`` — h̄ = mean embedding of the top-300 words themselves (each word
   encoded as a one-word sentence), instead of the redundant-sentence pool.
@@ -152,7 +157,8 @@ class ThreeR(nn.Module):
         seed: for the per-step pool sample (``default_rng([seed, step])``: resumable).
 
     Raises:
-        ValueError: unknown variant or c estimator, k < 1, or an empty pool/word list the variant needs.
+        ValueError: unknown variant or c estimator, k < 1, an empty pool/word list the variant needs, or
+            ``dynamic_mask`` with a learnable c and the ``identity`` estimator (c would get no gradient).
     """
 
     def __init__(
@@ -178,6 +184,11 @@ class ThreeR(nn.Module):
             raise ValueError(f"unknown c estimator {c_estimator!r}; one of ('identity', 'sigmoid')")
         if variant in ("3r", "overall_subtraction", "static_identification") and not pool:
             raise ValueError(f"3R variant {variant!r} needs a non-empty redundant pool")
+        if variant == "dynamic_mask" and learn_c and c_estimator == "identity":
+            raise ValueError(
+                "3R dynamic_mask with c_estimator 'identity': c's gradient is exactly zero under this variant "
+                "(training/three_r.py docstring); use c_estimator 'sigmoid', or learn_c false for a fixed threshold"
+            )
         if variant in ("token_subtraction", "static_identification") and not top:
             raise ValueError(f"3R variant {variant!r} needs the top-frequency words")
         self.pool = list(pool)
@@ -219,8 +230,8 @@ class ThreeR(nn.Module):
         msg = (
             f"3R dynamic_mask at step {step}: all {sigma.numel()} dimensions have sigma < c (c = {float(self.c):.4g}, "
             f"max sigma = {float(sigma.max()):.4g}), so every embedding is zeroed: the InfoNCE is the constant log N "
-            "and no parameter, c included, gets a gradient. Start c below sigma's range (three_r.c_init, e.g. 1e-5, "
-            "the 3R paper's Table 7 low initialisation)"
+            f"and no parameter, c included, gets a gradient. Start c inside sigma's range (three_r.c_init; here "
+            f"{float(sigma.min()):.4g}-{float(sigma.max()):.4g})"
         )
         if step == 0:
             raise ValueError(msg)

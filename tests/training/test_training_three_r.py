@@ -96,7 +96,7 @@ def test_dynamic_mask_with_every_dimension_masked_is_refused(caplog):
     from training.objectives.simcse import info_nce
 
     h = (0.1 * torch.randn(8, 16, generator=torch.Generator().manual_seed(0))).requires_grad_(True)
-    tr = ThreeR([], [], variant="dynamic_mask", c_init=0.9)
+    tr = ThreeR([], [], variant="dynamic_mask", c_init=0.9, c_estimator="sigmoid")
     mask = redundant_mask(batch_sigma(h.detach()), tr.c)
     h_hat = reduce_redundancy(h, torch.zeros(16), mask, "zero")
     loss = info_nce(h_hat, h_hat)
@@ -108,8 +108,32 @@ def test_dynamic_mask_with_every_dimension_masked_is_refused(caplog):
         tr.prepare(None, h.detach(), step=5)  # reached later in a run: a warning, once
         tr.prepare(None, h.detach(), step=6)
     assert sum("all 16 dimensions" in r.message for r in caplog.records) == 1
-    low = ThreeR([], [], variant="dynamic_mask", c_init=1e-5)  # the 3R paper's low init: S starts empty
-    assert low.prepare(None, h.detach(), step=0).mask.sum() == 0
+
+
+def test_dynamic_mask_threshold_learns_only_through_the_sigmoid_estimator():
+    # under the dynamic mask the identity estimator gives c exactly no gradient: the masked dimensions are 0 in every
+    # view (so is the cosine's gradient there) and the unmasked ones cancel (a cosine ignores the scale of each h);
+    # the sigmoid estimator weights the dimensions near the threshold, which do not cancel
+    from training.objectives.simcse import info_nce
+
+    g = torch.Generator().manual_seed(0)
+    h = 0.1 * torch.randn(8, 16, generator=g)
+    h_pos = h + 0.01 * torch.randn(8, 16, generator=g)
+    sigma = batch_sigma(h)
+
+    def c_grad(c0: float, estimator: str) -> float:
+        c = torch.tensor(c0, requires_grad=True)
+        m = redundant_mask(sigma, c, 0.02, estimator)
+        zero = torch.zeros(16)
+        info_nce(reduce_redundancy(h, zero, m, "zero"), reduce_redundancy(h_pos, zero, m, "zero")).backward()
+        return abs(c.grad.item())
+
+    median = float(sigma.median())
+    assert c_grad(1e-5, "identity") < 1e-8 and c_grad(median, "identity") < 1e-8
+    assert c_grad(median, "sigmoid") > 1e-4
+    with pytest.raises(ValueError, match="dynamic_mask with c_estimator 'identity'"):
+        ThreeR([], [], variant="dynamic_mask", c_estimator="identity")
+    ThreeR([], [], variant="dynamic_mask", c_estimator="identity", learn_c=False)  # a fixed threshold is fine
 
 
 def test_three_r_module_validates_and_samples_deterministically():
