@@ -57,7 +57,8 @@ class ThreeRConfig(BaseModel):
     c_estimator: Literal["identity", "sigmoid"] = Field(
         "identity",
         description="gradient of the hard mask 1[σ<c] w.r.t. c: 'identity' (plain straight-through, never vanishes) "
-        "or 'sigmoid' (sigmoid((c-σ)/surrogate_temperature); zero once c is a few β outside σ's range)",
+        "or 'sigmoid' (sigmoid((c-σ)/surrogate_temperature); zero once c is a few β outside σ's range). "
+        "dynamic_mask needs 'sigmoid': under it the identity gradient is exactly zero",
     )
     surrogate_temperature: float = Field(0.02, gt=0, description="β of the sigmoid estimator")
     refresh_every: int = Field(10, ge=1, description="word-embedding refresh interval (word-based variants)")
