@@ -11,8 +11,9 @@ summarised from ``metrics.jsonl``. ``--baseline`` also scores the untrained raw 
 pooling. One JSON line per finished run goes to ``<out>/runs.jsonl``; finished runs are skipped and unfinished
 ones resume from their checkpoints, so a table can be built over several sittings.
 
-``--report`` prints the markdown tables: mean ± std per setting, and the paired per-seed difference
-(3R − SimCSE) of the STS mean with its 95 % t-interval.
+``--report`` prints the markdown tables: mean ± std per setting, and the paired per-seed differences of the STS
+mean (every setting − SimCSE; each method + 3R − the method alone, see :func:`bases`) with their 95 % t-intervals.
+SparseCSE settings score the SimCSE run of the same seed, which runs first.
 
 Usage::
 
