@@ -154,7 +154,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {})).response()
+        if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # FastAPI's "error parsing the body": invalid UTF-8 (UnicodeDecodeError) or JSON nested past the parser's
+            # recursion limit; a JSON syntax error is already a 422 (RequestValidationError)
+            reason = "is not valid UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError) else "is nested too deep"
+            return APIError(422, f"the JSON body {reason}", code="invalid_value").response()
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return APIError(exc.status_code, str(exc.detail), code=code, headers=dict(exc.headers or {})).response()
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -11,7 +11,8 @@ Order per HTTP request:
    ``\\uXXXX`` escape that leaves an unpaired UTF-16 surrogate (valid JSON, but not Unicode text: no tokenizer
    or database can take it) → 422 ``invalid_text``;
 4. the app, with the already-read body replayed to it, under a time budget (``request_timeout_s``; not for
-   ``/admin``): past it the app is cancelled and, if nothing was sent yet, 503 ``request_timeout`` answers; a
+   ``/admin``): past it the app is cancelled and, if nothing was sent yet, 503 ``request_timeout`` answers (for a
+   route that writes data, saying that the write may have been applied and that retrying is safe); a
    client that disconnects has its app task cancelled at once (status ``499`` in the metrics). Cancelling drops
    the request's queued inputs from the batcher (a batch already running finishes, nothing more of it runs);
 
@@ -42,6 +43,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 CONSOLE = "/console"  # the console's static files hold no data (the page sends the user's key to the API)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+WRITE_FLAG = "writes_data"  # set in scope["state"] by routes that change stored data (service.routes.mark_write)
+WRITE_MAY_HAVE_APPLIED = (
+    ", but a write may already have been applied: retrying it is safe (upserts and deletes are idempotent)"
+)
 
 
 # a JSON string escape: an escaped backslash (skipped, so "\\\\ud800" is text, not an escape) or \uXXXX
@@ -197,9 +202,11 @@ class ServiceMiddleware:
             status["code"] = 499
             return
         if not started["yes"]:
+            write = bool(scope.get("state", {}).get(WRITE_FLAG))
             await APIError(
                 503,
-                f"request took longer than request_timeout_s={self.request_timeout_s:g} s; it was stopped",
+                f"request took longer than request_timeout_s={self.request_timeout_s:g} s; it was stopped"
+                + (WRITE_MAY_HAVE_APPLIED if write else ""),
                 code="request_timeout",
                 headers={"Retry-After": "1"},
             ).response()(scope, app_receive, send)

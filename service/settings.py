@@ -26,6 +26,9 @@ def _split_csv(v: object) -> object:
     return v
 
 
+MILVUS_MAX_PAYLOAD_BYTES = 32768
+
+
 class Settings(BaseSettings):
     """Everything the service can be told. Env prefix ``EMBED_``; list fields take comma-separated strings.
 
@@ -168,6 +171,20 @@ class Settings(BaseSettings):
     )
     collections_max_points_per_request: int = Field(1024, ge=1, description="most points in one upsert (more: 413)")
     collections_max_top_k: int = Field(1000, ge=1, description="largest top_k of a search")
+    collections_max_payload_bytes: int = Field(
+        32768,
+        ge=1,
+        description="largest payload of one point, as compact UTF-8 JSON (more: 422), the same on both backends; at "
+        "most 32768 on the milvus backend (its JSON field holds 65,536 bytes as its client encodes them, which can "
+        "double a payload: '/' is escaped)",
+    )
+    collections_max_filter_values: int = Field(
+        1024,
+        ge=1,
+        le=16384,
+        description="most values in one payload filter (each compared value, range bound, $exists/$empty and listed "
+        "id counts one; more: 422 invalid_filter), the same on both backends",
+    )
     collections_max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
@@ -195,6 +212,15 @@ class Settings(BaseSettings):
                     raise ValueError(f"{field}_file {path!r} cannot be read: {e.strerror}") from None
                 keys = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
                 setattr(self, field, [*getattr(self, field), *(k for k in keys if k not in getattr(self, field))])
+        return self
+
+    @model_validator(mode="after")
+    def _milvus_payload_cap(self) -> Settings:
+        if self.collections_backend == "milvus" and self.collections_max_payload_bytes > MILVUS_MAX_PAYLOAD_BYTES:
+            raise ValueError(
+                f"collections_max_payload_bytes={self.collections_max_payload_bytes}: the milvus backend stores at "
+                f"most {MILVUS_MAX_PAYLOAD_BYTES} (its JSON field holds 65,536 bytes as pymilvus encodes them)"
+            )
         return self
 
     @field_validator("log_level", mode="before")

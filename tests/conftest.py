@@ -67,8 +67,14 @@ def default_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def milvus_uri(tmp_path_factory) -> str:
-    """A real Milvus standalone server for the whole session (started on first use): its URI."""
+    """A real Milvus standalone server for the whole session (started on first use): its URI.
+    ``EMBED_TEST_MILVUS_URI`` names a server already running instead (a developer's; one Milvus per machine: its
+    embedded etcd always takes ports 2379-2380)."""
     from tests.milvus_utils import milvus_server
+
+    if os.environ.get("EMBED_TEST_MILVUS_URI"):
+        yield os.environ["EMBED_TEST_MILVUS_URI"]
+        return
 
     with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
         yield uri

@@ -116,3 +116,24 @@ def run_server(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=30)
+
+
+def collections_server(request, default_artifact: Path, tmp_path_factory) -> Iterator[dict]:
+    """Body of a module-scoped fixture parametrised by collections backend (``request.param``: ``embedded`` or
+    ``milvus``, the latter on the session's Milvus server): a running service on a fixed port and data dir
+    (restartable), and its state ``{models, work, port, backend, uri, prefix, args, server, client}``."""
+    import uuid
+
+    from tests.conftest import backend_args
+
+    backend = request.param
+    work = tmp_path_factory.mktemp(f"collections-{backend}")
+    uri = request.getfixturevalue("milvus_uri") if backend == "milvus" else None
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    state = {"models": default_artifact.parent, "work": work, "port": free_port(), "backend": backend, "uri": uri,
+             "prefix": prefix, "args": backend_args(backend, uri, prefix)}  # fmt: skip
+    with run_server(state["models"], workdir=work, port=state["port"], args=state["args"]) as s:
+        state["server"] = s
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            state["client"] = c
+            yield state

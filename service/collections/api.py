@@ -36,9 +36,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from ..metrics import CollectionTimer, collection_timer
-from ..routes import json_response
+from ..routes import json_response, mark_write
 from .backend import Hit
 from .errors import CollectionsNotReady, InvalidCollectionRequest
 from .index import index_kinds
@@ -46,8 +47,18 @@ from .service import CollectionService
 
 router = APIRouter(tags=["collections"])
 
+
+class _AnyPath(PathConvertor):
+    """Starlette's ``path`` convertor, newlines included (its ``.*`` stops at one): every string id that an upsert
+    accepted is addressable in a URL (``/points/a%0Ab``)."""
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("anypath", _AnyPath())
+
 IndexKind = Literal[index_kinds()]  # the registered index types, listed in the OpenAPI schema
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=False)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]  # a number: not true/false, not a string
 PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
 
@@ -79,18 +90,24 @@ class PointIn(BaseModel):
 INT64 = (-(2**63), 2**63 - 1)  # what SQLite stores and filters compare as integers
 
 
-def check_payload_values(v: Any, path: str = "payload") -> None:
-    """Payloads are plain JSON whose numbers a filter can match: no NaN/Infinity, integers within signed 64 bits.
+MAX_PAYLOAD_DEPTH = 32  # nesting of objects and arrays in a payload
+
+
+def check_payload_values(v: Any, path: str = "payload", depth: int = 0) -> None:
+    """Payloads are plain JSON whose numbers a filter can match: no NaN/Infinity, integers within signed 64 bits,
+    objects and arrays nested at most :data:`MAX_PAYLOAD_DEPTH` deep.
 
     Raises:
         ValueError: naming the offending path.
     """
+    if isinstance(v, (dict, list)) and depth >= MAX_PAYLOAD_DEPTH:
+        raise ValueError(f"{path}: payload nested more than {MAX_PAYLOAD_DEPTH} deep")
     if isinstance(v, dict):
         for k, x in v.items():
-            check_payload_values(x, f"{path}.{k}")
+            check_payload_values(x, f"{path}.{k}", depth + 1)
     elif isinstance(v, list):
         for i, x in enumerate(v):
-            check_payload_values(x, f"{path}[{i}]")
+            check_payload_values(x, f"{path}[{i}]", depth + 1)
     elif isinstance(v, bool) or v is None or isinstance(v, str):
         return
     elif isinstance(v, int):
@@ -154,7 +171,10 @@ def collection_service(request: Request) -> CollectionService:
 
 
 Service = Annotated[CollectionService, Depends(collection_service)]
-Timer = Annotated[CollectionTimer, Depends(collection_timer)]  # latency histograms by index type (service.metrics)
+Timer = Annotated[CollectionTimer, Depends(collection_timer)]
+WRITES = [
+    Depends(mark_write)
+]  # a write past its time budget answers that it may have been applied  # latency histograms by index type (service.metrics)
 
 
 def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
@@ -167,7 +187,7 @@ def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
 
 
 # --- collections -------------------------------------------------------------------------------------------------
-@router.put("/collections/{name}")
+@router.put("/collections/{name}", dependencies=WRITES)
 async def create_collection(name: str, body: CreateCollection, svc: Service) -> Response:
     """Create a collection embedded by the active model; answers its info."""
     c = await svc.create(name, body.index, body.params, body.metric)
@@ -186,7 +206,7 @@ async def get_collection(name: str, svc: Service) -> Response:
     return json_response(svc.backend.get(name).info())
 
 
-@router.delete("/collections/{name}")
+@router.delete("/collections/{name}", dependencies=WRITES)
 async def delete_collection(name: str, svc: Service) -> Response:
     """Delete the collection and its files."""
     await svc.backend.delete(name)
@@ -194,7 +214,7 @@ async def delete_collection(name: str, svc: Service) -> Response:
 
 
 # --- points ---------------------------------------------------------------------------------------------------------
-@router.put("/collections/{name}/points")
+@router.put("/collections/{name}/points", dependencies=WRITES)
 async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Timer) -> Response:
     """Embed and upsert points; answers once the write is durable (SQLite commit, fsynced) and searchable."""
     pts = body.points
@@ -203,14 +223,14 @@ async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Time
     return json_response({"status": "completed", "upserted": n, "sequence": seq})
 
 
-@router.post("/collections/{name}/points/delete")
+@router.post("/collections/{name}/points/delete", dependencies=WRITES)
 async def delete_points(name: str, body: DeletePoints, svc: Service) -> Response:
     """Delete points by ``ids`` or by ``filter``; answers ``{deleted, sequence}`` once durable."""
     n, seq = await svc.delete_points(name, body.ids, body.filter)
     return json_response({"status": "completed", "deleted": n, "sequence": seq})
 
 
-@router.get("/collections/{name}/points/{point_id:path}")
+@router.get("/collections/{name}/points/{point_id:anypath}")
 async def get_point(
     name: str,
     point_id: str,

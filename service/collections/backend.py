@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from .errors import InvalidCollectionRequest
-from .filters import Condition
+from .filters import Filter
 from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 
 T = TypeVar("T")
@@ -177,7 +177,7 @@ class CollectionHandle(Protocol):
                 missing (embed again and retry).
         """
 
-    def delete(self, ids: list[int | str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, int]:
+    def delete(self, ids: list[int | str] | None = None, where: Filter | None = None) -> tuple[int, int]:
         """Delete by ids and/or payload filter; returns ``(deleted, sequence)`` once durable."""
 
     def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
@@ -187,13 +187,13 @@ class CollectionHandle(Protocol):
         self,
         queries: np.ndarray,
         top_k: int,
-        conditions: list[Condition] | None = None,
+        where: Filter | None = None,
         score_threshold: float | None = None,
         with_payload: bool = True,
         with_text: bool = True,
         model: dict[str, Any] | None = None,
     ) -> list[list[Hit]]:
-        """The ``top_k`` best points among those matching ``conditions`` for each query (float32 ``(nq, d)``
+        """The ``top_k`` best points among those matching ``where`` for each query (float32 ``(nq, d)``
         made by ``model``), best first, without those scoring below (cosine/dot) or beyond (l2) the threshold.
 
         Raises:

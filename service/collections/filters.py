@@ -1,147 +1,331 @@
-"""Payload filters: grammar, validation and translation to SQL over stored payloads.
+"""Payload filters: grammar, validation, the parsed tree, and its Python evaluation.
 
-Grammar (a JSON object; every listed condition must hold, i.e. AND)::
+The grammar is MongoDB's query-operator subset that Pinecone and Chroma also use for metadata filters (``$eq``,
+``$ne``, ``$in``, ``$nin``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$and``, ``$or``, ``$not``), plus
+``$empty`` and ``$ids`` for what Qdrant's filters can say (``is_empty``, ``has_id``; ``service.qdrant`` translates
+Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
 
-    filter    := { KEY: condition, ... }              # at least one key
-    condition := SCALAR                               # payload[KEY] == SCALAR
-               | { "$eq": SCALAR }                    # the same, spelled out
-               | { "$in": [SCALAR, ...] }             # payload[KEY] equals any listed value (1..1024 values)
+    filter    := { CLAUSE, ... }                        # every clause must hold (AND); at least one
+    CLAUSE    := KEY: condition
+               | "$and": [filter, ...] | "$or": [filter, ...] | "$not": filter
+               | "$ids": [ID, ...]                      # the point's id is one of these
+    condition := SCALAR                                 # the same as {"$eq": SCALAR}
+               | { OP: ARG, ... }                       # several operators: all must hold
+    OP: ARG   := "$eq": SCALAR | "$ne": SCALAR | "$in": [SCALAR, ...] | "$nin": [SCALAR, ...]
+               | "$gt" | "$gte" | "$lt" | "$lte": NUMBER
+               | "$exists": BOOL | "$empty": BOOL
     SCALAR    := string | number | true | false | null
     KEY       := non-empty string; dots address nested objects ("meta.lang")
 
-Matching is by JSON type *and* value: ``{"year": 2020}`` matches the number 2020
-(``2020.0`` too) but not the string ``"2020"``; ``true`` matches only the boolean
-``true``; ``null`` matches an explicit ``null`` (not a missing key). A point
-whose payload lacks the key never matches. Anything else (a list or object as a
-value, an unknown ``$`` operator, an empty ``$in`` list, a non-object filter) is
-malformed: :class:`FilterError`, answered as 422.
+Semantics, the same on every backend (tests hold the SQL and Milvus translations to :func:`matches`):
+
+* **equality** (``$eq``, ``$in``) is by JSON type *and* value: ``2020`` matches the number 2020 (``2020.0`` too),
+  not the string ``"2020"``; ``true`` matches only ``true``; ``null`` matches an explicit ``null``, not a missing
+  key. A stored **array** matches when one of its elements does (``{"tags": "a"}`` matches ``["a", "b"]``), as in
+  MongoDB and Qdrant; ``null`` is not looked for inside arrays;
+* **ranges** compare numbers only (a string, boolean, array or missing value never matches);
+* ``$ne``/``$nin`` are the negation of ``$eq``/``$in``: they also match points that lack the key (MongoDB's rule);
+* ``$exists: true``: the key is present (``null`` included); ``$empty: true``: the key is missing, ``null`` or
+  ``[]`` (Qdrant's ``is_empty``);
+* ``$not`` negates a whole filter; ``$or`` needs one of its filters; ``$ids`` lists point ids (unsigned integers or
+  strings, as upserted).
+
+Size: a filter holds at most ``max_values`` values in all (each compared value, bound, ``$exists``/``$empty`` and
+listed id counts one; the setting ``collections_max_filter_values``) and nests ``$and``/``$or``/``$not`` at most
+:data:`MAX_DEPTH` deep. Backends translate conjunctions and disjunctions as balanced trees, so a filter at the limit
+runs on both (a left-deep chain of ~50 ``and`` overflowed Milvus's plan; ~1,000 overflowed SQLite's expression
+depth). Anything malformed or over the limits raises :class:`FilterError`, answered as 422 ``invalid_filter``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, Union
 
-MAX_IN_VALUES = 1024
+MAX_DEPTH = 16  # nesting of $and / $or / $not
+DEFAULT_MAX_VALUES = 1024
 _KEY_PART = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*$")
+_RANGE_OPS = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
+_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$empty")
+INT64 = (-(2**63), 2**63 - 1)
 
 
 class FilterError(ValueError):
-    """A filter does not follow the grammar; the message says where."""
+    """A filter does not follow the grammar or exceeds its limits; the message says where."""
 
 
+# --- the parsed tree ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Condition:
-    """One parsed condition: ``payload[key]`` is one of ``values`` (JSON scalars)."""
+class Match:
+    """``payload[key]`` (or one element of it, when it is an array) equals one of ``values`` (JSON scalars)."""
 
     key: str
     values: tuple[Any, ...]
 
 
-def _check_scalar(v: Any, where: str) -> Any:
-    if v is None or isinstance(v, (str, bool, int, float)):
-        if isinstance(v, float) and v != v:  # NaN never equals anything
-            raise FilterError(f"{where}: NaN is not a valid filter value")
-        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            raise FilterError(f"{where}: integer out of the 64-bit range")
+@dataclass(frozen=True)
+class Range:
+    """``payload[key]`` is a number within the bounds given (None: unbounded on that side)."""
+
+    key: str
+    gt: float | int | None = None
+    gte: float | int | None = None
+    lt: float | int | None = None
+    lte: float | int | None = None
+
+
+@dataclass(frozen=True)
+class Exists:
+    """``payload`` has ``key`` (its value may be ``null``)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Empty:
+    """``payload[key]`` is missing, ``null`` or ``[]``."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Ids:
+    """The point's id is one of ``ids`` (unsigned integers or strings)."""
+
+    ids: tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
+class And:
+    """Every part holds."""
+
+    parts: tuple[Filter, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    """At least one part holds."""
+
+    parts: tuple[Filter, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    """The part does not hold."""
+
+    part: Filter
+
+
+Filter = Union[Match, Range, Exists, Empty, Ids, And, Or, Not]  # noqa: UP007 (a runtime alias)
+T = TypeVar("T")
+
+
+# --- parsing -------------------------------------------------------------------------------------------------------
+def _scalar(v: Any, where: str) -> Any:
+    if v is None or isinstance(v, (str, bool)):
+        return v
+    if isinstance(v, int):
+        if not INT64[0] <= v <= INT64[1]:
+            raise FilterError(f"{where}: integer out of the signed 64-bit range")
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise FilterError(f"{where}: {v} is not a valid filter value")
         return v
     raise FilterError(f"{where}: expected a string, number, boolean or null, got {type(v).__name__}")
 
 
-def parse_filter(raw: Any) -> list[Condition]:
-    """Validate ``raw`` against the grammar and return its conditions (ANDed).
+def _number(v: Any, where: str) -> int | float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise FilterError(f"{where}: a range bound must be a number, got {type(v).__name__}")
+    return _scalar(v, where)
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or not all(_KEY_PART.match(p) for p in key.split(".")):
+        raise FilterError(
+            f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes, brackets or empty parts)"
+        )
+    return key
+
+
+class _Parser:
+    def __init__(self, max_values: int) -> None:
+        self.max_values = max_values
+        self.values = 0
+
+    def count(self, n: int, where: str) -> None:
+        self.values += n
+        if self.values > self.max_values:
+            raise FilterError(
+                f"{where}: the filter holds more than {self.max_values} values (collections_max_filter_values)"
+            )
+
+    def filter(self, raw: Any, where: str, depth: int) -> Filter:
+        if depth > MAX_DEPTH:
+            raise FilterError(f"{where}: $and/$or/$not nested more than {MAX_DEPTH} deep")
+        if not isinstance(raw, dict):
+            raise FilterError(f"{where} must be a JSON object, got {type(raw).__name__}")
+        if not raw:
+            raise FilterError(f"{where} must have at least one condition")
+        parts = [self.clause(k, v, where, depth) for k, v in raw.items()]
+        return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+    def clause(self, key: Any, arg: Any, where: str, depth: int) -> Filter:
+        if key in ("$and", "$or"):
+            if not isinstance(arg, list) or not arg:
+                raise FilterError(f"{where}.{key} must be a non-empty list of filters")
+            parts = tuple(self.filter(f, f"{where}.{key}[{i}]", depth + 1) for i, f in enumerate(arg))
+            return parts[0] if len(parts) == 1 else (And if key == "$and" else Or)(parts)
+        if key == "$not":
+            return Not(self.filter(arg, f"{where}.$not", depth + 1))
+        if key == "$ids":
+            return self.ids(arg, f"{where}.$ids")
+        key = _check_key(key)
+        return self.condition(key, arg, f"{where}.{key}")
+
+    def ids(self, arg: Any, where: str) -> Ids:
+        if not isinstance(arg, list) or not arg:
+            raise FilterError(f"{where} must be a non-empty list of point ids")
+        for i, x in enumerate(arg):
+            ok = (isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**64) or (
+                isinstance(x, str) and 0 < len(x) <= 512
+            )
+            if not ok:
+                raise FilterError(f"{where}[{i}]: a point id is an unsigned 64-bit integer or a string of 1-512 chars")
+        self.count(len(arg), where)
+        return Ids(tuple(arg))
+
+    def condition(self, key: str, cond: Any, where: str) -> Filter:
+        if not isinstance(cond, dict):
+            if isinstance(cond, list):
+                raise FilterError(f"{where}: a list is not a value; use {{'$in': [...]}}")
+            self.count(1, where)
+            return Match(key, (_scalar(cond, where),))
+        if not cond:
+            raise FilterError(f"{where}: an operator object needs at least one of {', '.join(_OPS)}")
+        out: list[Filter] = []
+        bounds: dict[str, Any] = {}
+        for op, arg in cond.items():
+            at = f"{where}.{op}"
+            if op in ("$eq", "$ne"):
+                self.count(1, at)
+                m = Match(key, (_scalar(arg, at),))
+                out.append(m if op == "$eq" else Not(m))
+            elif op in ("$in", "$nin"):
+                if not isinstance(arg, list) or not arg:
+                    raise FilterError(f"{at} must be a non-empty list")
+                self.count(len(arg), at)
+                m = Match(key, tuple(_scalar(v, f"{at}[{i}]") for i, v in enumerate(arg)))
+                out.append(m if op == "$in" else Not(m))
+            elif op in _RANGE_OPS:
+                self.count(1, at)
+                bounds[_RANGE_OPS[op]] = _number(arg, at)
+            elif op in ("$exists", "$empty"):
+                if not isinstance(arg, bool):
+                    raise FilterError(f"{at} must be true or false")
+                self.count(1, at)
+                f = Exists(key) if op == "$exists" else Empty(key)
+                out.append(f if arg else Not(f))
+            else:
+                raise FilterError(f"{where}: unknown operator {op!r} (supported: {', '.join(_OPS)})")
+        if bounds:
+            out.append(Range(key, **bounds))
+        return out[0] if len(out) == 1 else And(tuple(out))
+
+
+def parse_filter(raw: Any, max_values: int = DEFAULT_MAX_VALUES) -> Filter:
+    """Validate ``raw`` against the grammar of the module docstring and return its tree.
 
     Raises:
-        FilterError: ``raw`` is malformed (not an object, empty, bad key, bad operator or value).
+        FilterError: ``raw`` is malformed, holds more than ``max_values`` values, or nests deeper than
+            :data:`MAX_DEPTH`.
     """
-    if not isinstance(raw, dict):
-        raise FilterError(f"filter must be a JSON object, got {type(raw).__name__}")
-    if not raw:
-        raise FilterError("filter must have at least one condition")
-    out: list[Condition] = []
-    for key, cond in raw.items():
-        if not isinstance(key, str) or not key or not all(_KEY_PART.match(p) for p in key.split(".")):
-            raise FilterError(
-                f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes, brackets or empty parts)"
-            )
-        if isinstance(cond, dict):
-            if len(cond) != 1:
-                raise FilterError(f"filter.{key}: an operator object holds exactly one of '$eq', '$in'")
-            ((op, arg),) = cond.items()
-            if op == "$eq":
-                out.append(Condition(key, (_check_scalar(arg, f"filter.{key}.$eq"),)))
-            elif op == "$in":
-                if not isinstance(arg, list) or not arg:
-                    raise FilterError(f"filter.{key}.$in must be a non-empty list")
-                if len(arg) > MAX_IN_VALUES:
-                    raise FilterError(f"filter.{key}.$in has {len(arg)} values; at most {MAX_IN_VALUES}")
-                out.append(Condition(key, tuple(_check_scalar(v, f"filter.{key}.$in[{i}]") for i, v in enumerate(arg))))
-            else:
-                raise FilterError(f"filter.{key}: unknown operator {op!r} (supported: '$eq', '$in')")
-        else:
-            out.append(Condition(key, (_check_scalar(cond, f"filter.{key}"),)))
-    return out
+    return _Parser(max_values).filter(raw, "filter", 0)
 
 
-def _json_path(key: str) -> str:
-    return "$" + "".join(f'."{p}"' for p in key.split("."))
+# --- helpers for the backends' translations ----------------------------------------------------------------------
+def balanced(parts: Sequence[T], join: Callable[[T, T], T]) -> T:
+    """``parts`` combined pairwise as a balanced binary tree (depth ``ceil(log2(n))``): the backends' query planners
+    recurse over a left-deep chain of ``and``/``or`` and fail at a few dozen (Milvus) or ~1,000 (SQLite) terms."""
+    if len(parts) == 1:
+        return parts[0]
+    mid = len(parts) // 2
+    return join(balanced(parts[:mid], join), balanced(parts[mid:], join))
 
 
-def _value_sql(column: str, path: str, v: Any) -> tuple[str, list[Any]]:
-    """SQL testing that ``column`` at JSON ``path`` equals the scalar ``v`` (type-aware)."""
+def value_kind(v: Any) -> str:
+    """A scalar's JSON kind for type-aware equality: ``null``, ``bool``, ``int``, ``float`` or ``str``."""
     if v is None:
-        return f"json_type({column}, ?) = 'null'", [path]
+        return "null"
     if isinstance(v, bool):
-        return f"json_type({column}, ?) = '{'true' if v else 'false'}'", [path]
+        return "bool"
+    return "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"
+
+
+# --- the reference semantics ---------------------------------------------------------------------------------------
+_MISSING = object()
+
+
+def _lookup(payload: Any, key: str) -> Any:
+    cur = payload
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
+
+
+def _equal(stored: Any, v: Any) -> bool:
+    if v is None:
+        return stored is None
+    if isinstance(v, bool):
+        return stored is v
     if isinstance(v, (int, float)):
-        return f"(json_type({column}, ?) IN ('integer', 'real') AND json_extract({column}, ?) = ?)", [path, path, v]
-    return f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) = ?)", [path, path, v]
+        return isinstance(stored, (int, float)) and not isinstance(stored, bool) and stored == v
+    return isinstance(stored, str) and stored == v
 
 
-def to_sql(conditions: list[Condition], column: str = "payload") -> tuple[str, list[Any]]:
-    """A SQL boolean expression over the JSON text ``column`` and its parameters.
-
-    Returns:
-        ``(sql, params)`` to put after ``WHERE``.
-    """
-    parts: list[str] = []
-    params: list[Any] = []
-    for c in conditions:
-        path = _json_path(c.key)
-        alts = []
-        for v in c.values:
-            s, p = _value_sql(column, path, v)
-            alts.append(s)
-            params.extend(p)
-        parts.append("(" + " OR ".join(alts) + ")")
-    return " AND ".join(parts), params
+def _in_range(x: Any, r: Range) -> bool:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return (
+        (r.gt is None or x > r.gt)
+        and (r.gte is None or x >= r.gte)
+        and (r.lt is None or x < r.lt)
+        and (r.lte is None or x <= r.lte)
+    )
 
 
-def matches(conditions: list[Condition], payload: dict[str, Any] | None) -> bool:
-    """Whether ``payload`` satisfies every condition (the Python twin of :func:`to_sql`, for tests/checks)."""
-    for c in conditions:
-        cur: Any = payload
-        for part in c.key.split("."):
-            if not isinstance(cur, dict) or part not in cur:
-                return False
-            cur = cur[part]
-        ok = False
-        for v in c.values:
-            if v is None:
-                ok = cur is None
-            elif isinstance(v, bool):
-                ok = cur is v
-            elif isinstance(v, (int, float)):
-                ok = isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur == v
-            else:
-                ok = isinstance(cur, str) and cur == v
-            if ok:
-                break
-        if not ok:
-            return False
-    return True
+def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | str | None = None) -> bool:
+    """Whether a point (``payload``, ``point_id``) satisfies ``f`` (None: everything): the semantics of the module
+    docstring, which the SQL and Milvus translations must agree with."""
+    if f is None:
+        return True
+    if isinstance(f, And):
+        return all(matches(p, payload, point_id) for p in f.parts)
+    if isinstance(f, Or):
+        return any(matches(p, payload, point_id) for p in f.parts)
+    if isinstance(f, Not):
+        return not matches(f.part, payload, point_id)
+    if isinstance(f, Ids):
+        return any(type(point_id) is type(i) and point_id == i for i in f.ids)
+    x = _lookup(payload or {}, f.key)
+    if isinstance(f, Exists):
+        return x is not _MISSING
+    if isinstance(f, Empty):
+        return x is _MISSING or x is None or x == []
+    if x is _MISSING:
+        return False
+    if isinstance(f, Range):
+        return _in_range(x, f)
+    if isinstance(x, list):
+        return any(_equal(e, v) for e in x for v in f.values if v is not None)
+    return any(_equal(x, v) for v in f.values)
 
 
 def canonical(raw: Any) -> str:

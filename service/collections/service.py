@@ -15,6 +15,7 @@ Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -30,7 +31,7 @@ from .errors import (
     PointNotFound,
     TooManyItems,
 )
-from .filters import Condition, FilterError, parse_filter
+from .filters import Filter, FilterError, parse_filter
 from .vectors import query_problem
 
 RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
@@ -45,13 +46,6 @@ class SearchSpec(Protocol):
     score_threshold: float | None
     with_payload: bool
     with_text: bool
-
-
-def _filter(raw: Any, param: str) -> list[Condition] | None:
-    try:
-        return parse_filter(raw) if raw is not None else None
-    except FilterError as e:
-        raise InvalidCollectionRequest(str(e), param=param, code="invalid_filter") from e
 
 
 class CollectionService:
@@ -69,6 +63,19 @@ class CollectionService:
     @property
     def settings(self) -> Any:
         return self.backend.settings
+
+    def parse_filter(self, raw: Any, param: str) -> Filter | None:
+        """The filter tree of a request's ``filter`` field (None: no filter).
+
+        Raises:
+            InvalidCollectionRequest: ``invalid_filter``, naming ``param``.
+        """
+        try:
+            return parse_filter(raw, self.settings.max_filter_values) if raw is not None else None
+        except FilterError as e:
+            raise InvalidCollectionRequest(
+                str(e).replace("filter", param, 1), param=param, code="invalid_filter"
+            ) from e
 
     def embedder(self) -> Any:
         """The embedder.
@@ -123,6 +130,7 @@ class CollectionService:
         cap = self.settings.max_points_per_request
         if len(ids) > cap:
             raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
+        self._check_payload_sizes(payloads)
         for attempt in range(RETRIES):
             model, smodel = dict(c.model), c.reembed_model
             vectors = await self.embed(c, texts, model)
@@ -137,6 +145,15 @@ class CollectionService:
                     raise ModelChanged(f"collection {name!r} changed model during the write; retry ({e})") from e
         raise AssertionError("unreachable")
 
+    def _check_payload_sizes(self, payloads: list[dict[str, Any] | None]) -> None:
+        cap = self.settings.max_payload_bytes
+        for i, p in enumerate(payloads):
+            if p and (n := len(json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode())) > cap:
+                raise InvalidCollectionRequest(
+                    f"points[{i}].payload is {n} bytes as JSON; the maximum is {cap} (collections_max_payload_bytes)",
+                    f"points[{i}].payload",
+                )
+
     async def delete_points(self, name: str, ids: list[int | str] | None, raw_filter: Any) -> tuple[int, int]:
         """Delete by ids or by filter; returns ``(deleted, sequence)`` once durable.
 
@@ -144,8 +161,8 @@ class CollectionService:
             CollectionNotFound, InvalidCollectionRequest (bad filter).
         """
         c = self.backend.get(name)
-        conditions = _filter(raw_filter, "filter")
-        return await self.backend.run(c.delete, ids, conditions)
+        where = self.parse_filter(raw_filter, "filter")
+        return await self.backend.run(c.delete, ids, where)
 
     async def get_point(self, name: str, candidates: Sequence[int | str], with_vector: bool) -> dict[str, Any]:
         """The first point found among ``candidates`` (one id read as an integer, then as a string).
@@ -185,15 +202,15 @@ class CollectionService:
     async def _search_once(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
         c = self.backend.get(name)
         model, d = dict(c.model), c.spec.dimension
-        plans: list[tuple[SearchSpec, list[Condition] | None, int | np.ndarray]] = []
+        plans: list[tuple[SearchSpec, Filter | None, int | np.ndarray]] = []
         texts: list[str] = []
         for i, s in enumerate(searches):
             pre = f"{param}[{i}]." if param == "searches" else ""
             if s.top_k > self.settings.max_top_k:
                 raise InvalidCollectionRequest(f"top_k must be at most {self.settings.max_top_k}", f"{pre}top_k")
-            conditions = _filter(s.filter, f"{pre}filter")
+            where = self.parse_filter(s.filter, f"{pre}filter")
             if isinstance(s.query, str):
-                plans.append((s, conditions, len(texts)))
+                plans.append((s, where, len(texts)))
                 texts.append(s.query)
                 continue
             v = np.asarray(s.query, dtype=np.float32)
@@ -205,17 +222,17 @@ class CollectionService:
                 )
             if (problem := query_problem(v, c.spec.metric)) is not None:
                 raise InvalidCollectionRequest(problem, f"{pre}query")
-            plans.append((s, conditions, v))
+            plans.append((s, where, v))
         qvecs = await self.embed(c, texts, model) if texts else None
 
         def _search_all() -> list[list[Hit]]:
             out = []
-            for s, conditions, q in plans:
+            for s, where, q in plans:
                 vec = qvecs[q] if isinstance(q, int) else q
                 out.append(
-                    c.search(
-                        vec[None, :], s.top_k, conditions, s.score_threshold, s.with_payload, s.with_text, model=model
-                    )[0]  # fmt: skip
+                    c.search(vec[None, :], s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model)[
+                        0
+                    ]  # fmt: skip
                 )
             return out
 

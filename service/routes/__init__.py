@@ -9,6 +9,7 @@ from fastapi import Request, Response
 
 from ..embedder import Embedder
 from ..errors import APIError
+from ..middleware import WRITE_FLAG
 from ..settings import Settings
 
 
@@ -20,6 +21,12 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
         media_type="application/json",
         headers=headers,
     )
+
+
+def mark_write(request: Request) -> None:
+    """Dependency of the routes that change stored data: if the request runs past ``request_timeout_s``, its 503
+    says that the write may already have been applied (see ``service.middleware``)."""
+    setattr(request.state, WRITE_FLAG, True)
 
 
 def embedder_of(request: Request) -> Embedder:

@@ -47,6 +47,18 @@ def test_request_past_its_budget_is_503_and_its_inputs_are_dropped(server):
     assert ok.status_code == 200
 
 
+def test_a_write_past_its_budget_says_it_may_have_been_applied(server):
+    """A write stopped at its time budget may have been applied already: the 503 says so (and that a retry is safe);
+    a read's 503 does not."""
+    assert httpx.put(f"{server.url}/collections/late", json={}).status_code == 200
+    pts = [{"id": i, "text": "word " * 300} for i in range(400)]
+    r = httpx.put(f"{server.url}/collections/late/points", json={"points": pts}, timeout=60)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "request_timeout"
+    assert "may already have been applied" in r.json()["error"]["message"] and "safe" in r.json()["error"]["message"]
+    r = httpx.post(f"{server.url}/embed", json=HEAVY, timeout=60)
+    assert r.status_code == 503 and "applied" not in r.json()["error"]["message"]
+
+
 def test_disconnected_client_has_its_inputs_dropped(server):
     before = _inputs_embedded(server.url)
     with pytest.raises(httpx.ReadTimeout):

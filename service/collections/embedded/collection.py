@@ -22,7 +22,7 @@ import numpy as np
 
 from ..backend import Hit, model_id, same_model
 from ..errors import CollectionClosed, ModelChanged
-from ..filters import Condition
+from ..filters import Filter
 from ..ids import encode_id
 from ..index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
 from ..vectors import unit_rows
@@ -155,13 +155,13 @@ class Collection:
                 shadow.write(new_iids, np.asarray(shadow_vectors, dtype=np.float32)[order])
         return seq
 
-    def delete(self, ids: list[int | str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, int]:
-        """Delete points by ``ids`` and/or filter ``conditions``; returns ``(deleted, seq)`` once durable."""
+    def delete(self, ids: list[int | str] | None = None, where: Filter | None = None) -> tuple[int, int]:
+        """Delete points by ``ids`` and/or filter ``where``; returns ``(deleted, seq)`` once durable."""
         keys = [encode_id(i) for i in ids] if ids is not None else None
         with self._wmutex:
             self._check_open()
             with self._rw.write():
-                seq, old = self.store.delete(keys, conditions)
+                seq, old = self.store.delete(keys, where)
                 self._seq = seq
                 self._count -= len(old)
                 self._apply(lambda: self.index.remove(old))
@@ -290,7 +290,7 @@ class Collection:
 
     # --- reads --------------------------------------------------------------------------------------------------
     def search(
-        self, queries, top_k, conditions=None, score_threshold=None, with_payload=True, with_text=True, model=None
+        self, queries, top_k, where=None, score_threshold=None, with_payload=True, with_text=True, model=None
     ) -> list[list[Hit]]:
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter matching at most
         ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the
@@ -306,9 +306,9 @@ class Collection:
             q = self._prepare(queries)
             allowed = None
             exact = None
-            if conditions:
+            if where is not None:
                 cap = self.exact_filter_threshold
-                allowed = self.store.matching_iids(conditions)
+                allowed = self.store.matching_iids(where)
                 if len(allowed) == 0:
                     return [[] for _ in range(len(q))]
                 if len(allowed) <= cap:

@@ -247,6 +247,18 @@ class MilvusBackend:
             await self.run(self._delete, name)
 
     def _delete(self, name: str) -> None:
+        # replicas deleting the same name at once: the earliest claim deletes, the others find it gone (404), as
+        # concurrent deletes on the embedded backend do
+        owner, key = f"delete:{time.time_ns()}", f"-{name}"
+        s = self.settings
+        try:
+            if self.registry.claim(key, owner, s.milvus_claim_ttl_s, self.claim_settle_s) is None:
+                raise CollectionNotFound(f"collection {name!r} not found (another request is deleting it)")
+            self._delete_claimed(name)
+        finally:
+            self.registry.release(key, owner)
+
+    def _delete_claimed(self, name: str) -> None:
         rec = self.registry.record(name)
         if rec is None:
             raise CollectionNotFound(f"collection {name!r} not found")

@@ -23,11 +23,11 @@ from pymilvus import MilvusException
 
 from ..backend import Hit, same_model
 from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
-from ..filters import Condition
+from ..filters import Filter
 from ..ids import decode_id, encode_id
 from ..index import IndexSpec
 from ..vectors import unit_rows
-from .expr import keys_expr, null_paths, to_expr
+from .expr import keys_expr, payload_marks, to_expr
 from .schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
 
 _PAGE = 16384  # Milvus's query window
@@ -138,7 +138,7 @@ class MilvusCollection:
             raise ValueError(f"vectors must have shape (n, {dim}), got {v.shape}")
         v = unit_rows(v) if metric == "cosine" else v
         return [
-            {"key": k, "text": t, "payload": p or {}, "nulls": {"p": null_paths(p)}, "updated": updated, "vector": v[i]}
+            {"key": k, "text": t, "payload": p or {}, "nulls": payload_marks(p), "updated": updated, "vector": v[i]}
             for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
         ]
 
@@ -181,11 +181,11 @@ class MilvusCollection:
             self._call(self.backend.client.upsert, rb["physical"], srows)
         return updated
 
-    def delete(self, ids: list[int | str] | None = None, conditions: list[Condition] | None = None) -> tuple[int, int]:
+    def delete(self, ids: list[int | str] | None = None, where: Filter | None = None) -> tuple[int, int]:
         """Delete by ids and/or filter (from both physical collections while re-embedding); ``(deleted, version)``."""
         rec = self.fresh()
         parts = ([keys_expr([encode_id(i) for i in ids])] if ids else []) + (
-            [to_expr(conditions)] if conditions else []
+            [to_expr(where)] if where is not None else []
         )
         deleted = 0
         while parts:
@@ -214,9 +214,7 @@ class MilvusCollection:
             out["vector"] = [float(x) for x in rows[0]["vector"]]
         return out
 
-    def search(
-        self, queries, top_k, conditions=None, score_threshold=None, with_payload=True, with_text=True, model=None
-    ):
+    def search(self, queries, top_k, where=None, score_threshold=None, with_payload=True, with_text=True, model=None):
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`).
 
         Raises:
@@ -230,7 +228,7 @@ class MilvusCollection:
         q = unit_rows(q) if spec.metric == "cosine" else q
         res = self._call(
             self.backend.client.search, rec["physical"], data=[row.tolist() for row in q], limit=top_k,
-            filter=to_expr(conditions), output_fields=_FIELDS, search_params=search_params(spec, top_k),
+            filter=to_expr(where), output_fields=_FIELDS, search_params=search_params(spec, top_k),
         )  # fmt: skip
         hib = spec.metric != "l2"
         out: list[list[Hit]] = []

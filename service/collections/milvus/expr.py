@@ -1,11 +1,21 @@
 """Payload filters (:mod:`..filters`) as Milvus boolean expressions over the JSON ``payload`` field.
 
-Milvus compares JSON values by type, as the embedded backend does (``payload["y"] == 2020`` matches 2020 and
-2020.0, not ``"2020"``; ``true`` does not match 1; a missing key never matches). Two gaps are bridged here:
+Milvus 2.3 compares JSON values by type, as the embedded backend does (``payload["y"] == 2020`` matches 2020 and
+2020.0, not ``"2020"``; ``true`` does not match 1; a missing key never matches; ``not (...)`` matches it), and
+``json_contains_any`` finds array elements by type and value. Its gaps are bridged here (each checked on a real
+Milvus 2.3.5 server):
 
-* Milvus 2.3 cannot test a JSON ``null``; every point therefore also stores ``nulls = {"p": [dotted keys whose
-  value is null]}`` (:func:`null_paths`), and ``key == null`` becomes ``json_contains(nulls["p"], "key")``.
-* an ``in`` list must hold one type; a mixed ``$in`` becomes an OR of one ``in`` per type.
+* it cannot test a JSON ``null`` or tell ``[]`` from a scalar: every point also stores
+  ``nulls = {"p": [dotted keys whose value is null], "e": [dotted keys whose value is []]}`` (:func:`payload_marks`);
+  ``key == null`` becomes ``json_contains(nulls["p"], "key")`` and ``$empty`` tests both lists (points written
+  before ``"e"`` existed never count as ``[]``);
+* an ``in`` list must hold one type (``in [1, 1.5]`` fails an assertion in the query node): one ``in`` per type;
+* ``-9223372036854775808`` does not parse (the parser negates ``9223372036854775808``, out of range): it is written
+  as ``< -9223372036854775807`` (no other integer is below it), and inside arrays as the double ``-2**63`` (there
+  the 1,024 integers just above the minimum, which round to it, match too);
+* ``json_contains_any`` reads array elements as its literal's type (:func:`_element_literals`);
+* ``and``/``or`` chains are balanced trees: a left-deep chain of ~50 terms overflows the query plan
+  ("Assert data_type == column_info.data_type").
 
 String literals are JSON-escaped (Milvus reads JSON string escapes). Keys cannot hold quotes, backslashes, dots or
 brackets (the filter grammar refuses them), so they need no escaping.
@@ -16,19 +26,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..filters import Condition
+from ..filters import INT64, And, Empty, Exists, Filter, Ids, Match, Not, Or, Range, balanced, value_kind
+
+_RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
-def null_paths(payload: dict[str, Any] | None, prefix: str = "") -> list[str]:
-    """Dotted keys of ``payload`` (nested objects included) whose value is ``null``."""
-    out: list[str] = []
-    for k, v in (payload or {}).items():
-        path = f"{prefix}{k}"
-        if v is None:
-            out.append(path)
-        elif isinstance(v, dict):
-            out.extend(null_paths(v, f"{path}."))
-    return out
+def payload_marks(payload: dict[str, Any] | None) -> dict[str, list[str]]:
+    """``{"p": null paths, "e": empty-array paths}`` of ``payload`` (dotted keys; nested objects included)."""
+    marks: dict[str, list[str]] = {"p": [], "e": []}
+
+    def walk(obj: dict[str, Any], prefix: str) -> None:
+        for k, v in obj.items():
+            path = f"{prefix}{k}"
+            if v is None:
+                marks["p"].append(path)
+            elif v == []:
+                marks["e"].append(path)
+            elif isinstance(v, dict):
+                walk(v, f"{path}.")
+
+    walk(payload or {}, "")
+    return marks
 
 
 def _field(key: str) -> str:
@@ -41,30 +59,87 @@ def _literal(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
-def _type(v: Any) -> str:
-    return "bool" if isinstance(v, bool) else "num" if isinstance(v, (int, float)) else "str"
+def _or(alts: list[str]) -> str:
+    return balanced(alts, lambda a, b: f"({a} or {b})") if alts else "false"
 
 
-def condition_expr(c: Condition) -> str:
-    """One condition: ``payload[key]`` equals one of its values."""
+def _match(m: Match) -> str:
+    field = _field(m.key)
     alts: list[str] = []
-    if any(v is None for v in c.values):
-        alts.append(f'json_contains(nulls["p"], {_literal(c.key)})')
-    by_type: dict[str, list[Any]] = {}
-    for v in c.values:
+    if None in m.values:
+        alts.append(f'json_contains(nulls["p"], {_literal(m.key)})')
+    by_kind: dict[str, list[Any]] = {}
+    for v in m.values:
+        if v is None:
+            continue
+        if v == INT64[0] and value_kind(v) == "int":
+            alts.append(f"{field} < {INT64[0] + 1}")
+            continue
+        by_kind.setdefault(value_kind(v), []).append(v)
+    for vals in by_kind.values():
+        lits = ", ".join(_literal(v) for v in vals)
+        alts.append(f"{field} == {lits}" if len(vals) == 1 else f"{field} in [{lits}]")
+    elems = [e for v in m.values if v is not None for e in _element_literals(v)]
+    if elems:  # an array matches when one of its elements does
+        alts.append(f"json_contains_any({field}, [{', '.join(_literal(v) for v in elems)}])")
+    return _or(alts)
+
+
+def _element_literals(v: Any) -> list[Any]:
+    """How to look for ``v`` among array elements. ``json_contains_any`` reads elements as the literal's type: an
+    integer literal does not find ``2.0``, a double literal finds both ``2`` and ``2.0``. So an integer is listed as
+    itself (exact) and, below 2**53 in magnitude, as a double too; the int64 minimum, which does not parse, only as
+    the double -2**63."""
+    if value_kind(v) != "int":
+        return [v]
+    if v == INT64[0]:
+        return [float(v)]
+    return [v, float(v)] if abs(v) < 2**53 else [v]
+
+
+def _bound(op: str, v: int | float) -> tuple[str, int | float]:
+    """A bound Milvus can parse: the int64 minimum as an equivalent bound on its neighbour."""
+    if v == INT64[0] and not isinstance(v, float):
+        return {"gt": (">=", INT64[0] + 1), "gte": (">=", float(v)), "lt": ("<", float(v)),
+                "lte": ("<", INT64[0] + 1)}[op]  # fmt: skip
+    return _RANGE_OPS[op], v
+
+
+def _range(r: Range) -> str:
+    field = _field(r.key)
+    conds = []
+    for name in _RANGE_OPS:
+        v = getattr(r, name)
         if v is not None:
-            by_type.setdefault(_type(v), []).append(v)
-    for vals in by_type.values():
-        if len(vals) == 1:
-            alts.append(f"{_field(c.key)} == {_literal(vals[0])}")
-        else:
-            alts.append(f"{_field(c.key)} in [{', '.join(_literal(v) for v in vals)}]")
-    return alts[0] if len(alts) == 1 else "(" + " or ".join(alts) + ")"
+            op, lit = _bound(name, v)
+            conds.append(f"{field} {op} {_literal(lit)}")
+    return balanced(conds, lambda a, b: f"({a} and {b})")
 
 
-def to_expr(conditions: list[Condition] | None) -> str:
-    """The AND of every condition as one Milvus expression ('' for no filter)."""
-    return " and ".join(condition_expr(c) for c in conditions or [])
+def filter_expr(f: Filter) -> str:
+    """One filter tree as a Milvus boolean expression."""
+    if isinstance(f, (And, Or)):
+        op = " and " if isinstance(f, And) else " or "
+        return balanced([filter_expr(p) for p in f.parts], lambda a, b: f"({a}{op}{b})")
+    if isinstance(f, Not):
+        return f"(not {filter_expr(f.part)})"
+    if isinstance(f, Ids):
+        return f"({keys_expr([json.dumps(i, ensure_ascii=False) for i in f.ids])})"
+    if isinstance(f, Match):
+        return f"({_match(f)})"
+    if isinstance(f, Range):
+        return f"({_range(f)})"
+    if isinstance(f, Exists):
+        return f"(exists {_field(f.key)})"
+    if isinstance(f, Empty):
+        key = _literal(f.key)
+        return f'((not exists {_field(f.key)}) or json_contains(nulls["p"], {key}) or json_contains(nulls["e"], {key}))'
+    raise TypeError(f"not a filter: {f!r}")
+
+
+def to_expr(where: Filter | None) -> str:
+    """The filter as one Milvus expression ('' for no filter)."""
+    return filter_expr(where) if where is not None else ""
 
 
 def keys_expr(keys: list[str]) -> str:

@@ -2,7 +2,7 @@
 :mod:`..index` maps to a Milvus index, and Milvus scores to the API's scores.
 
 Fields: ``key`` (VARCHAR primary key: the point id as JSON text, as in the embedded store), ``text`` (VARCHAR),
-``payload`` (JSON), ``nulls`` (JSON: the payload's null paths, see :mod:`.expr`), ``updated`` (INT64: the write's
+``payload`` (JSON), ``nulls`` (JSON: the payload's null and empty-array paths, see :mod:`.expr`), ``updated`` (INT64: the write's
 version, nanoseconds at the writer; a re-embedding compares it between the old and new physical collection) and
 ``vector`` (FLOAT_VECTOR of the collection's dimension).
 """

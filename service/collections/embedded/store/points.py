@@ -34,7 +34,8 @@ import numpy as np
 
 from artifact_contract.fsio import fsync_dir
 
-from ...filters import Condition, to_sql
+from ...filters import Filter
+from .where import to_sql
 
 DB_FILE = "points.sqlite3"
 FORMAT = 1
@@ -214,10 +215,8 @@ class Store:
             raise
         return seq, iids, np.asarray(old, dtype=np.int64)
 
-    def delete(
-        self, keys: list[str] | None = None, conditions: list[Condition] | None = None
-    ) -> tuple[int, np.ndarray]:
-        """Delete points by encoded ``keys`` or by filter ``conditions`` as one durable write.
+    def delete(self, keys: list[str] | None = None, where: Filter | None = None) -> tuple[int, np.ndarray]:
+        """Delete points by encoded ``keys`` or by filter ``where`` as one durable write.
 
         Returns:
             ``(seq, removed_iids)``; seq is the write's sequence number (a write that
@@ -234,8 +233,8 @@ class Store:
                         r[0]
                         for r in w.execute(f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})", part)
                     )
-            if conditions:
-                sql, params = to_sql(conditions)
+            if where is not None:
+                sql, params = to_sql(where)
                 old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE {sql}", params))
             old = sorted(set(old))
             if old:
@@ -290,9 +289,9 @@ class Store:
         rows = self.reader().execute("SELECT iid FROM removed WHERE seq > ?", (seq,)).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
-    def matching_iids(self, conditions: list[Condition], limit: int | None = None) -> np.ndarray:
-        """Internal ids of points whose payload satisfies ``conditions`` (at most ``limit``), int64."""
-        sql, params = to_sql(conditions)
+    def matching_iids(self, where: Filter, limit: int | None = None) -> np.ndarray:
+        """Internal ids of points satisfying the filter ``where`` (at most ``limit``), int64."""
+        sql, params = to_sql(where)
         q = f"SELECT iid FROM points WHERE {sql}"
         if limit is not None:
             q += f" LIMIT {int(limit)}"

@@ -1,0 +1,107 @@
+"""Payload filters (:mod:`...filters`) as SQLite ``WHERE`` expressions over the ``points`` table's JSON ``payload``
+column and its ``key`` column (the encoded point id), with SQLite's JSON1 functions.
+
+Every leaf is type-aware (``json_type``) and wrapped in ``IFNULL(..., 0)``: a missing key makes ``json_type`` NULL,
+and SQL's three-valued logic would otherwise turn ``NOT (missing = 1)`` into NULL (no match) where the grammar says
+true. Arrays are searched element by element with ``json_each``. ``AND``/``OR`` chains are balanced trees
+(:func:`...filters.balanced`): a left-deep chain deeper than SQLite's ``SQLITE_MAX_EXPR_DEPTH`` (1,000) fails with
+"Expression tree is too large".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...filters import And, Empty, Exists, Filter, Ids, Match, Not, Or, Range, balanced, value_kind
+from ...ids import encode_id
+
+_RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+Sql = tuple[str, list[Any]]
+
+
+def _path(key: str) -> str:
+    return "$" + "".join(f'."{p}"' for p in key.split("."))
+
+
+def _in(expr: str, n: int) -> str:
+    return f"{expr} = ?" if n == 1 else f"{expr} IN ({','.join('?' * n)})"
+
+
+def _typed(type_sql: Sql, value_sql: Sql, values: tuple[Any, ...]) -> list[Sql]:
+    """Alternatives testing that a JSON value, given as its type expression (``json_type`` names) and its SQL value
+    expression, equals one of the non-null ``values`` by type and value."""
+    (t, tp), (x, xp) = type_sql, value_sql
+    nums = [v for v in values if value_kind(v) in ("int", "float")]
+    strs = [v for v in values if value_kind(v) == "str"]
+    bools = sorted({v for v in values if value_kind(v) == "bool"})
+    out: list[Sql] = []
+    if nums:
+        out.append((f"({t} IN ('integer','real') AND {_in(x, len(nums))})", [*tp, *xp, *nums]))
+    if strs:
+        out.append((f"({t} = 'text' AND {_in(x, len(strs))})", [*tp, *xp, *strs]))
+    out += [(f"{t} = '{'true' if b else 'false'}'", list(tp)) for b in bools]
+    return out
+
+
+def _or(parts: list[Sql]) -> Sql:
+    return " OR ".join(s for s, _ in parts), [p for _, ps in parts for p in ps]
+
+
+def _match(col: str, m: Match) -> Sql:
+    path = _path(m.key)
+    jtype: Sql = (f"json_type({col}, ?)", [path])
+    alts = _typed(jtype, (f"json_extract({col}, ?)", [path]), m.values)
+    if None in m.values:
+        alts.append((f"json_type({col}, ?) = 'null'", [path]))
+    elems = _typed(("e.type", []), ("e.value", []), m.values)
+    if elems:  # an array matches when one of its elements does
+        es, ep = _or(elems)
+        alts.append(
+            (f"(json_type({col}, ?) = 'array' AND EXISTS (SELECT 1 FROM json_each({col}, ?) AS e WHERE {es}))",
+             [path, path, *ep])
+        )  # fmt: skip
+    s, p = _or(alts)
+    return f"IFNULL({s}, 0)", p
+
+
+def _range(col: str, r: Range) -> Sql:
+    path = _path(r.key)
+    conds, params = [f"json_type({col}, ?) IN ('integer','real')"], [path]
+    for name, op in _RANGE_SQL.items():
+        bound = getattr(r, name)
+        if bound is not None:
+            conds.append(f"json_extract({col}, ?) {op} ?")
+            params += [path, bound]
+    return f"IFNULL({' AND '.join(conds)}, 0)", params
+
+
+def to_sql(f: Filter, column: str = "payload", key_column: str = "key") -> Sql:
+    """A SQL boolean expression (never NULL) over the JSON text ``column`` and the encoded id ``key_column``.
+
+    Returns:
+        ``(sql, params)`` to put after ``WHERE``.
+    """
+    if isinstance(f, (And, Or)):
+        op = " AND " if isinstance(f, And) else " OR "
+        parts = [to_sql(p, column, key_column) for p in f.parts]
+        return balanced(parts, lambda a, b: (f"({a[0]}{op}{b[0]})", a[1] + b[1]))
+    if isinstance(f, Not):
+        s, p = to_sql(f.part, column, key_column)
+        return f"(NOT {s})", p
+    if isinstance(f, Ids):
+        keys = [encode_id(i) for i in f.ids]
+        return f"({_in(key_column, len(keys))})", keys
+    if isinstance(f, Match):
+        return _match(column, f)
+    if isinstance(f, Range):
+        return _range(column, f)
+    path = _path(f.key)
+    if isinstance(f, Exists):
+        return f"(json_type({column}, ?) IS NOT NULL)", [path]
+    if isinstance(f, Empty):
+        return (
+            f"IFNULL(json_type({column}, ?) IS NULL OR json_type({column}, ?) = 'null' OR "
+            f"(json_type({column}, ?) = 'array' AND json_array_length({column}, ?) = 0), 0)",
+            [path] * 4,
+        )
+    raise TypeError(f"not a filter: {f!r}")
