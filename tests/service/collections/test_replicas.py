@@ -1,6 +1,7 @@
 """Two service replicas sharing one real Milvus server and one models directory, on loopback.
 
-* A point upserted through one replica is read and found through the other at once.
+* A point upserted through one replica is read and found through the other at once; a collection deleted through
+  both at once is deleted once (one 200, the others 404).
 * A model version published into the models directory reaches both (poll mode), and the collection's
   re-embedding towards it runs once (one replica holds the claim; the other only waits), after which both
   replicas answer with the new model, dimension and index.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -94,6 +96,12 @@ def test_two_replicas_share_collections_and_switch_once(milvus_uri, default_arti
         assert ca.get("/collections/stsb/points/b1").json()["text"] == extra[0]
         assert _ids(ca, queries) == _ids(cb, queries)
         assert _info(cb)["count"] == N + 1
+        # concurrent deletes of one collection through both replicas: exactly one answers 200, the others 404
+        assert ca.put("/collections/doomed", json={}).status_code == 200
+        with ThreadPoolExecutor(8) as ex:
+            codes = list(ex.map(lambda i: (ca, cb)[i % 2].delete("/collections/doomed").status_code, range(8)))
+        assert sorted(codes) == [200] + [404] * 7, codes
+        assert all(c.get("/collections/doomed").status_code == 404 for c in (ca, cb))
 
         # 2. publish v2: both replicas activate it, one re-embeds, both switch
         os.rename(stage / NAME / "2", models / NAME / "2")
