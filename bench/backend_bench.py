@@ -136,8 +136,9 @@ def part_backends(a: argparse.Namespace) -> list[dict]:
         s = Settings(data_dir=str(Path(tmp) / "data"))
         rows.append(bench_backend("embedded", s, X, Q, exact, a.batch))
         print(json.dumps(rows[-1]), flush=True)
-        with milvus_server(Path(tmp) / "milvus") as uri:
-            s = Settings(collections_backend="milvus", collections_milvus_uri=uri, collections_milvus_prefix="bench_")
+        with milvus_server(Path(tmp) / "milvus") as m:
+            s = Settings(collections_backend="milvus", collections_milvus_uri=m.uri, collections_milvus_token=m.token,
+                         collections_milvus_prefix="bench_")  # fmt: skip
             rows.append(bench_backend("milvus", s, X, Q, exact, a.batch))
             print(json.dumps(rows[-1]), flush=True)
     return rows

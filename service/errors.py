@@ -118,6 +118,9 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     col.InvalidCollectionRequest: lambda e: APIError(422, str(e), param=e.param, code=e.code),
     col.TooManyItems: lambda e: APIError(413, str(e), param=e.param, code=e.code),
     col.PointNotFound: lambda e: APIError(404, str(e), param=e.param, code="point_not_found"),
+    col.BackendUnavailable: lambda e: APIError(
+        503, str(e), code="backend_unavailable", headers={"Retry-After": str(max(1, round(e.retry_after_s)))}
+    ),
     col.ModelUnavailable: lambda e: APIError(409, str(e), code="model_unavailable"),
     col.ModelChanged: lambda e: APIError(503, str(e), code="model_changed", headers={"Retry-After": "1"}),
 }

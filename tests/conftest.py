@@ -66,18 +66,26 @@ def default_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def milvus_uri(tmp_path_factory) -> str:
-    """A real Milvus standalone server for the whole session (started on first use): its URI.
-    ``EMBED_TEST_MILVUS_URI`` names a server already running instead (a developer's; one Milvus per machine: its
-    embedded etcd always takes ports 2379-2380)."""
+def milvus(tmp_path_factory):
+    """A real Milvus standalone server for the whole session (started on first use), password-protected: a
+    :class:`tests.milvus_utils.MilvusServer`. Its token is exported as ``EMBED_COLLECTIONS_MILVUS_TOKEN``, so every
+    service the tests start, and :func:`tests.milvus_utils.milvus_client`, authenticate. ``EMBED_TEST_MILVUS_URI``
+    names a server already running instead (a developer's; one Milvus per machine: its embedded etcd always takes
+    ports 2379-2380; tests that kill Milvus skip then)."""
     from tests.milvus_utils import milvus_server
 
     if os.environ.get("EMBED_TEST_MILVUS_URI"):
-        yield os.environ["EMBED_TEST_MILVUS_URI"]
+        yield None
         return
+    with milvus_server(tmp_path_factory.mktemp("milvus")) as server:
+        os.environ["EMBED_COLLECTIONS_MILVUS_TOKEN"] = server.token
+        yield server
 
-    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
-        yield uri
+
+@pytest.fixture(scope="session")
+def milvus_uri(milvus) -> str:
+    """The session Milvus server's URI."""
+    return milvus.uri if milvus is not None else os.environ["EMBED_TEST_MILVUS_URI"]
 
 
 def backend_args(backend: str, milvus_uri: str | None, prefix: str) -> list[str]:

@@ -191,19 +191,19 @@ def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
 async def create_collection(name: str, body: CreateCollection, svc: Service) -> Response:
     """Create a collection embedded by the active model; answers its info."""
     c = await svc.create(name, body.index, body.params, body.metric)
-    return json_response(c.info())
+    return json_response(await svc.backend.run(c.info))
 
 
 @router.get("/collections")
 async def list_collections(svc: Service) -> Response:
     """``{"collections": [info, ...]}`` sorted by name."""
-    return json_response({"collections": [c.info() for c in svc.backend.list()]})
+    return json_response({"collections": await svc.infos()})
 
 
 @router.get("/collections/{name}")
 async def get_collection(name: str, svc: Service) -> Response:
     """Count, index type/params/trained, dimension, metric, model (name, version, sha256), sequence."""
-    return json_response(svc.backend.get(name).info())
+    return json_response(await svc.info(name))
 
 
 @router.delete("/collections/{name}", dependencies=WRITES)

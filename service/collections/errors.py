@@ -62,6 +62,19 @@ class PointNotFound(CollectionError):
     param = "id"
 
 
+class BackendUnavailable(CollectionError):
+    """The shared vector store (Milvus) cannot be reached or is still loading a collection; the request did nothing
+    that is not safe to retry (a write may or may not have been applied: upserts and deletes are idempotent).
+
+    Args:
+        retry_after_s: seconds the client should wait before retrying.
+    """
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class ModelUnavailable(CollectionError):
     """The exact model (name, version, sha256) that embedded the collection is not loaded."""
 

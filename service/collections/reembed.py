@@ -30,6 +30,7 @@ from typing import Any
 
 from ..batcher import QueueFull
 from .backend import CollectionHandle, ReembedTarget, VectorBackend, model_id, same_model
+from .errors import BackendUnavailable
 
 log = logging.getLogger("service.collections.reembed")
 
@@ -158,16 +159,21 @@ class Reembedder:
         try:
             lm = self._embedder().resolve(info.id)
             while True:
-                tg = await self._claim(c, target, info.dimension)
-                if tg is None:  # another replica completed it: show the shared status, not this one's placeholder
-                    c.reembed_status = None
-                    return
-                if await self._sweep(c, tg, lm, info):
-                    return
-                # the claim went to another replica (two claims can overlap on a shared backend): wait, and take
-                # over if its claim lapses
-                log.info("collection %s: another replica holds the re-embedding to %s; waiting", c.name, info.id)
-                await run(tg.abandon, False)
+                try:
+                    tg = await self._claim(c, target, info.dimension)
+                    if tg is None:  # another replica completed it: show the shared status, not this one's placeholder
+                        c.reembed_status = None
+                        return
+                    if await self._sweep(c, tg, lm, info):
+                        return
+                    # the claim went to another replica (two claims can overlap on a shared backend): wait, and take
+                    # over if its claim lapses
+                    log.info("collection %s: another replica holds the re-embedding to %s; waiting", c.name, info.id)
+                    await run(tg.abandon, False)
+                except BackendUnavailable as e:  # a shared store's outage pauses the sweep; its claim lapses and
+                    # the re-embedding resumes from the stored target vectors once the store answers again
+                    log.warning("collection %s: re-embedding to %s paused: %s", c.name, info.id, e)
+                    await asyncio.sleep(CLAIM_RETRY_S)
                 tg = None
         except asyncio.CancelledError:
             if tg is not None:

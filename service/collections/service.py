@@ -15,6 +15,7 @@ Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP i
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
 from .backend import CollectionHandle, Hit, VectorBackend
 from .errors import (
+    CollectionNotFound,
     InvalidCollectionRequest,
     ModelChanged,
     ModelUnavailable,
@@ -88,6 +90,30 @@ class CollectionService:
             raise ModelNotReady("service is starting")
         return emb
 
+    async def collection(self, name: str) -> CollectionHandle:
+        """The collection ``name``, looked up on a backend thread (a shared backend may read its registry).
+
+        Raises:
+            CollectionNotFound, BackendUnavailable.
+        """
+        return await self.backend.run(self.backend.get, name)
+
+    async def info(self, name: str) -> dict[str, Any]:
+        """``GET /collections/{name}``'s body (read on a backend thread: on Milvus it counts the points)."""
+        c = await self.collection(name)
+        return await self.backend.run(c.info)
+
+    async def infos(self) -> list[dict[str, Any]]:
+        """Every collection's info, sorted by name, read concurrently on the backend's threads (one deleted
+        meanwhile is left out)."""
+        results = await asyncio.gather(
+            *(self.backend.run(c.info) for c in self.backend.list()), return_exceptions=True
+        )  # fmt: skip
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, CollectionNotFound):
+                raise r
+        return [r for r in results if not isinstance(r, BaseException)]
+
     async def embed(self, c: CollectionHandle, texts: list[str], model: dict[str, Any] | None = None) -> np.ndarray:
         """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``.
 
@@ -126,7 +152,7 @@ class CollectionService:
         Raises:
             CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts).
         """
-        c = self.backend.get(name)
+        c = await self.collection(name)
         cap = self.settings.max_points_per_request
         if len(ids) > cap:
             raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
@@ -160,7 +186,7 @@ class CollectionService:
         Raises:
             CollectionNotFound, InvalidCollectionRequest (bad filter).
         """
-        c = self.backend.get(name)
+        c = await self.collection(name)
         where = self.parse_filter(raw_filter, "filter")
         return await self.backend.run(c.delete, ids, where)
 
@@ -170,7 +196,7 @@ class CollectionService:
         Raises:
             CollectionNotFound, PointNotFound.
         """
-        c = self.backend.get(name)
+        c = await self.collection(name)
         for pid in candidates:
             p = await self.backend.run(c.get, pid, with_vector)
             if p is not None:
@@ -200,7 +226,7 @@ class CollectionService:
         raise AssertionError("unreachable")
 
     async def _search_once(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
-        c = self.backend.get(name)
+        c = await self.collection(name)
         model, d = dict(c.model), c.spec.dimension
         plans: list[tuple[SearchSpec, Filter | None, int | np.ndarray]] = []
         texts: list[str] = []

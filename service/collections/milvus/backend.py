@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from pymilvus import MilvusClient
-
 from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, new_spec
-from ..errors import CollectionExists, CollectionNotFound
+from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
+from .client import BoundedClient, Breaker, classify, connect
 from .collection import MilvusCollection
 from .registry import Registry
 from .schema import check_supported, create_physical
@@ -47,12 +48,15 @@ class MilvusBackend:
     def __init__(self, settings: CollectionSettings) -> None:
         self.settings = settings
         self.prefix = settings.milvus_prefix
-        self.client: MilvusClient | None = None
+        self.client: BoundedClient | None = None
         self.registry: Registry | None = None
         self.handles: dict[str, MilvusCollection] = {}
         self._pool = ThreadPoolExecutor(max_workers=settings.worker_threads, thread_name_prefix="milvus")
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self.breaker = Breaker()
+        self._reload_lock = threading.Lock()
+        self._reloaded_at = 0.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> MilvusBackend:
@@ -70,8 +74,68 @@ class MilvusBackend:
         return self.settings.milvus_claim_settle_s
 
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """Run blocking ``fn(*args, **kw)`` (a Milvus call) on the backend's threads."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        """Run blocking ``fn(*args, **kw)`` (Milvus calls) on the backend's threads.
+
+        Raises:
+            BackendUnavailable: Milvus is unreachable (at once while the breaker is open, else once a call's timeout
+                ran out), or a collection is still loading (after a Milvus restart; a reload is started).
+        """
+        self.breaker.check()
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(self._guarded, fn, *args, **kw)
+        )
+
+    def _guarded(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        self.breaker.check()  # it may have opened while this call waited for a thread
+        try:
+            return fn(*args, **kw)
+        except BackendUnavailable:
+            raise
+        except Exception as e:
+            kind = classify(e)
+            if kind == "unavailable":
+                if self.breaker.open_since is None:
+                    log.error("milvus: unreachable at %s (%s); 503 until it answers", self.settings.milvus_uri, e)
+                self.breaker.trip(type(e).__name__)
+                raise BackendUnavailable(f"the vector store (Milvus) is unreachable: {e}; retry later") from e
+            if kind == "not_loaded":
+                self._pool.submit(self._reload_all)
+                raise BackendUnavailable(
+                    "the vector store (Milvus) is still loading this collection (after a restart); retry shortly",
+                    retry_after_s=2.0,
+                ) from e
+            raise
+
+    def _reload_all(self) -> None:
+        """Ask Milvus to load every physical collection this view knows (and the registry), one reload at a time:
+        after a Milvus restart they answer "not loaded" until their segments are loaded again."""
+        if time.monotonic() - self._reloaded_at < 2.0 or not self._reload_lock.acquire(blocking=False):
+            return
+        try:
+            self._reloaded_at = time.monotonic()
+            names = [self.registry.name] + [p for h in list(self.handles.values()) for p in h.physical_collections()]
+            for name in names:
+                try:
+                    self.client.load_collection(name, _async=True)  # Milvus loads in the background
+                except Exception as e:
+                    log.warning("milvus: reloading %s failed: %s", name, e)
+        finally:
+            self._reload_lock.release()
+
+    def _probe(self) -> bool:
+        """While the breaker is open: connect afresh (a new channel, see :mod:`.client`) and list collections; on
+        success use that connection, close the breaker and reload the collections."""
+        s = self.settings
+        try:
+            fresh = connect(s.milvus_uri, s.milvus_token, timeout_s=1.0)
+            fresh.list_collections(timeout=max(1, math.ceil(s.milvus_refresh_s)))
+        except Exception:
+            return False
+        self.client.replace(fresh)
+        self.breaker.reset()
+        log.warning("milvus: reachable again at %s", s.milvus_uri)
+        self._reload_all()
+        return True
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -83,7 +147,8 @@ class MilvusBackend:
         s = self.settings
 
         def _connect() -> None:
-            self.client = MilvusClient(uri=s.milvus_uri, token=s.milvus_token or "", timeout=s.milvus_write_timeout_s)
+            client = connect(s.milvus_uri, s.milvus_token, s.milvus_write_timeout_s)
+            self.client = BoundedClient(client, s.milvus_write_timeout_s)
             self.registry = Registry(self.client, self.prefix)
             self.registry.ensure()
 
@@ -95,20 +160,32 @@ class MilvusBackend:
         self._task = asyncio.create_task(self._refresh_loop(), name="milvus-refresh")
 
     async def close(self) -> None:
-        """Stop the refresh task and disconnect (the data stays in Milvus)."""
+        """Stop the refresh task and disconnect (the data stays in Milvus). Calls still running finish first, each
+        within its timeout; past the timeout + 2 s the close goes on without them."""
         await cancel_and_wait(self._task)
         self._task = None
-        # calls already on the pool (a cancelled refresh keeps running in its thread) finish before the disconnect
-        await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown, True)
+        loop = asyncio.get_running_loop()
+        bound = (self.client.timeout if self.client is not None else 0) + 2
+        try:
+            await asyncio.wait_for(loop.run_in_executor(None, self._pool.shutdown, True), bound)
+        except asyncio.TimeoutError:
+            log.warning("milvus: closing with calls still running (Milvus unreachable?)")
+            self._pool.shutdown(wait=False, cancel_futures=True)
         if self.client is not None:
             self.client.close()
 
     async def _refresh_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.settings.milvus_refresh_s)
             try:
+                if self.breaker.open_since is not None:  # probe until Milvus answers again
+                    await loop.run_in_executor(self._pool, self._probe)
+                    continue
                 await self.run(self.refresh)
                 await self.run(self._drop_retired)
+            except BackendUnavailable:
+                pass  # logged once, when the breaker opened
             except Exception:
                 log.exception("milvus: registry refresh failed (views keep their last state)")
 

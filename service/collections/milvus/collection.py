@@ -108,7 +108,7 @@ class MilvusCollection:
         """A Milvus call; a physical collection that vanished (a switch and retirement, or a delete by another
         replica) re-reads the record and raises :class:`ModelChanged` or :class:`CollectionClosed`."""
         try:
-            return fn(*args, timeout=self.backend.settings.milvus_write_timeout_s, **kw)
+            return fn(*args, **kw)  # the backend's client bounds every call (see .client)
         except MilvusException as e:
             if "not found" not in str(e) and "not exist" not in str(e):
                 raise
@@ -116,6 +116,11 @@ class MilvusCollection:
             if self.closed:
                 raise CollectionClosed(f"collection {self.name!r} not found (deleted)") from e
             raise ModelChanged(f"collection {self.name} moved to {self.record['physical']}") from e
+
+    def physical_collections(self) -> list[str]:
+        """The Milvus collections this view's record uses: its points, and a re-embedding's target."""
+        rb = self.record.get("reembed")
+        return [self.record["physical"]] + ([rb["physical"]] if rb else [])
 
     @property
     def count(self) -> int:

@@ -29,6 +29,8 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
+from .client import LOAD_TIMEOUT_S
+
 _MAX_ROWS = 16384  # Milvus's query window
 
 log = logging.getLogger("service.collections.milvus")
@@ -49,7 +51,7 @@ class Registry:
     def ensure(self) -> None:
         """Create the registry collection if it does not exist (another replica may create it at the same time)."""
         if self.client.has_collection(self.name):
-            self.client.load_collection(self.name)
+            self.client.load_collection(self.name, timeout=LOAD_TIMEOUT_S)
             return
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=512)
@@ -58,7 +60,9 @@ class Registry:
         ip = self.client.prepare_index_params()
         ip.add_index(field_name="vec", index_type="FLAT", metric_type="L2")
         try:
-            self.client.create_collection(self.name, schema=schema, index_params=ip, consistency_level="Strong")
+            self.client.create_collection(
+                self.name, schema=schema, index_params=ip, consistency_level="Strong", timeout=LOAD_TIMEOUT_S
+            )
         except Exception:
             if not self.client.has_collection(self.name):
                 raise

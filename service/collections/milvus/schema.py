@@ -16,6 +16,7 @@ from pymilvus import DataType, MilvusClient
 
 from ..errors import InvalidCollectionRequest
 from ..index import IndexSpec
+from .client import LOAD_TIMEOUT_S
 
 MAX_KEY_BYTES = 4096  # an encoded 512-character string id, escapes included
 MAX_TEXT_BYTES = 65535  # Milvus VARCHAR limit
@@ -61,7 +62,9 @@ def create_physical(client: MilvusClient, name: str, spec: IndexSpec, consistenc
     index_type, params = BUILD[spec.kind](spec.params)
     ip = client.prepare_index_params()
     ip.add_index(field_name="vector", index_type=index_type, metric_type=METRICS[spec.metric], params=params)
-    client.create_collection(name, schema=schema, index_params=ip, consistency_level=consistency)
+    client.create_collection(
+        name, schema=schema, index_params=ip, consistency_level=consistency, timeout=LOAD_TIMEOUT_S
+    )  # creating and loading: not bounded by the request timeout
 
 
 def search_params(spec: IndexSpec, top_k: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.milvus_utils import milvus_client
 from tests.server_utils import collections_server, run_server
 from training.data.sts import load_task
 
@@ -39,9 +40,7 @@ def stored_vectors(env, name: str) -> dict:
         with sqlite3.connect(path) as conn:
             rows = conn.execute("SELECT key, vector FROM points").fetchall()
         return {int(k): np.frombuffer(v, dtype=np.float32) for k, v in rows}
-    from pymilvus import MilvusClient
-
-    m = MilvusClient(uri=env["uri"])
+    m = milvus_client(env["uri"])
     alias = env["prefix"] + name.replace("_", "_u").replace("-", "_d")
     rows = m.query(alias, filter='key != ""', output_fields=["key", "vector"], limit=16384)
     m.close()
@@ -49,9 +48,7 @@ def stored_vectors(env, name: str) -> dict:
 
 
 def milvus_collections(env) -> list[str]:
-    from pymilvus import MilvusClient
-
-    m = MilvusClient(uri=env["uri"])
+    m = milvus_client(env["uri"])
     names = [n for n in m.list_collections() if n.startswith(env["prefix"])]
     m.close()
     return names

@@ -16,6 +16,7 @@ from service.collections.ids import encode_id
 from service.collections.index import IndexSpec
 from service.collections.milvus.expr import payload_marks, to_expr
 from service.collections.milvus.schema import create_physical
+from tests.milvus_utils import milvus_client
 
 D = 8
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
@@ -157,10 +158,8 @@ def test_sqlite_translation_agrees_with_the_reference(tmp_path, data):
 
 
 def test_milvus_translation_agrees_with_the_reference(milvus_uri, data):
-    from pymilvus import MilvusClient
-
     ids, payloads = data
-    client = MilvusClient(uri=milvus_uri)
+    client = milvus_client(milvus_uri)
     name = f"f{uuid.uuid4().hex[:12]}"
     create_physical(client, name, IndexSpec("flat", "cosine", {}, D), "Strong")
     try:

@@ -1,0 +1,121 @@
+"""The Milvus connection of the milvus backend: every call bounded in time, outages detected once and answered fast.
+
+* :class:`BoundedClient` wraps pymilvus's ``MilvusClient`` and gives every RPC ``timeout=`` whole seconds
+  (``collections_milvus_write_timeout_s`` rounded up): pymilvus's retry loop honours only an ``int`` timeout
+  (``pymilvus.decorators.retry_on_rpc_failure``); with a float or none it retries an unreachable server 75 times with
+  back-off, about 3.5 minutes, which is how a Milvus outage used to hang requests and shutdown.
+* :func:`classify` sorts pymilvus's exceptions into *unavailable* (connection refused, deadline exceeded, retries run
+  out), *not loaded* (code 101: a collection's segments are loading, e.g. for ~20 s after a Milvus restart) and
+  the rest (a genuine error of the request or of this service).
+* :class:`Breaker`: once a call found Milvus unavailable, every later call fails at once (503 ``backend_unavailable``
+  with ``Retry-After``) instead of waiting out its timeout, until a probe on a *fresh* connection succeeds. A fresh
+  channel each probe: gRPC's reconnect back-off on the old channel grows to minutes (1.6x from 1 s, up to 120 s),
+  which would delay recovery long after Milvus answers again.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import grpc
+from pymilvus import MilvusClient, MilvusException
+
+from ..errors import BackendUnavailable
+
+#: MilvusClient methods that run locally (no RPC, no timeout argument)
+_LOCAL = frozenset({"prepare_index_params", "create_schema", "close"})
+NOT_LOADED = (101, 103)  # Milvus's "collection not loaded", "collection not fully loaded"
+LOAD_TIMEOUT_S = 60  # creating or loading a collection (not on a request's path): Milvus may take seconds
+
+
+def connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
+    """A new ``MilvusClient`` (its own gRPC channel), connected within ``timeout_s``.
+
+    Raises:
+        pymilvus.MilvusException: Milvus did not answer.
+    """
+    return MilvusClient(uri=uri, token=token or "", timeout=timeout_s)
+
+
+class BoundedClient:
+    """A ``MilvusClient`` whose RPCs all carry ``timeout`` (an int, see the module docstring) unless given one, and
+    whose connection :meth:`replace` can swap for a fresh one."""
+
+    def __init__(self, client: MilvusClient, timeout_s: float) -> None:
+        self._client = client
+        self.timeout = max(1, math.ceil(timeout_s))
+
+    def replace(self, client: MilvusClient) -> None:
+        """Use ``client`` from now on and close the old connection."""
+        old, self._client = self._client, client
+        try:
+            old.close()
+        except Exception:
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name in _LOCAL or name.startswith("_") or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kw: Any) -> Any:
+            kw.setdefault("timeout", self.timeout)
+            return attr(*args, **kw)
+
+        return call
+
+
+def classify(e: BaseException) -> str | None:
+    """``"unavailable"``, ``"not_loaded"`` or None (any other error) for an exception a Milvus call raised."""
+    if isinstance(e, grpc.RpcError):
+        code = e.code() if callable(getattr(e, "code", None)) else None
+        return "unavailable" if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) else None
+    if not isinstance(e, MilvusException):
+        return None
+    if e.code in NOT_LOADED or "not loaded" in (e.message or "") or "not fully loaded" in (e.message or ""):
+        return "not_loaded"
+    text = f"{e.message} {e.__cause__!r}"
+    if any(
+        s in text for s in ("Retry timeout", "Retry run out", "UNAVAILABLE", "DEADLINE_EXCEEDED", "Fail connecting")
+    ):
+        return "unavailable"
+    return None
+
+
+class Breaker:
+    """Whether Milvus is known to be unreachable: opened by a call that found it so, closed by a probe.
+
+    Args:
+        retry_after_s: what the 503's ``Retry-After`` suggests.
+    """
+
+    def __init__(self, retry_after_s: float = 1.0) -> None:
+        self.open_since: float | None = None
+        self.reason = ""
+        self.retry_after_s = retry_after_s
+        self._lock = threading.Lock()
+
+    def trip(self, reason: str) -> None:
+        """Record that Milvus was found unreachable."""
+        with self._lock:
+            if self.open_since is None:
+                self.open_since, self.reason = time.monotonic(), reason
+
+    def reset(self) -> bool:
+        """Milvus answered again; True when it had been unreachable."""
+        with self._lock:
+            was, self.open_since = self.open_since is not None, None
+            return was
+
+    def check(self) -> None:
+        """Raises :class:`BackendUnavailable` while open."""
+        since = self.open_since
+        if since is not None:
+            raise BackendUnavailable(
+                f"the vector store (Milvus) is unreachable since {time.monotonic() - since:.1f} s ({self.reason}); "
+                "retry later",
+                retry_after_s=self.retry_after_s,
+            )
