@@ -3,7 +3,7 @@
 Flow of a request (:meth:`Batcher.submit`):
 
 1. admission: more than ``max_queue_size`` requests admitted and unanswered → :class:`QueueFull`;
-2. tokenization in a thread pool (``truncate=False`` and an input over ``max_seq_length`` →
+2. tokenization in a thread pool, in chunks of ~16k characters taken in turn across requests (``truncate=False`` and an input over ``max_seq_length`` →
    :class:`InputTooLong`; more than ``max_request_tokens`` tokens in all → :class:`RequestTooLarge`; nothing
    is queued);
 3. the request joins the batcher's :class:`~service.fair_queue.FairQueue`; each time an inference worker is
@@ -37,6 +37,9 @@ from .metrics import Metrics
 from .tasks import cancel_and_wait
 
 log = logging.getLogger("service.batcher")
+
+#: characters per tokenizer call (a request's texts are tokenized in chunks of about this size, one at a time)
+TOKENIZE_CHUNK_CHARS = 16384
 
 
 class QueueFull(Exception):
@@ -170,7 +173,7 @@ class Batcher:
         self._g_queue.set(self._admitted)
         try:
             loop = asyncio.get_running_loop()
-            tokens = await loop.run_in_executor(self._tok_pool, self._tokenize, texts, truncate)
+            tokens = await self._tokenize_fairly(texts, truncate)
             self._check(tokens, texts, truncate)
             job = _Job(
                 tokens,
@@ -206,6 +209,25 @@ class Batcher:
         self._infer_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ requests
+    async def _tokenize_fairly(self, texts: list[str], truncate: bool) -> Tokenized:
+        """Tokenize ``texts`` in chunks of about :data:`TOKENIZE_CHUNK_CHARS` characters, one chunk of this request
+        in the tokenizer pool at a time: the pool's queue then holds at most one chunk per request and serves them
+        in turn, so a one-sentence request waits for about one chunk per request ahead of it, not for whole
+        2 MB requests (round-robin, as the batches are formed)."""
+        loop = asyncio.get_running_loop()
+        budget = self.model.char_budget
+        ids: list[np.ndarray] = []
+        start = 0
+        while start < len(texts):
+            end, chars = start, 0
+            while end < len(texts) and (end == start or chars < TOKENIZE_CHUNK_CHARS):
+                chars += min(len(texts[end]), budget)
+                end += 1
+            part = await loop.run_in_executor(self._tok_pool, self._tokenize, texts[start:end], truncate)
+            ids.extend(part.ids)
+            start = end
+        return Tokenized(ids)
+
     def _tokenize(self, texts: list[str], truncate: bool) -> Tokenized:
         t0 = time.perf_counter()
         tok = self.model.tokenize(texts, truncate=truncate)

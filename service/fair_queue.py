@@ -4,20 +4,24 @@ Text Embeddings Inference's queue (``core/src/queue.rs``, ``next_batch``) forms 
 is free, skips requests whose client went away, and takes entries first-in first-out within the token budget.
 :class:`FairQueue` keeps the first two and replaces FIFO by **round-robin across requests** (one queue per source,
 served in turn: Nagle's fair queueing, RFC 970, here with one batch as the quantum), so a request never waits behind
-all the batches of one that came before it:
+all the batches of one that came before it, and a new request does not wait for a round of them either:
 
-* requests sit in a ring; the one at the head *leads* the next batch. A request's inputs are taken shortest first;
-* a window of placeable inputs is filled round-robin (``max_batch_size`` per request per round, up to
-  ``max(256, 4 x max_batch_size)`` inputs), sorted by token length and cut by :func:`cut_window` into
+* a new request takes its first turn before the ring's next one (the smallest newcomer first: fewest tokens, ties
+  in arrival order), newcomers leading at most every other batch while the ring has work; after its turn a
+  request goes to the back of a ring, served in turn. The request whose turn it is *leads* the next batch; a
+  request's inputs are taken shortest first;
+* a window of placeable inputs is filled round-robin, the lead first (``max_batch_size`` per request per round, up
+  to ``max(256, 4 x max_batch_size)`` inputs), sorted by token length and cut by :func:`cut_window` into
   contiguous batches within ``max_batch_size`` inputs and ``max_batch_tokens`` padded tokens (``batch x
   max_len``), at the cut points minimising ``sum(padded tokens) + overhead x n_batches`` (dynamic
   programming: a long input does not drag short ones up to its length, and equal lengths share a batch);
-* the batch holding the lead's shortest unplaced input is the next batch, and the lead moves to the back of the
-  ring. Inputs of other requests in that batch ride along without spending their turn. The cut is kept as a
-  plan and reused while the next lead's input is in it, so the dynamic programme runs about once per window;
+* the batch holding the lead's shortest unplaced input is the next batch. Inputs of other requests in that batch
+  ride along without spending their turn. The cut is kept as a plan and reused while the next lead's input is in
+  it, so the dynamic programme runs about once per window, and again for each newcomer;
 * no starvation: each turn places at least one input of its lead, so a request of ``n`` inputs is done within
-  ``n`` turns; a new request waits for the batches already running and at most one batch per request ahead of
-  it in the ring (behind one big request: one batch, not all of its batches).
+  ``n`` turns; a new request waits for the batches already running, at most one batch of the ring and two per
+  smaller newcomer ahead of it (a one-sentence request behind eight 512-input requests: about two batches, not
+  eight more); the ring gets every other batch at least, each request in it one per round.
 
 Everything here runs on the event loop and never blocks (no inference, no I/O).
 """
@@ -53,8 +57,10 @@ class Job:
     placed: np.ndarray = field(init=False, repr=False)  # (n,) bool: in a batch already
     unplaced: int = field(init=False)
     cursor: int = field(init=False, default=0)  # order[:cursor] are all placed
+    tokens_total: int = field(init=False)  # tokens of all its inputs
 
     def __post_init__(self) -> None:
+        self.tokens_total = int(self.tokens.lengths.sum())
         self.order = np.argsort(self.tokens.lengths, kind="stable").tolist()
         self.placed = np.zeros(len(self.order), dtype=bool)
         self.unplaced = len(self.order)
@@ -122,7 +128,7 @@ def cut_window(window: list[Item], *, max_batch_size: int, max_batch_tokens: int
 
 
 class FairQueue:
-    """The ring of requests with inputs to place, and the batch-forming policy of the module docstring.
+    """The requests with inputs to place, and the batch-forming policy of the module docstring.
 
     Args: the batcher's ``max_batch_size``, ``max_batch_tokens`` (padded) and ``overhead`` (padded-token
     equivalents per batch).
@@ -130,28 +136,34 @@ class FairQueue:
 
     def __init__(self, *, max_batch_size: int, max_batch_tokens: int, overhead: int) -> None:
         self.max_batch_size, self.max_batch_tokens, self.overhead = max_batch_size, max_batch_tokens, overhead
-        self.ring: deque[Job] = deque()
+        self.fresh: deque[Job] = deque()  # arrived, first turn not taken yet (first come, first served)
+        self.ring: deque[Job] = deque()  # had a turn: round-robin
         self._plan: dict[Item, list[Item]] = {}  # item -> its batch in the last cut of a window
+        self._newcomer_led = False  # whether the last batch was led by a newcomer
 
     def add(self, job: Job) -> None:
-        """A new request joins the back of the ring."""
-        self.ring.append(job)
+        """A new request: its first turn comes before the ring's next one."""
+        self.fresh.append(job)
 
     def has_work(self) -> bool:
         """Some request still has inputs to place."""
-        return any(j.live for j in self.ring)
+        return any(j.live for j in self.fresh) or any(j.live for j in self.ring)
 
     def clear(self) -> list[Job]:
         """Empty the queue; returns the requests it held."""
-        jobs = list(self.ring)
+        jobs = [*self.fresh, *self.ring]
+        self.fresh.clear()
         self.ring.clear()
         self._plan.clear()
         return jobs
 
     def drop_lead(self) -> Job | None:
-        """Remove and return the request at the head of the ring (after an error forming its batch)."""
+        """Remove and return the request that leads the next batch (after an error forming its batch)."""
         self._plan.clear()
-        return self.ring.popleft() if self.ring else None
+        for q in (self.fresh, self.ring):
+            if q:
+                return q.popleft()
+        return None
 
     def cut(self, window: list[Item]) -> list[list[Item]]:
         """:func:`cut_window` with this queue's limits."""
@@ -159,10 +171,11 @@ class FairQueue:
             window, max_batch_size=self.max_batch_size, max_batch_tokens=self.max_batch_tokens, overhead=self.overhead
         )
 
-    def window(self) -> list[Item]:
-        """Placeable inputs, ``max_batch_size`` per request per round-robin round, up to the window size."""
+    def window(self, jobs: list[Job] | None = None) -> list[Item]:
+        """Placeable inputs of ``jobs`` (default: newcomers, then the ring), ``max_batch_size`` per request per
+        round-robin round, up to the window size."""
         room = max(WINDOW_MIN, 4 * self.max_batch_size)
-        take = dict.fromkeys(self.ring, 0)
+        take = dict.fromkeys(jobs if jobs is not None else [*self.fresh, *self.ring], 0)
         while room > 0:
             before = room
             for job in take:
@@ -178,18 +191,26 @@ class FairQueue:
 
     def next_batch(self) -> list[Item]:
         """The next batch, its inputs marked placed; [] when nothing is left to place."""
+        self.fresh = deque(j for j in self.fresh if j.live)
         self.ring = deque(j for j in self.ring if j.live)
-        if not self.ring:
+        if not self.fresh and not self.ring:
             self._plan.clear()
             return []
-        lead = self.ring[0]
+        # newcomers first, the smallest first (fewest tokens; ties in arrival order), but every other batch at most
+        # while the ring has work: a stream of new requests cannot starve the ring
+        self._newcomer_led = bool(self.fresh) and not (self._newcomer_led and self.ring)
+        if self._newcomer_led:
+            lead = min(self.fresh, key=lambda j: j.tokens_total)
+            self.fresh.remove(lead)
+        else:
+            lead = self.ring.popleft()
         key = (lead, lead.next_unplaced(1)[0])
         batch = self._plan.get(key)
-        if batch is None:
-            self._plan = {item: b for b in self.cut(self.window()) for item in b}
+        if batch is None:  # a newcomer (or a window used up): cut a new window, the lead first
+            self._plan = {item: b for b in self.cut(self.window([lead, *self.fresh, *self.ring])) for item in b}
             batch = self._plan[key]
         for job, i in batch:
             del self._plan[(job, i)]
             job.place(i)
-        self.ring.rotate(-1)  # the lead's turn is over
+        self.ring.append(lead)  # the lead's turn is over: to the back of the ring
         return [(j, i) for j, i in batch if not j.failed]

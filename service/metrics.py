@@ -7,7 +7,8 @@ Names (all prefixed ``embed_``):
 * ``embed_queue_size{model}`` — requests admitted to the batcher and not yet answered (gauge).
 * ``embed_batch_size{model}`` — inputs per inference batch (histogram).
 * ``embed_batch_tokens{model}`` — padded tokens per inference batch, ``batch x max_len`` (histogram).
-* ``embed_tokenization_duration_seconds{model}`` — tokenizing one request (histogram, seconds).
+* ``embed_tokenization_duration_seconds{model}`` — one tokenizer call: a chunk of a request of up to ~16k
+  characters (histogram, seconds).
 * ``embed_inference_duration_seconds{model}`` — one ONNX Runtime batch, padding included (histogram, seconds).
 * ``embed_inputs_total{model}`` — inputs embedded (counter).
 * ``embed_rejected_total{model,reason}`` — requests refused by the batcher (``queue_full``, ``input_too_long``, ``request_too_large``).
@@ -82,7 +83,7 @@ class Metrics:
         )
         self.tokenization_duration = Histogram(
             "embed_tokenization_duration_seconds",
-            "tokenization time per request in seconds",
+            "tokenization time per tokenizer call (a chunk of a request, ~16k characters at most) in seconds",
             ["model"],
             buckets=_LAT,
             registry=r,
