@@ -185,6 +185,12 @@ class Settings(BaseSettings):
         description="most values in one payload filter (each compared value, range bound, $exists/$empty and listed "
         "id counts one; more: 422 invalid_filter), the same on both backends",
     )
+    collections_max_response_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        description="most bytes of hits in one search or search/batch response (texts and payloads as stored, plus "
+        "64 per hit; more: 413 response_too_large), the same on both backends",
+    )
     collections_max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")

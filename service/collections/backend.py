@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .errors import InvalidCollectionRequest
+from .errors import InvalidCollectionRequest, ResponseTooLarge
 from .filters import Filter
 from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 
@@ -71,6 +71,29 @@ class Hit:
     score: float
     text: str | None = None
     payload: dict[str, Any] | None = None
+
+
+HIT_OVERHEAD_BYTES = 64  # a hit's id, score and JSON punctuation, counted against a response budget
+
+
+class ResponseBudget:
+    """The bytes a search response may still hold (``collections_max_response_bytes``), spent by the backends as
+    they gather hits: texts (UTF-8) and payloads (JSON) as stored, plus :data:`HIT_OVERHEAD_BYTES` per hit.
+
+    Raises (from :meth:`spend`):
+        ResponseTooLarge: more than ``limit`` bytes in all.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def spend(self, n: int) -> None:
+        self.used += n
+        if self.used > self.limit:
+            raise ResponseTooLarge(
+                f"the search results hold more than {self.limit} bytes (collections_max_response_bytes): ask for "
+                "fewer hits (top_k), without payloads or texts (with_payload, with_text), or split the batch"
+            )
 
 
 class CollectionSettings:
@@ -192,12 +215,16 @@ class CollectionHandle(Protocol):
         with_payload: bool = True,
         with_text: bool = True,
         model: dict[str, Any] | None = None,
+        budget: ResponseBudget | None = None,
     ) -> list[list[Hit]]:
         """The ``top_k`` best points among those matching ``where`` for each query (float32 ``(nq, d)``
         made by ``model``), best first, without those scoring below (cosine/dot) or beyond (l2) the threshold.
+        The hits' bytes are spent from ``budget`` before their texts and payloads are read where the backend can
+        (embedded), else as they arrive.
 
         Raises:
             ModelChanged: ``model`` is no longer the collection's.
+            ResponseTooLarge: the hits would exceed ``budget``.
         """
 
     def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> ReembedTarget | None:

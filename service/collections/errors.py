@@ -56,6 +56,10 @@ class TooManyItems(CollectionError):
         self.code = code
 
 
+class ResponseTooLarge(CollectionError):
+    """A search's hits (texts and payloads included) exceed ``collections_max_response_bytes``."""
+
+
 class PointNotFound(CollectionError):
     """No point with that id."""
 

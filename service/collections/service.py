@@ -24,7 +24,7 @@ import numpy as np
 
 from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
-from .backend import CollectionHandle, Hit, VectorBackend
+from .backend import CollectionHandle, Hit, ResponseBudget, VectorBackend
 from .errors import (
     CollectionNotFound,
     InvalidCollectionRequest,
@@ -251,15 +251,17 @@ class CollectionService:
             plans.append((s, where, v))
         qvecs = await self.embed(c, texts, model) if texts else None
 
+        budget = ResponseBudget(self.settings.max_response_bytes)  # one for the whole response
+
         def _search_all() -> list[list[Hit]]:
             out = []
             for s, where, q in plans:
                 vec = qvecs[q] if isinstance(q, int) else q
-                out.append(
-                    c.search(vec[None, :], s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model)[
-                        0
-                    ]  # fmt: skip
-                )
+                hits = c.search(
+                    vec[None, :], s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model,
+                    budget=budget,
+                )  # fmt: skip
+                out.append(hits[0])
             return out
 
         return await self.backend.run(_search_all)

@@ -290,7 +290,15 @@ class Collection:
 
     # --- reads --------------------------------------------------------------------------------------------------
     def search(
-        self, queries, top_k, where=None, score_threshold=None, with_payload=True, with_text=True, model=None
+        self,
+        queries,
+        top_k,
+        where=None,
+        score_threshold=None,
+        with_payload=True,
+        with_text=True,
+        model=None,
+        budget=None,
     ) -> list[list[Hit]]:
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter matching at most
         ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the
@@ -322,8 +330,8 @@ class Collection:
                 D, I = self.index.search(q, top_k, allowed)
             hib = higher_is_better(self.spec.metric)
             wanted = sorted({int(i) for i in I.ravel() if i >= 0})
-            rows = self.store.rows_for(wanted) if wanted else {}
-        return assemble_hits(D, I, rows, top_k, score_threshold, hib, with_payload, with_text)
+            rows = self.store.rows_for(wanted, with_text, with_payload, budget) if wanted else {}
+        return assemble_hits(D, I, rows, top_k, score_threshold, hib)
 
     def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
         """The stored point ``{id, text, payload[, vector]}`` or None."""

@@ -47,15 +47,14 @@ def rerank(
 def assemble_hits(
     D: np.ndarray,
     I: np.ndarray,
-    rows: dict[int, tuple[str, str, str]],
+    rows: dict[int, tuple[str, str | None, str | None]],
     top_k: int,
     score_threshold: float | None,
     higher_is_better: bool,
-    with_payload: bool,
-    with_text: bool,
 ) -> list[list[Hit]]:
     """One best-first list of at most ``top_k`` hits per query row of ``(D, I)``; ids missing from ``rows`` (deleted
-    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances) are left out."""
+    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances) are left out;
+    text and payload are those of ``rows`` (None where they were not read)."""
     out: list[list[Hit]] = []
     for qi in range(len(D)):
         hits: list[Hit] = []
@@ -67,9 +66,7 @@ def assemble_hits(
             if score_threshold is not None and (s < score_threshold if higher_is_better else s > score_threshold):
                 continue
             key, text, payload = rows[iid]
-            hits.append(
-                Hit(decode_id(key), s, text if with_text else None, json.loads(payload) if with_payload else None)
-            )
+            hits.append(Hit(decode_id(key), s, text, json.loads(payload) if payload is not None else None))
             if len(hits) == top_k:
                 break
         out.append(hits)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pymilvus import MilvusException
 
-from ..backend import Hit, same_model
+from ..backend import HIT_OVERHEAD_BYTES, Hit, same_model
 from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
 from ..filters import Filter
 from ..ids import decode_id, encode_id
@@ -219,7 +219,17 @@ class MilvusCollection:
             out["vector"] = [float(x) for x in rows[0]["vector"]]
         return out
 
-    def search(self, queries, top_k, where=None, score_threshold=None, with_payload=True, with_text=True, model=None):
+    def search(
+        self,
+        queries,
+        top_k,
+        where=None,
+        score_threshold=None,
+        with_payload=True,
+        with_text=True,
+        model=None,
+        budget=None,
+    ):
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`).
 
         Raises:
@@ -231,9 +241,10 @@ class MilvusCollection:
         spec = self.spec_of(rec)  # one record for the whole call: a switch meanwhile cannot tear it
         q = np.asarray(queries, dtype=np.float32)
         q = unit_rows(q) if spec.metric == "cosine" else q
+        fields = (["text"] if with_text else []) + (["payload"] if with_payload else [])
         res = self._call(
             self.backend.client.search, rec["physical"], data=[row.tolist() for row in q], limit=top_k,
-            filter=to_expr(where), output_fields=_FIELDS, search_params=search_params(spec, top_k),
+            filter=to_expr(where), output_fields=fields, search_params=search_params(spec, top_k),
         )  # fmt: skip
         hib = spec.metric != "l2"
         out: list[list[Hit]] = []
@@ -244,9 +255,11 @@ class MilvusCollection:
                 if score_threshold is not None and (s < score_threshold if hib else s > score_threshold):
                     continue
                 e = h["entity"]
-                row.append(
-                    Hit(decode_id(h["id"]), s, e["text"] if with_text else None, e["payload"] if with_payload else None)
-                )
+                text, payload = e.get("text"), e.get("payload")
+                if budget is not None:  # Milvus has sent them already: at most 64 KB of text and of payload each
+                    budget.spend(len(h["id"].encode()) + HIT_OVERHEAD_BYTES + (len(text.encode()) if text else 0)
+                                 + (len(json.dumps(payload)) if payload is not None else 0))  # fmt: skip
+                row.append(Hit(decode_id(h["id"]), s, text, payload))
             out.append(row)
         return out
 

@@ -95,6 +95,25 @@ def test_payloads_up_to_the_byte_limit_are_stored_and_larger_ones_are_422(env, c
     assert "nested more than 32" in e["message"]
 
 
+def test_a_response_is_bounded_in_bytes(env, col):
+    """200 big-payload points: one search of them all is answered; 256 such searches in a batch (~1 GB of hits)
+    are 413 response_too_large at once, and answered without payloads and texts."""
+    c = env["client"]
+    big = {"blob": "x" * 30000}
+    for start in range(1000, 1200, 50):
+        pts = [{"id": i, "text": f"large point {i}", "payload": big} for i in range(start, start + 50)]
+        assert c.put("/collections/lim/points", json={"points": pts}).status_code == 200
+    one = c.post("/collections/lim/search", json={"query": "large point", "top_k": 300})
+    assert one.status_code == 200 and sum(h["payload"] == big for h in one.json()) == 200
+    batch = {"searches": [{"query": "large point", "top_k": 1000}] * 256}
+    e = err(c.post("/collections/lim/search/batch", json=batch), 413, "response_too_large")
+    assert "collections_max_response_bytes" in e["message"]
+    bare = {"searches": [{"query": "large point", "top_k": 1000, "with_payload": False, "with_text": False}] * 256}
+    r = c.post("/collections/lim/search/batch", json=bare)
+    assert r.status_code == 200 and all(len(hits) >= 200 for hits in r.json())
+    assert c.post("/collections/lim/points/delete", json={"ids": list(range(1000, 1200))}).json()["deleted"] == 200
+
+
 def test_every_string_id_is_addressable(env, col):
     c = env["client"]
     ids = ["a\nb", "tab\there", "with/slash", "sp ace", "ünï", "%41"]

@@ -34,6 +34,7 @@ import numpy as np
 
 from artifact_contract.fsio import fsync_dir
 
+from ...backend import HIT_OVERHEAD_BYTES
 from ...filters import Filter
 from .where import to_sql
 
@@ -313,13 +314,33 @@ class Store:
             len(out_ids), dimension
         )
 
-    def rows_for(self, iids: list[int]) -> dict[int, tuple[str, str, str]]:
-        """``{iid: (key, text, payload_json)}`` for the live rows among ``iids``."""
+    def rows_for(
+        self, iids: list[int], with_text: bool = True, with_payload: bool = True, budget: Any = None
+    ) -> dict[int, tuple[str, str | None, str | None]]:
+        """``{iid: (key, text, payload_json)}`` for the live rows among ``iids`` (text/payload None when not asked).
+
+        Args:
+            budget: a :class:`~...backend.ResponseBudget`: the rows' sizes are read (and spent) before the rows.
+
+        Raises:
+            ResponseTooLarge: from ``budget``, before any text or payload is read.
+        """
         conn = self.reader()
-        out: dict[int, tuple[str, str, str]] = {}
+        if budget is not None:
+            size = (
+                "length(CAST(key AS BLOB))"
+                + (" + length(CAST(text AS BLOB))" if with_text else "")
+                + (" + length(CAST(payload AS BLOB))" if with_payload else "")
+            )
+            for part in _chunks(iids):
+                q = f"SELECT count(*), total({size}) FROM points WHERE iid IN ({','.join('?' * len(part))})"
+                n, nbytes = conn.execute(q, part).fetchone()
+                budget.spend(int(nbytes) + HIT_OVERHEAD_BYTES * n)
+        cols = "iid, key, " + ("text" if with_text else "NULL") + ", " + ("payload" if with_payload else "NULL")
+        out: dict[int, tuple[str, str | None, str | None]] = {}
         for part in _chunks(iids):
             for iid, key, text, payload in conn.execute(
-                f"SELECT iid, key, text, payload FROM points WHERE iid IN ({','.join('?' * len(part))})", part
+                f"SELECT {cols} FROM points WHERE iid IN ({','.join('?' * len(part))})", part
             ):
                 out[iid] = (key, text, payload)
         return out
