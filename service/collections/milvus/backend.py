@@ -27,7 +27,7 @@ from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, new_spec
 from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
-from .client import BoundedClient, Breaker, classify, connect
+from .client import BoundedClient, Breaker, classify, connect, long_call
 from .collection import MilvusCollection
 from .registry import Registry
 from .schema import check_supported, create_physical
@@ -78,12 +78,20 @@ class MilvusBackend:
 
         Raises:
             BackendUnavailable: Milvus is unreachable (at once while the breaker is open, else once a call's timeout
-                ran out), or a collection is still loading (after a Milvus restart; a reload is started).
+                ran out: ``fn`` is cut at the timeout + 0.5 s unless marked :func:`~.client.long_call`), or a
+                collection is still loading (after a Milvus restart; a reload is started).
         """
         self.breaker.check()
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, functools.partial(self._guarded, fn, *args, **kw)
-        )
+        fut = asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(self._guarded, fn, *args, **kw))
+        if getattr(fn, "long_call", False) or self.client is None:
+            return await fut
+        try:  # pymilvus may take a few seconds past its timeout (its last back-off); the caller does not wait for it
+            return await asyncio.wait_for(fut, self.client.timeout + 0.5)
+        except asyncio.TimeoutError:
+            self.breaker.trip("no answer within the timeout")
+            raise BackendUnavailable(
+                f"the vector store (Milvus) did not answer within {self.client.timeout} s; retry later"
+            ) from None
 
     def _guarded(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         self.breaker.check()  # it may have opened while this call waited for a thread
@@ -146,6 +154,7 @@ class MilvusBackend:
         """
         s = self.settings
 
+        @long_call
         def _connect() -> None:
             client = connect(s.milvus_uri, s.milvus_token, s.milvus_write_timeout_s)
             self.client = BoundedClient(client, s.milvus_write_timeout_s)
@@ -293,6 +302,7 @@ class MilvusBackend:
         async with self._lock:
             return await self.run(self._create, name, spec, model)
 
+    @long_call
     def _create(self, name: str, spec: IndexSpec, model: dict[str, Any]) -> MilvusCollection:
         # replicas creating the same name at once: the earliest claim creates, the others find it exists
         owner, key = f"create:{time.time_ns()}", f"+{name}"
@@ -323,6 +333,7 @@ class MilvusBackend:
         async with self._lock:
             await self.run(self._delete, name)
 
+    @long_call
     def _delete(self, name: str) -> None:
         # replicas deleting the same name at once: the earliest claim deletes, the others find it gone (404), as
         # concurrent deletes on the embedded backend do

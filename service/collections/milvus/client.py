@@ -31,6 +31,13 @@ NOT_LOADED = (101, 103)  # Milvus's "collection not loaded", "collection not ful
 LOAD_TIMEOUT_S = 60  # creating or loading a collection (not on a request's path): Milvus may take seconds
 
 
+def long_call(fn: Any) -> Any:
+    """Mark a function that makes several Milvus calls or waits on purpose (creating, deleting, re-embedding, claim
+    settling): :meth:`~.backend.MilvusBackend.run` does not cut it at one call's timeout."""
+    fn.long_call = True
+    return fn
+
+
 def connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
     """A new ``MilvusClient`` (its own gRPC channel), connected within ``timeout_s``.
 

@@ -27,6 +27,7 @@ from ..filters import Filter
 from ..ids import decode_id, encode_id
 from ..index import IndexSpec
 from ..vectors import unit_rows
+from .client import long_call
 from .expr import keys_expr, payload_marks, to_expr
 from .schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
 
@@ -291,6 +292,7 @@ class MilvusCollection:
         }
 
     # --- re-embedding -----------------------------------------------------------------------------------------
+    @long_call
     def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> Any:
         """Claim and attach the re-embedding towards ``model`` (see :mod:`.target`); None when another replica
         holds the claim."""

@@ -27,6 +27,7 @@ from typing import Any
 from ..backend import same_model
 from ..errors import CollectionClosed, InvalidCollectionRequest
 from ..index import IndexConfigError, IndexSpec, get_type, normalize_params
+from .client import long_call
 from .registry import Lease
 from .schema import create_physical
 
@@ -123,6 +124,7 @@ class MilvusTarget:
         self.status["done"] = self.b.count(self.new)
         self.status["total"] = self.b.count(self.old)
 
+    @long_call
     def pending(self, cursor: str | None, limit: int) -> tuple[list[tuple[dict[str, Any], str]], str | None]:
         """Live points after key ``cursor`` whose copy is missing or outdated: ``([(row, text)], next cursor)``."""
         client = self.b.client
@@ -137,6 +139,7 @@ class MilvusTarget:
                 return todo, cursor
         return [], cursor
 
+    @long_call
     def write(self, refs: Sequence[dict[str, Any]], vectors: Any) -> None:
         """Write the re-embedded points (their texts, payloads and write versions) to the new collection."""
         rows = self.c.to_rows(
@@ -147,6 +150,7 @@ class MilvusTarget:
             row["updated"] = r["updated"]
         self.b.client.upsert(self.new, rows)
 
+    @long_call
     def complete(self) -> bool:
         """Switch when nothing is missing (see the module docstring, step 4); False otherwise."""
         wait = self.announced_at + self.b.settle_s - time.time()
@@ -170,11 +174,13 @@ class MilvusTarget:
         self.c.update(rec, self.c.shared_status)
         return True
 
+    @long_call
     def publish_status(self) -> None:
         """Write the progress to the registry (every replica's ``GET /collections/{name}`` shows it)."""
         self.b.registry.put(f"s:{self.c.name}", self.status)
         self.c.shared_status = dict(self.status)
 
+    @long_call
     def renew(self) -> bool:
         """Extend the claim; False when another replica holds it now, or announced its own target (two claims can
         overlap when a claim's write is slower than ``claim_settle_s``)."""
@@ -185,6 +191,7 @@ class MilvusTarget:
         rec = self.b.registry.record(self.c.name)
         return rec is not None and (rec.get("reembed") or {}).get("physical") == self.new
 
+    @long_call
     def abandon(self, drop: bool) -> None:
         """Release the claim; ``drop`` also ends the re-embedding (record and new collection) for every replica,
         else it stays announced so the next claimer resumes it. A new collection no record announces (another
