@@ -41,7 +41,8 @@ async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Respon
     if body.encoding_format == "base64":
         data = [{"object": "embedding", "index": i, "embedding": b64_row(r)} for i, r in enumerate(res.embeddings)]
     else:
-        data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(res.embeddings.tolist())]
+        rows = np.ascontiguousarray(res.embeddings, dtype=np.float32)
+        data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)]
     return json_response(
         {
             "object": "list",
@@ -71,4 +72,4 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
         dimensions=body.dimensions,
         param="inputs",
     )
-    return json_response(res.embeddings.tolist(), headers=model_headers(res.model))
+    return json_response(np.ascontiguousarray(res.embeddings, dtype=np.float32), headers=model_headers(res.model))
