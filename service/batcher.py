@@ -3,7 +3,7 @@
 Flow of a request (:meth:`Batcher.submit`):
 
 1. admission: more than ``max_queue_size`` requests admitted and unanswered → :class:`QueueFull`;
-2. tokenization in a thread pool, in chunks of ~16k characters taken in turn across requests (``truncate=False`` and an input over ``max_seq_length`` →
+2. tokenization in a thread pool, in chunks of ~8k characters taken in turn across requests (``truncate=False`` and an input over ``max_seq_length`` →
    :class:`InputTooLong`; more than ``max_request_tokens`` tokens in all → :class:`RequestTooLarge`; nothing
    is queued);
 3. the request joins the batcher's :class:`~service.fair_queue.FairQueue`; each time an inference worker is
@@ -39,7 +39,7 @@ from .tasks import cancel_and_wait
 log = logging.getLogger("service.batcher")
 
 #: characters per tokenizer call (a request's texts are tokenized in chunks of about this size, one at a time)
-TOKENIZE_CHUNK_CHARS = 16384
+TOKENIZE_CHUNK_CHARS = 8192
 
 
 class QueueFull(Exception):

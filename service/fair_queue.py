@@ -4,12 +4,12 @@ Text Embeddings Inference's queue (``core/src/queue.rs``, ``next_batch``) forms 
 is free, skips requests whose client went away, and takes entries first-in first-out within the token budget.
 :class:`FairQueue` keeps the first two and replaces FIFO by **round-robin across requests** (one queue per source,
 served in turn: Nagle's fair queueing, RFC 970, here with one batch as the quantum), so a request never waits behind
-all the batches of one that came before it, and a new request does not wait for a round of them either:
+all the batches of one that came before it, and a small request does not wait for a round of them either:
 
-* a new request takes its first turn before the ring's next one (the smallest newcomer first: fewest tokens, ties
-  in arrival order), newcomers leading at most every other batch while the ring has work; after its turn a
-  request goes to the back of a ring, served in turn. The request whose turn it is *leads* the next batch; a
-  request's inputs are taken shortest first;
+* a request that fits in one batch (at most ``max_batch_size`` inputs and ``max_batch_tokens`` padded tokens) takes
+  a priority lane, served first come, first served, leading every other batch at most while the ring has work; any
+  other request joins the back of a ring whose requests lead a batch in turn, then go to the back again. The
+  request whose turn it is *leads* the next batch; a request's inputs are taken shortest first;
 * a window of placeable inputs is filled round-robin, the lead first (``max_batch_size`` per request per round, up
   to ``max(256, 4 x max_batch_size)`` inputs), sorted by token length and cut by :func:`cut_window` into
   contiguous batches within ``max_batch_size`` inputs and ``max_batch_tokens`` padded tokens (``batch x
@@ -19,9 +19,10 @@ all the batches of one that came before it, and a new request does not wait for 
   ride along without spending their turn. The cut is kept as a plan and reused while the next lead's input is in
   it, so the dynamic programme runs about once per window, and again for each newcomer;
 * no starvation: each turn places at least one input of its lead, so a request of ``n`` inputs is done within
-  ``n`` turns; a new request waits for the batches already running, at most one batch of the ring and two per
-  smaller newcomer ahead of it (a one-sentence request behind eight 512-input requests: about two batches, not
-  eight more); the ring gets every other batch at least, each request in it one per round.
+  ``n`` turns; a one-batch request waits for the batch running and, when the one before was also led from the
+  priority lane, one batch of the ring (a one-sentence request behind eight 512-input requests: one or two
+  batches, not eight more), plus one per one-batch request ahead of it; the ring gets every other batch at least,
+  and a request in it waits one batch per request ahead of it in the ring.
 
 Everything here runs on the event loop and never blocks (no inference, no I/O).
 """
@@ -57,10 +58,8 @@ class Job:
     placed: np.ndarray = field(init=False, repr=False)  # (n,) bool: in a batch already
     unplaced: int = field(init=False)
     cursor: int = field(init=False, default=0)  # order[:cursor] are all placed
-    tokens_total: int = field(init=False)  # tokens of all its inputs
 
     def __post_init__(self) -> None:
-        self.tokens_total = int(self.tokens.lengths.sum())
         self.order = np.argsort(self.tokens.lengths, kind="stable").tolist()
         self.placed = np.zeros(len(self.order), dtype=bool)
         self.unplaced = len(self.order)
@@ -136,14 +135,15 @@ class FairQueue:
 
     def __init__(self, *, max_batch_size: int, max_batch_tokens: int, overhead: int) -> None:
         self.max_batch_size, self.max_batch_tokens, self.overhead = max_batch_size, max_batch_tokens, overhead
-        self.fresh: deque[Job] = deque()  # arrived, first turn not taken yet (first come, first served)
+        self.fresh: deque[Job] = deque()  # requests that fit in one batch, not served yet (first come, first served)
         self.ring: deque[Job] = deque()  # had a turn: round-robin
         self._plan: dict[Item, list[Item]] = {}  # item -> its batch in the last cut of a window
-        self._newcomer_led = False  # whether the last batch was led by a newcomer
+        self._newcomer_led = False  # whether the last batch was led from the priority lane
 
     def add(self, job: Job) -> None:
-        """A new request: its first turn comes before the ring's next one."""
-        self.fresh.append(job)
+        """A new request: one that fits in one batch takes the priority lane, any other joins the back of the ring."""
+        fits = job.n <= self.max_batch_size and job.n * int(job.tokens.lengths.max()) <= self.max_batch_tokens
+        (self.fresh if fits else self.ring).append(job)
 
     def has_work(self) -> bool:
         """Some request still has inputs to place."""
@@ -196,14 +196,10 @@ class FairQueue:
         if not self.fresh and not self.ring:
             self._plan.clear()
             return []
-        # newcomers first, the smallest first (fewest tokens; ties in arrival order), but every other batch at most
-        # while the ring has work: a stream of new requests cannot starve the ring
+        # one-batch requests first (in arrival order), but every other batch at most while the ring has work: a
+        # stream of them cannot starve the ring
         self._newcomer_led = bool(self.fresh) and not (self._newcomer_led and self.ring)
-        if self._newcomer_led:
-            lead = min(self.fresh, key=lambda j: j.tokens_total)
-            self.fresh.remove(lead)
-        else:
-            lead = self.ring.popleft()
+        lead = self.fresh.popleft() if self._newcomer_led else self.ring.popleft()
         key = (lead, lead.next_unplaced(1)[0])
         batch = self._plan.get(key)
         if batch is None:  # a newcomer (or a window used up): cut a new window, the lead first

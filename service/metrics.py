@@ -7,7 +7,7 @@ Names (all prefixed ``embed_``):
 * ``embed_queue_size{model}`` — requests admitted to the batcher and not yet answered (gauge).
 * ``embed_batch_size{model}`` — inputs per inference batch (histogram).
 * ``embed_batch_tokens{model}`` — padded tokens per inference batch, ``batch x max_len`` (histogram).
-* ``embed_tokenization_duration_seconds{model}`` — one tokenizer call: a chunk of a request of up to ~16k
+* ``embed_tokenization_duration_seconds{model}`` — one tokenizer call: a chunk of a request of up to ~8k
   characters (histogram, seconds).
 * ``embed_inference_duration_seconds{model}`` — one ONNX Runtime batch, padding included (histogram, seconds).
 * ``embed_inputs_total{model}`` — inputs embedded (counter).
@@ -83,7 +83,7 @@ class Metrics:
         )
         self.tokenization_duration = Histogram(
             "embed_tokenization_duration_seconds",
-            "tokenization time per tokenizer call (a chunk of a request, ~16k characters at most) in seconds",
+            "tokenization time per tokenizer call (a chunk of a request, ~8k characters at most) in seconds",
             ["model"],
             buckets=_LAT,
             registry=r,
