@@ -8,7 +8,8 @@
   (or searching); the collection then raises :class:`~.errors.ModelChanged` and the operation is redone with the
   new model, up to :data:`RETRIES` times.
 * **Search planning**: text queries are embedded together, vector queries are checked (dimension, magnitude),
-  filters parsed, then every search of a batch runs in one worker-thread call.
+  filters parsed; searches that differ only in their query run as multi-query backend calls of at most
+  :data:`HITS_PER_CALL` hits each.
 
 Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP in ``service.errors``).
 """
@@ -37,6 +38,7 @@ from .filters import Filter, FilterError, parse_filter
 from .vectors import query_problem
 
 RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
+HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
 
 
 class SearchSpec(Protocol):
@@ -252,16 +254,23 @@ class CollectionService:
         qvecs = await self.embed(c, texts, model) if texts else None
 
         budget = ResponseBudget(self.settings.max_response_bytes)  # one for the whole response
-
-        def _search_all() -> list[list[Hit]]:
-            out = []
-            for s, where, q in plans:
-                vec = qvecs[q] if isinstance(q, int) else q
-                hits = c.search(
-                    vec[None, :], s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model,
+        # searches that differ only in their query vector go to the backend as one multi-query search (one Milvus
+        # RPC, one FAISS call), each group its own bounded backend call
+        groups: dict[tuple, list[int]] = {}
+        for i, (s, _, _) in enumerate(plans):
+            key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text)
+            groups.setdefault(key, []).append(i)
+        out: list[list[Hit] | None] = [None] * len(plans)
+        for members in groups.values():
+            s, where, _ = plans[members[0]]
+            step = max(1, HITS_PER_CALL // s.top_k)  # the budget is checked between calls: no call returns gigabytes
+            for k in range(0, len(members), step):
+                part = members[k : k + step]
+                vecs = np.stack([qvecs[q] if isinstance(q, int) else q for _, _, q in (plans[i] for i in part)])
+                hits = await self.backend.run(
+                    c.search, vecs, s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model,
                     budget=budget,
                 )  # fmt: skip
-                out.append(hits[0])
-            return out
-
-        return await self.backend.run(_search_all)
+                for i, h in zip(part, hits):
+                    out[i] = h
+        return out  # type: ignore[return-value]

@@ -329,8 +329,10 @@ class Collection:
             else:
                 D, I = self.index.search(q, top_k, allowed)
             hib = higher_is_better(self.spec.metric)
-            wanted = sorted({int(i) for i in I.ravel() if i >= 0})
-            rows = self.store.rows_for(wanted, with_text, with_payload, budget) if wanted else {}
+            found, counts = np.unique(I[I >= 0], return_counts=True)
+            wanted = [int(i) for i in found]
+            hits_per_row = dict(zip(wanted, (int(n) for n in counts)))
+            rows = self.store.rows_for(wanted, with_text, with_payload, budget, hits_per_row) if wanted else {}
         return assemble_hits(D, I, rows, top_k, score_threshold, hib)
 
     def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:

@@ -78,8 +78,9 @@ class MilvusBackend:
 
         Raises:
             BackendUnavailable: Milvus is unreachable (at once while the breaker is open, else once a call's timeout
-                ran out: ``fn`` is cut at the timeout + 0.5 s unless marked :func:`~.client.long_call`), or a
-                collection is still loading (after a Milvus restart; a reload is started).
+                ran out: ``fn`` is cut at the timeout + 0.5 s unless marked :func:`~.client.long_call`; only an
+                error of the call itself, not a slow answer, opens the breaker), or a collection is still loading
+                (after a Milvus restart; a reload is started).
         """
         self.breaker.check()
         fut = asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(self._guarded, fn, *args, **kw))
@@ -88,7 +89,7 @@ class MilvusBackend:
         try:  # pymilvus may take a few seconds past its timeout (its last back-off); the caller does not wait for it
             return await asyncio.wait_for(fut, self.client.timeout + 0.5)
         except asyncio.TimeoutError:
-            self.breaker.trip("no answer within the timeout")
+            # slow is not down: only the call's own error (unreachable, deadline exceeded) opens the breaker
             raise BackendUnavailable(
                 f"the vector store (Milvus) did not answer within {self.client.timeout} s; retry later"
             ) from None

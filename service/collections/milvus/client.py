@@ -56,12 +56,19 @@ class BoundedClient:
         self.timeout = max(1, math.ceil(timeout_s))
 
     def replace(self, client: MilvusClient) -> None:
-        """Use ``client`` from now on and close the old connection."""
+        """Use ``client`` from now on; the old connection closes once calls still on it are past their timeout
+        (closing it at once fails them with "Cannot invoke RPC on closed channel")."""
         old, self._client = self._client, client
-        try:
-            old.close()
-        except Exception:
-            pass
+
+        def _close() -> None:
+            try:
+                old.close()
+            except Exception:
+                pass
+
+        t = threading.Timer(self.timeout + 5.0, _close)
+        t.daemon = True
+        t.start()
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)

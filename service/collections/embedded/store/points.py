@@ -315,12 +315,19 @@ class Store:
         )
 
     def rows_for(
-        self, iids: list[int], with_text: bool = True, with_payload: bool = True, budget: Any = None
+        self,
+        iids: list[int],
+        with_text: bool = True,
+        with_payload: bool = True,
+        budget: Any = None,
+        counts: dict[int, int] | None = None,
     ) -> dict[int, tuple[str, str | None, str | None]]:
         """``{iid: (key, text, payload_json)}`` for the live rows among ``iids`` (text/payload None when not asked).
 
         Args:
             budget: a :class:`~...backend.ResponseBudget`: the rows' sizes are read (and spent) before the rows.
+            counts: how many hits of the response each iid is (a multi-query search can return a point once per
+                query); 1 when missing.
 
         Raises:
             ResponseTooLarge: from ``budget``, before any text or payload is read.
@@ -333,9 +340,11 @@ class Store:
                 + (" + length(CAST(payload AS BLOB))" if with_payload else "")
             )
             for part in _chunks(iids):
-                q = f"SELECT count(*), total({size}) FROM points WHERE iid IN ({','.join('?' * len(part))})"
-                n, nbytes = conn.execute(q, part).fetchone()
-                budget.spend(int(nbytes) + HIT_OVERHEAD_BYTES * n)
+                q = f"SELECT iid, {size} FROM points WHERE iid IN ({','.join('?' * len(part))})"
+                n = (counts or {}).get
+                budget.spend(
+                    sum((int(nbytes) + HIT_OVERHEAD_BYTES) * n(iid, 1) for iid, nbytes in conn.execute(q, part))
+                )
         cols = "iid, key, " + ("text" if with_text else "NULL") + ", " + ("payload" if with_payload else "NULL")
         out: dict[int, tuple[str, str | None, str | None]] = {}
         for part in _chunks(iids):
