@@ -5,8 +5,9 @@ corpus sentence (``../shared/data/corpus/en_sentences.txt``, embedded once with 
 see ``bench/search_bench.py``) but the last ``--queries``, which are the queries. One HNSW cosine collection
 (M 32, ef_construction 100, ef_search 64) per backend: ``embedded`` (SQLite + FAISS) and ``milvus`` (a real Milvus
 2.3.5 standalone server on this machine). Reported: upsert points/s and p50/p99 per batch of ``--batch`` points
-with 1 and 4 writers; search queries/s and p50/p99 (one query per call, top_k 10) with 1 and 4 clients; recall@10
-of each against exact search.
+with 1 and 4 writers; search queries/s and p50/p99 (one query per call, top_k 10) with 1 and 4 clients, on Milvus
+at each read consistency (strong, bounded, eventual, and session: eventual after the last write's sequence);
+recall@10 of each against exact search.
 
 Part 2 — replicas: ``POST /v1/embeddings`` (``--embed-batch`` STS-B sentences a request, base64) through nginx (the
 Debian package, round-robin) to 1 and to 2 service replicas, with 4 and 8 clients: sentences/s, p50/p99, and each
@@ -42,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.search_bench import corpus_embeddings  # noqa: E402
 from service.collections import open_backend  # noqa: E402
+from service.collections.backend import ReadConsistency  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.milvus_utils import milvus_server  # noqa: E402
 from tests.server_utils import free_port, run_server  # noqa: E402
@@ -81,8 +83,17 @@ def _closed_loop(n_clients: int, jobs: list, fn) -> dict:
     return {"calls": len(lat), "seconds": round(time.perf_counter() - t0, 2), **_pct(lat)}
 
 
-def bench_backend(name: str, settings: Settings, X: np.ndarray, Q: np.ndarray, exact: np.ndarray, batch: int) -> dict:
-    """Load ``X`` into a fresh HNSW collection of backend ``name`` and time upserts and searches."""
+def bench_backend(
+    name: str,
+    settings: Settings,
+    X: np.ndarray,
+    Q: np.ndarray,
+    exact: np.ndarray,
+    batch: int,
+    levels: tuple[str, ...] = ("strong",),
+) -> dict:
+    """Load ``X`` into a fresh HNSW collection of backend ``name`` and time upserts and searches, the searches at
+    each read consistency of ``levels`` (``session``: eventual after the last write's sequence)."""
     backend = open_backend(settings)
     loop = asyncio.new_event_loop()
     loop.run_until_complete(backend.start())
@@ -93,30 +104,36 @@ def bench_backend(name: str, settings: Settings, X: np.ndarray, Q: np.ndarray, e
         batches = [(i, min(i + batch, cut)) for i in range(0, cut, batch)]
         batches4 = [(i, min(i + batch, n)) for i in range(cut, n, batch)]
 
-        def up(b: tuple[int, int]) -> None:
-            i, j = b
-            c.upsert(
-                list(range(i, j)),
-                [f"s{k}" for k in range(i, j)],
-                [{"row": k} for k in range(i, j)],
-                X[i:j],
-                model=MODEL,
-            )
-
         out: dict = {"backend": name, "points": n}
+        tokens: list[int] = []
+
+        def up(b: tuple[int, int]) -> None:  # keeps each write's sequence (a read-your-writes token)
+            i, j = b
+            tokens.append(
+                c.upsert(
+                    list(range(i, j)), [f"s{k}" for k in range(i, j)], [{"row": k} for k in range(i, j)], X[i:j],
+                    model=MODEL,
+                )
+            )  # fmt: skip
+
         r1 = _closed_loop(1, batches, up)
         out["upsert_1"] = {**r1, "points_per_s": round(sum(j - i for i, j in batches) / r1["seconds"], 1)}
         r4 = _closed_loop(4, batches4, up)
         out["upsert_4"] = {**r4, "points_per_s": round(sum(j - i for i, j in batches4) / r4["seconds"], 1)}
         assert c.count == n, (c.count, n)
         hits: dict[int, list] = {}
+        out["search"] = {}
+        for level in levels:
+            rc = ReadConsistency("eventual", max(tokens)) if level == "session" else ReadConsistency(level)
 
-        def search(qi: int) -> None:
-            hits[qi] = [h.id for h in c.search(Q[qi : qi + 1], K, model=MODEL)[0]]
+            def search(qi: int, rc: ReadConsistency = rc) -> None:
+                hits[qi] = [h.id for h in c.search(Q[qi : qi + 1], K, model=MODEL, consistency=rc)[0]]
 
-        for clients in (1, 4):
-            r = _closed_loop(clients, list(range(len(Q))), search)
-            out[f"search_{clients}"] = {**r, "queries_per_s": round(len(Q) / r["seconds"], 1)}
+            out["search"][level] = {}
+            for clients in (1, 4):
+                r = _closed_loop(clients, list(range(len(Q))), search)
+                out["search"][level][clients] = {**r, "queries_per_s": round(len(Q) / r["seconds"], 1)}
+            print(level, json.dumps(out["search"][level]), flush=True)
         out["recall_at_10"] = round(float(np.mean([len(set(hits[i]) & set(exact[i])) / K for i in range(len(Q))])), 4)
         loop.run_until_complete(backend.delete(f"bench_{name}"))
         return out
@@ -139,7 +156,7 @@ def part_backends(a: argparse.Namespace) -> list[dict]:
         with milvus_server(Path(tmp) / "milvus") as m:
             s = Settings(collections_backend="milvus", collections_milvus_uri=m.uri, collections_milvus_token=m.token,
                          collections_milvus_prefix="bench_")  # fmt: skip
-            rows.append(bench_backend("milvus", s, X, Q, exact, a.batch))
+            rows.append(bench_backend("milvus", s, X, Q, exact, a.batch, ("strong", "bounded", "eventual", "session")))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -229,16 +246,25 @@ def contextlib_exit():
 def table(backends: list[dict], replicas: list[dict]) -> str:
     out = []
     if backends:
-        out += ["| backend | points | upsert 1 writer (points/s, p50/p99 ms per batch) | upsert 4 writers | "
-                "search 1 client (q/s, p50/p99 ms) | search 4 clients | recall@10 |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        out += ["| backend | points | upsert 1 writer (points/s, p50/p99 ms per batch) | upsert 4 writers | recall@10 |",
+                "|---|---|---|---|---|"]  # fmt: skip
         for r in backends:
-            u1, u4, s1, s4 = r["upsert_1"], r["upsert_4"], r["search_1"], r["search_4"]
+            u1, u4 = r["upsert_1"], r["upsert_4"]
             out.append(
                 f"| {r['backend']} | {r['points']:,} | {u1['points_per_s']:,.0f} ({u1['p50_ms']}/{u1['p99_ms']}) | "
-                f"{u4['points_per_s']:,.0f} ({u4['p50_ms']}/{u4['p99_ms']}) | {s1['queries_per_s']:,.0f} "
-                f"({s1['p50_ms']}/{s1['p99_ms']}) | {s4['queries_per_s']:,.0f} ({s4['p50_ms']}/{s4['p99_ms']}) | "
-                f"{r['recall_at_10']} |"
+                f"{u4['points_per_s']:,.0f} ({u4['p50_ms']}/{u4['p99_ms']}) | {r['recall_at_10']} |"
             )
+        base = next((r["search"]["strong"][4]["queries_per_s"] for r in backends if r["backend"] == "embedded"), None)
+        out += ["", "| backend | read consistency | search 1 client (q/s, p50/p99 ms) | search 4 clients | "
+                "4 clients vs embedded |", "|---|---|---|---|---|"]  # fmt: skip
+        for r in backends:
+            for level, res in r["search"].items():
+                s1, s4 = res[1], res[4]
+                vs = f"{s4['queries_per_s'] / base:.0%}" if base else "-"
+                out.append(
+                    f"| {r['backend']} | {level} | {s1['queries_per_s']:,.0f} ({s1['p50_ms']}/{s1['p99_ms']}) | "
+                    f"{s4['queries_per_s']:,.0f} ({s4['p50_ms']}/{s4['p99_ms']}) | {vs} |"
+                )
     if replicas:
         out += [
             "",

@@ -157,6 +157,13 @@ class Settings(BaseSettings):
     collections_milvus_write_timeout_s: float = Field(
         10.0, gt=0, description="milvus backend: the longest a Milvus call may take (seconds)"
     )
+    collections_read_consistency: Literal["strong", "bounded", "eventual"] = Field(
+        "strong",
+        description="milvus backend: the consistency of reads (search, point reads, counts) that name none: 'strong' "
+        "sees every acknowledged write, 'bounded' may miss the last common.gracefulTime of Milvus (5 s by default) "
+        "and does not wait for Milvus's time tick, 'eventual' never waits; a write's 'sequence' passed as "
+        "'after_sequence' reads that write on any replica. The embedded backend is always strong",
+    )
     collections_snapshot_every: int = Field(
         200, ge=1, description="writes (upsert/delete requests) after which a FAISS snapshot is written"
     )

@@ -15,7 +15,9 @@
 ============================================  ==================================================
 
 ``query`` is a text (embedded with the collection's model) or a vector of the
-collection's dimension. Errors: 404 ``collection_not_found`` / ``point_not_found``,
+collection's dimension. Every read (the GETs and both searches) takes ``?consistency=strong|bounded|eventual``
+and ``?after_sequence=`` (a write's ``sequence``), answering the consistency it got in ``X-Read-Consistency``
+(:class:`~.backend.ReadConsistency`). Errors: 404 ``collection_not_found`` / ``point_not_found``,
 409 ``collection_exists`` / ``model_unavailable``, 413 ``too_many_points``, 422
 ``invalid_value`` / ``invalid_filter`` / ``wrong_dimension``.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -40,7 +42,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from ..metrics import CollectionTimer, collection_timer
 from ..routes import json_response, mark_write
-from .backend import Hit
+from .backend import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from .errors import CollectionsNotReady, InvalidCollectionRequest
 from .index import index_kinds
 from .service import CollectionService
@@ -171,6 +173,37 @@ def collection_service(request: Request) -> CollectionService:
 
 
 Service = Annotated[CollectionService, Depends(collection_service)]
+
+
+def read_consistency(
+    svc: Annotated[CollectionService, Depends(collection_service)],
+    consistency: Annotated[
+        Literal[CONSISTENCY_LEVELS] | None,
+        Query(
+            description="strong | bounded | eventual (default: collections_read_consistency); the embedded "
+            "backend is always strong"
+        ),
+    ] = None,
+    after_sequence: Annotated[
+        int | None,
+        Query(ge=0, le=2**63 - 1, description="a write's 'sequence': the read sees that write, on any replica"),
+    ] = None,
+) -> ReadConsistency:
+    """Dependency: the read consistency a request asks for (Qdrant API reference: the ``consistency`` query
+    parameter of reads; Milvus consistency levels); see :class:`~.backend.ReadConsistency`."""
+    return svc.read_consistency(consistency, after_sequence)
+
+
+Consistency = Annotated[ReadConsistency, Depends(read_consistency)]
+
+
+def _read(body: Any, svc: CollectionService, rc: ReadConsistency) -> Response:
+    """A read's JSON answer, with the consistency it got in ``X-Read-Consistency``."""
+    r = json_response(body)
+    r.headers["X-Read-Consistency"] = svc.backend.applied(rc)
+    return r
+
+
 Timer = Annotated[CollectionTimer, Depends(collection_timer)]
 WRITES = [
     Depends(mark_write)
@@ -195,15 +228,16 @@ async def create_collection(name: str, body: CreateCollection, svc: Service) -> 
 
 
 @router.get("/collections")
-async def list_collections(svc: Service) -> Response:
-    """``{"collections": [info, ...]}`` sorted by name."""
-    return json_response({"collections": await svc.infos()})
+async def list_collections(svc: Service, rc: Consistency) -> Response:
+    """``{"collections": [info, ...]}`` sorted by name (counts read at ``consistency``)."""
+    return _read({"collections": await svc.infos(rc)}, svc, rc)
 
 
 @router.get("/collections/{name}")
-async def get_collection(name: str, svc: Service) -> Response:
-    """Count, index type/params/trained, dimension, metric, model (name, version, sha256), sequence."""
-    return json_response(await svc.info(name))
+async def get_collection(name: str, svc: Service, rc: Consistency) -> Response:
+    """Count (read at ``consistency``), index type/params/trained, dimension, metric, model (name, version,
+    sha256), sequence."""
+    return _read(await svc.info(name, rc), svc, rc)
 
 
 @router.delete("/collections/{name}", dependencies=WRITES)
@@ -235,6 +269,7 @@ async def get_point(
     name: str,
     point_id: str,
     svc: Service,
+    rc: Consistency,
     with_vector: bool = False,
     id_type: Literal["auto", "int", "string"] = "auto",
 ) -> Response:
@@ -249,23 +284,24 @@ async def get_point(
         "int": [int(point_id)] if canonical else [],
         "string": [point_id],
     }[id_type]
-    return json_response(await svc.get_point(name, candidates, with_vector))
+    return _read(await svc.get_point(name, candidates, with_vector, rc), svc, rc)
 
 
 # --- search -------------------------------------------------------------------------------------------------------
 @router.post("/collections/{name}/search")
-async def search(name: str, body: SearchRequest, svc: Service, timed: Timer) -> Response:
-    """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter)."""
+async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc: Consistency) -> Response:
+    """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter), read at
+    ``consistency``."""
     with timed("search", name):
-        hits = (await svc.search(name, [body], "query"))[0]
-    return json_response([_hit_json(h, body.with_payload, body.with_text) for h in hits])
+        hits = (await svc.search(name, [body], "query", rc))[0]
+    return _read([_hit_json(h, body.with_payload, body.with_text) for h in hits], svc, rc)
 
 
 @router.post("/collections/{name}/search/batch")
-async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer) -> Response:
-    """One result list per search, in order."""
+async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer, rc: Consistency) -> Response:
+    """One result list per search, in order, all read at ``consistency``."""
     with timed("search_batch", name):
-        results = await svc.search(name, body.searches, "searches")
-    return json_response(
-        [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)]
+        results = await svc.search(name, body.searches, "searches", rc)
+    return _read(
+        [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)], svc, rc
     )

@@ -75,6 +75,35 @@ class Hit:
 
 HIT_OVERHEAD_BYTES = 64  # a hit's id, score and JSON punctuation, counted against a response budget
 
+CONSISTENCY_LEVELS = ("strong", "bounded", "eventual")
+
+
+@dataclass(frozen=True)
+class ReadConsistency:
+    """What a read must see, following Milvus's consistency levels (Milvus docs, "Consistency Level") and Qdrant's
+    per-request read ``consistency`` parameter (Qdrant API reference, "Read consistency").
+
+    Attributes:
+        level: ``strong`` (every write acknowledged before the read started, on any replica), ``bounded`` (may
+            miss writes of the last ``common.gracefulTime`` of the Milvus server, 5 s by default), ``eventual``
+            (no wait at all: may miss recent writes for longer).
+        after: a write's ``sequence``: the read sees that write and every earlier one, whatever ``level`` (a
+            read-your-writes token, valid on every replica).
+
+    The embedded backend is always strong: one process holds the data and a write is answered once searchable.
+    """
+
+    level: str = "strong"
+    after: int | None = None
+
+    @property
+    def applied(self) -> str:
+        """The name answered in the ``X-Read-Consistency`` header: the level, or ``session`` with a token."""
+        return "session" if self.after is not None else self.level
+
+
+STRONG = ReadConsistency()
+
 
 class ResponseBudget:
     """The bytes a search response may still hold (``collections_max_response_bytes``), spent by the backends as
@@ -172,8 +201,8 @@ class CollectionHandle(Protocol):
     def reembed_model(self) -> dict[str, Any] | None:
         """The target model of a running re-embedding (upserts must also carry its vectors), else None."""
 
-    def info(self) -> dict[str, Any]:
-        """The description answered by ``GET /collections/{name}``."""
+    def info(self, consistency: ReadConsistency = STRONG) -> dict[str, Any]:
+        """The description answered by ``GET /collections/{name}`` (its count read at ``consistency``)."""
 
     def upsert(
         self,
@@ -203,8 +232,10 @@ class CollectionHandle(Protocol):
     def delete(self, ids: list[int | str] | None = None, where: Filter | None = None) -> tuple[int, int]:
         """Delete by ids and/or payload filter; returns ``(deleted, sequence)`` once durable."""
 
-    def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
-        """``{id, text, payload[, vector]}`` or None."""
+    def get(
+        self, point_id: int | str, with_vector: bool = False, consistency: ReadConsistency = STRONG
+    ) -> dict[str, Any] | None:
+        """``{id, text, payload[, vector]}`` or None, read at ``consistency``."""
 
     def search(
         self,
@@ -216,9 +247,11 @@ class CollectionHandle(Protocol):
         with_text: bool = True,
         model: dict[str, Any] | None = None,
         budget: ResponseBudget | None = None,
+        consistency: ReadConsistency = STRONG,
     ) -> list[list[Hit]]:
         """The ``top_k`` best points among those matching ``where`` for each query (float32 ``(nq, d)``
-        made by ``model``), best first, without those scoring below (cosine/dot) or beyond (l2) the threshold.
+        made by ``model``), best first, without those scoring below (cosine/dot) or beyond (l2) the threshold,
+        read at ``consistency``.
         The hits' bytes are spent from ``budget`` before their texts and payloads are read where the backend can
         (embedded), else as they arrive.
 
@@ -249,6 +282,9 @@ class VectorBackend(Protocol):
 
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """Run blocking ``fn(*args, **kw)`` on the backend's worker threads."""
+
+    def applied(self, consistency: ReadConsistency) -> str:
+        """The consistency a read asking for ``consistency`` gets (the embedded backend: always ``strong``)."""
 
     def get(self, name: str) -> CollectionHandle:
         """Raises :class:`~.errors.CollectionNotFound`."""

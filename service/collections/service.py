@@ -25,7 +25,7 @@ import numpy as np
 
 from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
-from .backend import CollectionHandle, Hit, ResponseBudget, VectorBackend
+from .backend import CollectionHandle, Hit, ReadConsistency, ResponseBudget, VectorBackend
 from .errors import (
     CollectionNotFound,
     InvalidCollectionRequest,
@@ -81,6 +81,11 @@ class CollectionService:
                 str(e).replace("filter", param, 1), param=param, code="invalid_filter"
             ) from e
 
+    def read_consistency(self, level: str | None = None, after: int | None = None) -> ReadConsistency:
+        """A read's consistency: ``level`` (default: ``collections_read_consistency``) and an optional write's
+        sequence to read after (see :class:`~.backend.ReadConsistency`)."""
+        return ReadConsistency(level or self.settings.read_consistency, after)
+
     def embedder(self) -> Any:
         """The embedder.
 
@@ -100,16 +105,18 @@ class CollectionService:
         """
         return await self.backend.run(self.backend.get, name)
 
-    async def info(self, name: str) -> dict[str, Any]:
-        """``GET /collections/{name}``'s body (read on a backend thread: on Milvus it counts the points)."""
+    async def info(self, name: str, consistency: ReadConsistency | None = None) -> dict[str, Any]:
+        """``GET /collections/{name}``'s body (read on a backend thread: on Milvus it counts the points, at
+        ``consistency``, default :meth:`read_consistency`)."""
         c = await self.collection(name)
-        return await self.backend.run(c.info)
+        return await self.backend.run(c.info, consistency or self.read_consistency())
 
-    async def infos(self) -> list[dict[str, Any]]:
+    async def infos(self, consistency: ReadConsistency | None = None) -> list[dict[str, Any]]:
         """Every collection's info, sorted by name, read concurrently on the backend's threads (one deleted
         meanwhile is left out)."""
+        rc = consistency or self.read_consistency()
         results = await asyncio.gather(
-            *(self.backend.run(c.info) for c in self.backend.list()), return_exceptions=True
+            *(self.backend.run(c.info, rc) for c in self.backend.list()), return_exceptions=True
         )  # fmt: skip
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, CollectionNotFound):
@@ -192,23 +199,33 @@ class CollectionService:
         where = self.parse_filter(raw_filter, "filter")
         return await self.backend.run(c.delete, ids, where)
 
-    async def get_point(self, name: str, candidates: Sequence[int | str], with_vector: bool) -> dict[str, Any]:
-        """The first point found among ``candidates`` (one id read as an integer, then as a string).
+    async def get_point(
+        self,
+        name: str,
+        candidates: Sequence[int | str],
+        with_vector: bool,
+        consistency: ReadConsistency | None = None,
+    ) -> dict[str, Any]:
+        """The first point found among ``candidates`` (one id read as an integer, then as a string), read at
+        ``consistency`` (default :meth:`read_consistency`).
 
         Raises:
             CollectionNotFound, PointNotFound.
         """
         c = await self.collection(name)
+        rc = consistency or self.read_consistency()
         for pid in candidates:
-            p = await self.backend.run(c.get, pid, with_vector)
+            p = await self.backend.run(c.get, pid, with_vector, rc)
             if p is not None:
                 return p
         shown = candidates[-1] if candidates else ""
         raise PointNotFound(f"point {str(shown)!r} not found in collection {name!r}")
 
-    async def search(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
-        """One list of hits per search, best first. ``param``: ``query`` (one search) or ``searches`` (a batch),
-        used to name the field at fault.
+    async def search(
+        self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency | None = None
+    ) -> list[list[Hit]]:
+        """One list of hits per search, best first, read at ``consistency`` (default :meth:`read_consistency`).
+        ``param``: ``query`` (one search) or ``searches`` (a batch), used to name the field at fault.
 
         Raises:
             CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
@@ -221,13 +238,15 @@ class CollectionService:
             )
         for attempt in range(RETRIES):
             try:
-                return await self._search_once(name, searches, param)
+                return await self._search_once(name, searches, param, consistency or self.read_consistency())
             except ModelChanged as e:
                 if attempt == RETRIES - 1:
                     raise ModelChanged(f"collection {name!r} changed model during the search; retry ({e})") from e
         raise AssertionError("unreachable")
 
-    async def _search_once(self, name: str, searches: Sequence[SearchSpec], param: str) -> list[list[Hit]]:
+    async def _search_once(
+        self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency
+    ) -> list[list[Hit]]:
         c = await self.collection(name)
         model, d = dict(c.model), c.spec.dimension
         plans: list[tuple[SearchSpec, Filter | None, int | np.ndarray]] = []
@@ -269,7 +288,7 @@ class CollectionService:
                 vecs = np.stack([qvecs[q] if isinstance(q, int) else q for _, _, q in (plans[i] for i in part)])
                 hits = await self.backend.run(
                     c.search, vecs, s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model,
-                    budget=budget,
+                    budget=budget, consistency=consistency,
                 )  # fmt: skip
                 for i, h in zip(part, hits):
                     out[i] = h

@@ -74,6 +74,10 @@ class EmbeddedBackend:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
 
+    def applied(self, consistency: Any) -> str:
+        """Always ``strong``: one process holds the data, and a write is answered once searchable."""
+        return "strong"
+
     # --- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Open every collection in ``root`` (loading snapshots and replaying writes) and start upkeep."""

@@ -299,10 +299,12 @@ class Collection:
         with_text=True,
         model=None,
         budget=None,
+        consistency=None,
     ) -> list[list[Hit]]:
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter matching at most
         ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the
-        FAISS search with an ``IDSelector``; IVF-PQ candidates are re-ranked exactly.
+        FAISS search with an ``IDSelector``; IVF-PQ candidates are re-ranked exactly. Always strong (``consistency``
+        is accepted and needs nothing: a write is answered once searchable).
 
         Raises:
             CollectionClosed, ModelChanged.
@@ -335,8 +337,8 @@ class Collection:
             rows = self.store.rows_for(wanted, with_text, with_payload, budget, hits_per_row) if wanted else {}
         return assemble_hits(D, I, rows, top_k, score_threshold, hib)
 
-    def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
-        """The stored point ``{id, text, payload[, vector]}`` or None."""
+    def get(self, point_id: int | str, with_vector: bool = False, consistency: Any = None) -> dict[str, Any] | None:
+        """The stored point ``{id, text, payload[, vector]}`` or None (always strong)."""
         with self._rw.read():
             self._check_open()
             row = self.store.get(encode_id(point_id))
@@ -357,8 +359,8 @@ class Collection:
         """The last write's sequence number."""
         return self._seq
 
-    def info(self) -> dict[str, Any]:
-        """Description for ``GET /collections/{name}``."""
+    def info(self, consistency: Any = None) -> dict[str, Any]:
+        """Description for ``GET /collections/{name}`` (always strong)."""
         idx = self.index
         return {
             "name": self.name,

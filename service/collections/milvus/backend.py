@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ...tasks import cancel_and_wait
-from ..backend import NAME_RE, CollectionSettings, new_spec
+from ..backend import NAME_RE, CollectionSettings, ReadConsistency, new_spec
 from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
 from .client import BoundedClient, Breaker, classify, connect, long_call
@@ -62,6 +62,11 @@ class MilvusBackend:
     def from_settings(cls, settings: Any) -> MilvusBackend:
         """The backend tuned by the service settings' ``collections_*`` fields."""
         return cls(CollectionSettings(settings))
+
+    def applied(self, consistency: ReadConsistency) -> str:
+        """The consistency a read asking for ``consistency`` gets: the level, ``session`` for a token with a level
+        below strong (see :func:`.collection.read_kw`)."""
+        return "strong" if consistency.level == "strong" else consistency.applied
 
     @property
     def settle_s(self) -> float:
@@ -136,8 +141,10 @@ class MilvusBackend:
         success use that connection, close the breaker and reload the collections."""
         s = self.settings
         try:
-            fresh = connect(s.milvus_uri, s.milvus_token, timeout_s=1.0)
-            fresh.list_collections(timeout=max(1, math.ceil(s.milvus_refresh_s)))
+            # the call timeout, not less: a Milvus just restarted on a busy machine takes seconds to accept a
+            # connection (seen: a 1 s connect failed for 15 s after the server answered a 3 s one)
+            fresh = connect(s.milvus_uri, s.milvus_token, timeout_s=s.milvus_write_timeout_s)
+            fresh.list_collections(timeout=max(1, math.ceil(s.milvus_write_timeout_s)))
         except Exception:
             return False
         self.client.replace(fresh)
@@ -158,7 +165,7 @@ class MilvusBackend:
         @long_call
         def _connect() -> None:
             client = connect(s.milvus_uri, s.milvus_token, s.milvus_write_timeout_s)
-            self.client = BoundedClient(client, s.milvus_write_timeout_s)
+            self.client = BoundedClient(client, s.milvus_write_timeout_s, s.milvus_uri, s.milvus_token)
             self.registry = Registry(self.client, self.prefix)
             self.registry.ensure()
 

@@ -15,13 +15,16 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import threading
 import time
 from typing import Any
+from urllib.parse import urlparse
 
 import grpc
 from pymilvus import MilvusClient, MilvusException
+from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
 
 from ..errors import BackendUnavailable
 
@@ -47,13 +50,56 @@ def connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
     return MilvusClient(uri=uri, token=token or "", timeout=timeout_s)
 
 
+def allocate_timestamp(uri: str, token: str | None, timeout: float) -> int:
+    """A fresh Milvus hybrid timestamp (physical milliseconds << 18 | a logical counter) from Milvus's timestamp
+    oracle: the ``AllocTimestamp`` RPC of Milvus's ``MilvusService`` (milvus.proto), which pymilvus's
+    ``MilvusClient`` does not wrap, on a gRPC channel opened for the call and closed after it.
+
+    A timestamp allocated after a write was acknowledged is at least that write's (the oracle is monotonic), so it
+    is a read-your-writes token: a read whose guarantee timestamp it is sees the write. The channel is not kept: a
+    client channel left open across a Milvus crash kept the restarted Milvus 2.3.5 from answering for ~4 minutes
+    on this machine (13.5 s with the channel closed; measured with a pymilvus client too).
+
+    Raises:
+        grpc.RpcError: Milvus unreachable or past ``timeout``; pymilvus.MilvusException: Milvus refused.
+    """
+    u = urlparse(uri if "://" in uri else f"http://{uri}")
+    target = f"{u.hostname}:{u.port or 19530}"
+    meta = [("authorization", base64.b64encode(token.encode()).decode())] if token else []
+    channel = (
+        grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        if u.scheme == "https"
+        else grpc.insecure_channel(target)
+    )
+    try:
+        r = milvus_pb2_grpc.MilvusServiceStub(channel).AllocTimestamp(
+            milvus_pb2.AllocTimestampRequest(), timeout=timeout, metadata=meta
+        )
+    finally:
+        channel.close()
+    if r.status.code or r.status.error_code:
+        raise MilvusException(r.status.code or r.status.error_code, f"AllocTimestamp: {r.status.reason}")
+    return int(r.timestamp)
+
+
 class BoundedClient:
     """A ``MilvusClient`` whose RPCs all carry ``timeout`` (an int, see the module docstring) unless given one, and
-    whose connection :meth:`replace` can swap for a fresh one."""
+    whose connection :meth:`replace` can swap for a fresh one; :meth:`timestamp` asks Milvus's timestamp oracle.
 
-    def __init__(self, client: MilvusClient, timeout_s: float) -> None:
+    Args:
+        client: the connected ``MilvusClient``.
+        timeout_s: every call's timeout.
+        uri, token: where :meth:`timestamp` connects (those of ``client``).
+    """
+
+    def __init__(self, client: MilvusClient, timeout_s: float, uri: str = "", token: str | None = None) -> None:
         self._client = client
         self.timeout = max(1, math.ceil(timeout_s))
+        self._uri, self._token = uri, token
+
+    def timestamp(self) -> int:
+        """A Milvus timestamp allocated now (see :func:`allocate_timestamp`)."""
+        return allocate_timestamp(self._uri, self._token, self.timeout)
 
     def replace(self, client: MilvusClient) -> None:
         """Use ``client`` from now on; the old connection closes once calls still on it are past their timeout

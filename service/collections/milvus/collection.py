@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pymilvus import MilvusException
 
-from ..backend import HIT_OVERHEAD_BYTES, Hit, same_model
+from ..backend import HIT_OVERHEAD_BYTES, STRONG, Hit, ReadConsistency, same_model
 from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
 from ..filters import Filter
 from ..ids import decode_id, encode_id
@@ -33,6 +33,17 @@ from .schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
 
 _PAGE = 16384  # Milvus's query window
 _FIELDS = ["text", "payload"]
+_LEVELS = {"strong": "Strong", "bounded": "Bounded", "eventual": "Eventually"}
+
+
+def read_kw(consistency: ReadConsistency) -> dict[str, Any]:
+    """pymilvus keyword arguments of a search or query at ``consistency`` (Milvus docs, "Consistency Level"):
+    ``Strong``/``Bounded``/``Eventually``; with a token (``after``) and a level weaker than strong, Milvus's
+    ``Customized`` level with the token as the guarantee timestamp: the read waits until the query nodes have
+    consumed the data stream up to that write, and no further."""
+    if consistency.after is not None and consistency.level != "strong":
+        return {"consistency_level": "Customized", "guarantee_timestamp": max(1, int(consistency.after))}
+    return {"consistency_level": _LEVELS[consistency.level]}
 
 
 class MilvusCollection:
@@ -128,8 +139,10 @@ class MilvusCollection:
         """Live points (a strongly consistent count)."""
         return self._count(self.fresh())
 
-    def _count(self, rec: dict[str, Any]) -> int:
-        rows = self._call(self.backend.client.query, rec["physical"], filter="", output_fields=["count(*)"])
+    def _count(self, rec: dict[str, Any], consistency: ReadConsistency = STRONG) -> int:
+        rows = self._call(
+            self.backend.client.query, rec["physical"], filter="", output_fields=["count(*)"], **read_kw(consistency)
+        )
         return int(rows[0]["count(*)"])
 
     # --- writes -----------------------------------------------------------------------------------------------
@@ -149,8 +162,9 @@ class MilvusCollection:
         ]
 
     def upsert(self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None) -> int:
-        """Insert or replace points (see :meth:`~..backend.CollectionHandle.upsert`); returns the write's version
-        (nanoseconds at this replica), once Milvus has acknowledged it.
+        """Insert or replace points (see :meth:`~..backend.CollectionHandle.upsert`); returns the write's sequence,
+        once Milvus has acknowledged it: a Milvus timestamp allocated after the acknowledgement, a read-your-writes
+        token for any replica (:func:`read_kw`).
 
         Raises:
             CollectionClosed, ModelChanged; InvalidCollectionRequest: a text or id longer than Milvus stores.
@@ -185,10 +199,11 @@ class MilvusCollection:
                 keys, texts_, payloads_, np.asarray(shadow_vectors)[order], updated, rec["metric"], rb["dimension"]
             )
             self._call(self.backend.client.upsert, rb["physical"], srows)
-        return updated
+        return self.backend.client.timestamp()  # after the acknowledgement: a token for reading this write
 
     def delete(self, ids: list[int | str] | None = None, where: Filter | None = None) -> tuple[int, int]:
-        """Delete by ids and/or filter (from both physical collections while re-embedding); ``(deleted, version)``."""
+        """Delete by ids and/or filter (from both physical collections while re-embedding); ``(deleted, sequence)``,
+        the sequence a read-your-writes token (:meth:`~.client.BoundedClient.timestamp`)."""
         rec = self.fresh()
         parts = ([keys_expr([encode_id(i) for i in ids])] if ids else []) + (
             [to_expr(where)] if where is not None else []
@@ -203,16 +218,19 @@ class MilvusCollection:
             deleted += len(found)
             if len(found) < _PAGE:
                 break
-        return deleted, time.time_ns()
+        return deleted, self.backend.client.timestamp()
 
     # --- reads ------------------------------------------------------------------------------------------------
-    def get(self, point_id: int | str, with_vector: bool = False) -> dict[str, Any] | None:
-        """The stored point ``{id, text, payload[, vector]}`` or None."""
+    def get(
+        self, point_id: int | str, with_vector: bool = False, consistency: ReadConsistency = STRONG
+    ) -> dict[str, Any] | None:
+        """The stored point ``{id, text, payload[, vector]}`` or None, read at ``consistency``."""
         rec = self.fresh()
         fields = _FIELDS + (["vector"] if with_vector else [])
         rows = self._call(
-            self.backend.client.query, rec["physical"], filter=keys_expr([encode_id(point_id)]), output_fields=fields
-        )
+            self.backend.client.query, rec["physical"], filter=keys_expr([encode_id(point_id)]), output_fields=fields,
+            **read_kw(consistency),
+        )  # fmt: skip
         if not rows:
             return None
         out = {"id": point_id, "text": rows[0]["text"], "payload": rows[0]["payload"]}
@@ -230,8 +248,9 @@ class MilvusCollection:
         with_text=True,
         model=None,
         budget=None,
+        consistency=STRONG,
     ):
-        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`).
+        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``.
 
         Raises:
             CollectionClosed, ModelChanged.
@@ -246,6 +265,7 @@ class MilvusCollection:
         res = self._call(
             self.backend.client.search, rec["physical"], data=[row.tolist() for row in q], limit=top_k,
             filter=to_expr(where), output_fields=fields, search_params=search_params(spec, top_k),
+            **read_kw(consistency),
         )  # fmt: skip
         hib = spec.metric != "l2"
         out: list[list[Hit]] = []
@@ -264,10 +284,11 @@ class MilvusCollection:
             out.append(row)
         return out
 
-    def info(self) -> dict[str, Any]:
-        """Description for ``GET /collections/{name}`` (the same fields as the embedded backend's)."""
+    def info(self, consistency: ReadConsistency = STRONG) -> dict[str, Any]:
+        """Description for ``GET /collections/{name}`` (the same fields as the embedded backend's; the count read
+        at ``consistency``)."""
         rec = self.fresh()  # one record for the whole answer: a switch meanwhile cannot tear it
-        spec, count = self.spec_of(rec), self._count(rec)
+        spec, count = self.spec_of(rec), self._count(rec, consistency)
         return {
             "name": self.name,
             "status": "ok",

@@ -280,6 +280,30 @@ def test_delete_collection_and_recreate(env):
     assert c.delete("/collections/tmp1").status_code == 200
 
 
+def test_reads_take_a_consistency_and_say_which_they_got(env):
+    """Every read takes ``consistency`` and ``after_sequence``; the embedded backend is always strong and says so.
+    (A bounded read may miss the write just made on Milvus: its point read is checked with the write's token.)"""
+    c = env["client"]
+    assert c.put("/collections/cons", json={}).status_code == 200
+    seq = c.put("/collections/cons/points", json={"points": [{"id": 1, "text": "hello"}]}).json()["sequence"]
+    want = {"embedded": "strong", "milvus": "bounded"}[env["backend"]]
+    for r in (
+        c.get("/collections", params={"consistency": "bounded"}),
+        c.get("/collections/cons", params={"consistency": "bounded"}),
+        c.post("/collections/cons/search", params={"consistency": "bounded"}, json={"query": "hello"}),
+        c.post(
+            "/collections/cons/search/batch", params={"consistency": "bounded"}, json={"searches": [{"query": "x"}]}
+        ),
+    ):
+        assert r.status_code == 200 and r.headers["x-read-consistency"] == want, r.text
+    r = c.get("/collections/cons/points/1", params={"consistency": "eventual", "after_sequence": seq})
+    assert r.json()["text"] == "hello"
+    assert r.headers["x-read-consistency"] == {"embedded": "strong", "milvus": "session"}[env["backend"]]
+    assert c.get("/collections/cons").headers["x-read-consistency"] == "strong"  # the default
+    err(c.get("/collections/cons", params={"consistency": "quorum"}), 422, "invalid_value")
+    assert c.delete("/collections/cons").status_code == 200
+
+
 def test_concurrent_writers_lose_nothing(env, stsb):
     """Four clients write at once (disjoint ids, plus one id all of them replace) and a fifth deletes by filter:
     every acknowledged write is there afterwards, with its own text and vector."""

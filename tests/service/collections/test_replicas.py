@@ -105,7 +105,13 @@ def test_two_replicas_share_collections_and_switch_once(milvus_uri, default_arti
 
         # 2. publish v2: both replicas activate it, one re-embeds, both switch
         os.rename(stage / NAME / "2", models / NAME / "2")
-        _wait(lambda: all(_info(c)["model"]["version"] == "2" for c in (ca, cb)), what="both replicas on v2")
+        # the switch and the finished status are two registry writes: a view may show the new model a refresh
+        # (0.5 s) before it shows the status "completed"
+        _wait(
+            lambda: all((i := _info(c))["model"]["version"] == "2" and i["reembedding"]["state"] == "completed"
+                        for c in (ca, cb)),
+            what="both replicas on v2, re-embedding completed",
+        )  # fmt: skip
         for c in (ca, cb):
             st = _info(c)
             assert (st["dimension"], st["count"], st["reembedding"]["state"]) == (256, N + 1, "completed"), st
