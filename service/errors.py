@@ -123,6 +123,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
         503, str(e), code="backend_unavailable", headers={"Retry-After": str(max(1, round(e.retry_after_s)))}
     ),
     col.ModelUnavailable: lambda e: APIError(409, str(e), code="model_unavailable"),
+    col.ReembeddingInProgress: lambda e: APIError(409, str(e), code="reembedding_in_progress"),
     col.ModelChanged: lambda e: APIError(503, str(e), code="model_changed", headers={"Retry-After": "1"}),
 }
 

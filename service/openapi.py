@@ -91,6 +91,15 @@ class Point(_Open):
     payload: dict[str, Any] | None
 
 
+class ScrollPage(BaseModel):
+    points: list[Point]
+    next: int | str | None = Field(description="the start of the next page; null on the last")
+
+
+class Count(BaseModel):
+    count: int
+
+
 class Hit(_Open):
     id: int | str
     score: float
@@ -123,6 +132,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("PUT", "/collections/{name}/points"): (200, WriteResult, COLLECTION),
     ("POST", "/collections/{name}/points/delete"): (200, WriteResult, COLLECTION),
     ("GET", "/collections/{name}/points/{point_id}"): (200, Point, (401, 404, 422, 503)),
+    ("POST", "/collections/{name}/points/scroll"): (200, ScrollPage, COLLECTION),
+    ("POST", "/collections/{name}/points/count"): (200, Count, COLLECTION),
     ("POST", "/collections/{name}/search"): (200, list[Hit], COLLECTION),
     ("POST", "/collections/{name}/search/batch"): (200, list[list[Hit]], COLLECTION),
 }
