@@ -231,6 +231,35 @@ class CollectionService:
         rows = await self.backend.run(c.scroll, start, limit + 1, where, with_vector)
         return rows[:limit], (rows[limit]["id"] if len(rows) > limit else None)
 
+    async def set_payload(
+        self, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any], merge: bool
+    ) -> int:
+        """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or
+        matching the filter; returns the last write's sequence (0 when no point matched). The points are read and
+        written back with their stored vectors and texts, a page at a time: not atomic with concurrent writes to
+        the same points.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter, payload too large), ReembeddingInProgress.
+        """
+        where = {"$ids": list(dict.fromkeys(ids))} if ids is not None else raw_filter
+        if ids is not None and not ids:
+            return 0
+        seq, start, page = 0, None, min(self.settings.max_points_per_request, self.settings.max_top_k)
+        while True:
+            points, start = await self.scroll(name, start, page, where, with_vector=True)
+            if points:
+                payloads = [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
+                _, seq = await self.upsert(
+                    name,
+                    [p["id"] for p in points],
+                    [p["text"] for p in points],
+                    payloads,
+                    [p["vector"] for p in points],
+                )
+            if start is None:
+                return seq
+
     async def count(self, name: str, raw_filter: Any) -> int:
         """How many points match the filter (None: all), counted exactly.
 
