@@ -65,12 +65,23 @@ def test_qdrant_client_documents_filter_scroll_count_delete(env, sts):
 
     client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)  # REST; Documents are embedded by the server
     client.create_collection("sts", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
-    client.upsert("sts", points=[
-        models.PointStruct(id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"), payload={"row": i, "genre": g})
-        for i, (s, g) in enumerate(zip(sentences, genres))])  # fmt: skip
+    client.upsert(
+        "sts",
+        points=[
+            models.PointStruct(
+                id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"), payload={"row": i, "genre": g}
+            )
+            for i, (s, g) in enumerate(zip(sentences, genres))
+        ],
+    )
     news = models.Filter(must=[models.FieldCondition(key="genre", match=models.MatchValue(value="news"))])
-    hits = client.query_points("sts", query=models.Document(text=question, model="all-minilm-l6-v2"),
-                               query_filter=news, limit=5, with_payload=True).points  # fmt: skip
+    hits = client.query_points(
+        "sts",
+        query=models.Document(text=question, model="all-minilm-l6-v2"),
+        query_filter=news,
+        limit=5,
+        with_payload=True,
+    ).points
     page, next_offset = client.scroll("sts", limit=100)
     count = client.count("sts", exact=True).count
     client.delete("sts", points_selector=models.PointIdsList(points=[0, 1]))
@@ -163,10 +174,16 @@ def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
     from langchain_openai import OpenAIEmbeddings
     from langchain_qdrant import QdrantVectorStore
 
-    embeddings = OpenAIEmbeddings(model="all-minilm-l6-v2", base_url=f"{url}/v1", api_key="none",
-                                  check_embedding_ctx_length=False, chunk_size=256)  # fmt: skip
-    store = QdrantVectorStore.from_texts(sentences, embeddings, metadatas=[{"row": i} for i in range(len(sentences))],
-                                         url=f"{url}/qdrant", collection_name="sts-langchain")  # fmt: skip
+    embeddings = OpenAIEmbeddings(
+        model="all-minilm-l6-v2", base_url=f"{url}/v1", api_key="none", check_embedding_ctx_length=False, chunk_size=256
+    )
+    store = QdrantVectorStore.from_texts(
+        sentences,
+        embeddings,
+        metadatas=[{"row": i} for i in range(len(sentences))],
+        url=f"{url}/qdrant",
+        collection_name="sts-langchain",
+    )
     docs = store.similarity_search_with_score(question, k=5)
     # --- end snippet
     assert [d.metadata["row"] for d, _ in docs] == native_rows(c, "sts-langchain", question)
@@ -264,3 +281,29 @@ def test_native_vectors_scroll_and_count(env, sts):
     bad = c.put("/collections/native-scroll/points", json={"points": [{"id": 1}]})
     assert bad.status_code == 422 and "text" in bad.json()["error"]["message"]
     assert c.delete("/collections/native-scroll").status_code == 200
+
+
+def test_openai_sdk_and_tei_client(env, sts, monkeypatch):
+    """``/v1/embeddings`` through the OpenAI SDK and ``/embed`` through huggingface_hub's TEI client give the same
+    vectors. The suite sets HF_HUB_OFFLINE=1 (no hub downloads), which huggingface_hub applies to every URL: it is
+    lifted for this test, whose only URL is the loopback server."""
+    import huggingface_hub.constants
+    import numpy as np
+
+    monkeypatch.setattr(huggingface_hub.constants, "is_offline_mode", lambda: False)
+
+    url = env["server"].url
+    sentences = sts[0][:8]
+    # --- snippet: OpenAI SDK
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="none")
+    vectors = [d.embedding for d in client.embeddings.create(model="all-minilm-l6-v2", input=sentences).data]
+    # --- end snippet
+    # --- snippet: TEI client
+    from huggingface_hub import InferenceClient
+
+    tei = InferenceClient(model=f"{url}/embed")
+    vector = tei.feature_extraction(sentences[0])  # numpy array, shape (1, 384)
+    # --- end snippet
+    assert len(vectors) == 8 and np.allclose(np.asarray(vector).reshape(-1), vectors[0], atol=1e-5)
