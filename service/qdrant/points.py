@@ -55,6 +55,12 @@ def check_model(doc: Document, model: dict[str, Any], collection: str, param: st
     return doc.text
 
 
+def exactly_one(body: Any, a: str, b: str) -> None:
+    """Raises the 422 unless exactly one of the fields ``a`` and ``b`` of ``body`` is given."""
+    if (getattr(body, a) is None) == (getattr(body, b) is None):
+        raise InvalidCollectionRequest(f"give exactly one of {a!r} and {b!r}", param=a)
+
+
 def no_shard_key(body: Any) -> None:
     """Raises the 422 for a ``shard_key`` (a Qdrant cluster's custom sharding)."""
     if getattr(body, "shard_key", None) is not None:
@@ -80,8 +86,7 @@ async def upsert_points(collection_name: str, body: UpsertPoints, request: Reque
     no_shard_key(body)
     if body.update_filter is not None:
         raise unsupported("update_filter", "update_filter")
-    if (body.points is None) == (body.batch is None):
-        raise InvalidCollectionRequest("give exactly one of 'points' and 'batch'", param="points")
+    exactly_one(body, "points", "batch")
     if body.points is not None:
         rows = [(p.id, p.vector, p.payload) for p in body.points]
     else:
@@ -137,8 +142,7 @@ async def delete_points(collection_name: str, body: DeletePoints, request: Reque
     """Qdrant API reference: ``POST /collections/{collection_name}/points/delete`` (``points`` or ``filter``) ->
     ``UpdateResult``. Errors: 404, 422."""
     no_shard_key(body)
-    if (body.points is None) == (body.filter is None):
-        raise InvalidCollectionRequest("give exactly one of 'points' and 'filter'", param="points")
+    exactly_one(body, "points", "filter")
     if body.points is not None:
         _, seq = await svc.delete_points(collection_name, body.points, None)
     else:
@@ -150,8 +154,7 @@ async def _set_payload(name: str, body: SetPayload, request: Request, svc: Colle
     no_shard_key(body)
     if body.key is not None:
         raise unsupported("setting a payload under a nested key", "key")
-    if (body.points is None) == (body.filter is None):
-        raise InvalidCollectionRequest("give exactly one of 'points' and 'filter'", param="points")
+    exactly_one(body, "points", "filter")
     if body.points is not None:
         seq = await svc.set_payload(name, body.points, None, body.payload, merge)
     else:

@@ -24,11 +24,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from ..collections.api import SearchRequest
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
 from ..collections.service import CollectionService
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
-from .models import Document, NamedVector, QueryBatch, QueryRequest, SearchBatch, SearchRequest
+from .models import Document, NamedVector, QueryBatch, QueryRequest, SearchBatch
+from .models import SearchRequest as LegacySearch
 from .points import check_model, fetch, no_shard_key
 from .results import record, scored, shown_vector
 
@@ -38,17 +40,19 @@ DEFAULT_LIMIT = 10
 
 @dataclass
 class Spec:
-    """One native search (``service.collections.service.SearchSpec``) and how to show its hits."""
+    """One native search (the native API's ``SearchRequest``, a ``SearchSpec`` of the collection service) and how
+    to show its hits: skip ``offset``, select payload and vector as Qdrant's ``with_payload``/``with_vector`` ask."""
 
-    query: str | list[float]
-    top_k: int
-    filter: Any
-    score_threshold: float | None
-    with_payload: bool
-    with_text: bool
+    search: SearchRequest
     offset: int
     payload_sel: Any
     vector_sel: Any
+
+
+def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
+    search = SearchRequest.model_construct(query=query, top_k=top_k, filter=where, score_threshold=threshold,
+                                           with_payload=bool(payload), with_text=False)  # fmt: skip
+    return Spec(search, offset, payload, vector)
 
 
 async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[str | list[float], Any]:
@@ -92,13 +96,13 @@ async def _plan(svc: CollectionService, name: str, r: QueryRequest, param: str) 
     if exclude is not None:
         where = {"$and": [where, exclude]} if where else exclude
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
-    return Spec(query, _top_k(svc, limit, offset, f"{param}limit"), where, r.score_threshold,
-                bool(r.with_payload), False, offset, r.with_payload, r.with_vector)  # fmt: skip
+    top_k = _top_k(svc, limit, offset, f"{param}limit")
+    return _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
 
 
 async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str) -> list[list[dict[str, Any]]]:
     """Run the searches in one service call; hits as ``ScoredPoint``, vectors read back when asked."""
-    results = await svc.search(name, specs, param) if specs else []
+    results = await svc.search(name, [s.search for s in specs], param) if specs else []
     out = []
     for s, hits in zip(specs, results):
         hits = hits[s.offset :]
@@ -139,16 +143,16 @@ async def query_batch(collection_name: str, body: QueryBatch, request: Request, 
     return ok(request, [{"points": r} for r in results])
 
 
-def _legacy(svc: CollectionService, r: SearchRequest, param: str) -> Spec:
+def _legacy(svc: CollectionService, r: LegacySearch, param: str) -> Spec:
     no_shard_key(r)
     vec = r.vector.vector if isinstance(r.vector, NamedVector) else r.vector
     offset = r.offset or 0
-    return Spec(vec, _top_k(svc, r.limit, offset, f"{param}limit"), translate(r.filter, f"{param}filter"),
-                r.score_threshold, bool(r.with_payload), False, offset, r.with_payload, r.with_vector)  # fmt: skip
+    top_k, where = _top_k(svc, r.limit, offset, f"{param}limit"), translate(r.filter, f"{param}filter")
+    return _spec(vec, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
 
 
 @router.post("/collections/{collection_name}/points/search")
-async def search_points(collection_name: str, body: SearchRequest, request: Request, svc: Service) -> Response:
+async def search_points(collection_name: str, body: LegacySearch, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``POST /collections/{collection_name}/points/search`` (legacy) -> ``[ScoredPoint]``.
     Errors: 404, 422 (a vector of the wrong dimension: ``wrong_dimension``)."""
     return ok(request, (await _run(svc, collection_name, [_legacy(svc, body, "")], "query"))[0])
