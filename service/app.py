@@ -34,7 +34,10 @@ from .errors import install_error_handlers
 from .metrics import Metrics, open_collections
 from .middleware import ServiceMiddleware
 from .model_control import ModelControl
-from .openapi import document
+from .openapi import QdrantError, document
+from .qdrant import PREFIX as QDRANT_PREFIX
+from .qdrant import ROUTERS as QDRANT_ROUTERS
+from .qdrant import error_body as qdrant_error
 from .registry import ModelRegistry
 from .routes import admin, embeddings, meta, similarity
 from .settings import Settings
@@ -100,9 +103,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = False
     app.state.draining = False
     metrics.watch_collections(lambda: open_collections(app.state))  # embed_collection_* gauges, read at scrape time
-    install_error_handlers(app)
+    shapes = {QDRANT_PREFIX: qdrant_error}  # errors under /qdrant in Qdrant's envelope, everywhere else OpenAI's
+    install_error_handlers(app, shapes)
     for router in (embeddings.router, similarity.router, meta.router, admin.router, collections_api.router):
         app.include_router(document(router))
+    for router in QDRANT_ROUTERS:  # the Qdrant-compatible surface over the same collections (service.qdrant)
+        app.include_router(document(router, QdrantError))
     # the web console at /console/: static files calling the JSON API above (no build step, no CDN)
     app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
     # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.routes.admin)
@@ -114,5 +120,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_payload_bytes=settings.max_payload_bytes,
         request_timeout_s=settings.request_timeout_s,
         replica=socket.gethostname() if settings.replica_header else None,
+        error_shapes=shapes,
     )
     return app

@@ -9,6 +9,7 @@ place. Routes raise :class:`APIError` for what only HTTP knows (auth, request sh
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -74,9 +75,33 @@ class APIError(Exception):
         """The JSON body ``{"error": {...}}``."""
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        """This error as a response."""
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, shape: ErrorShape | None = None, elapsed: float = 0.0) -> JSONResponse:
+        """This error as a response: the OpenAI-shaped :meth:`body`, or ``shape(self, elapsed)`` (another API's
+        error envelope, see :func:`shape_of`; ``elapsed``: seconds since the request came in)."""
+        body = self.body() if shape is None else shape(self, elapsed)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+#: renders an error in another API's envelope: (error, seconds since the request came in) -> JSON body
+ErrorShape = Callable[[APIError, float], dict[str, Any]]
+#: key of ``scope["state"]`` holding ``time.perf_counter()`` when the middleware took the request
+STARTED_AT = "started_at"
+
+
+def elapsed_s(scope: Any) -> float:
+    """Seconds since the middleware took the request of ``scope`` (0.0 when unknown)."""
+    started = (scope.get("state") or {}).get(STARTED_AT)
+    return time.perf_counter() - started if started is not None else 0.0
+
+
+def shape_of(scope: Any, shapes: dict[str, ErrorShape] | None) -> tuple[ErrorShape | None, float]:
+    """The error envelope of a request: the shape registered for the path prefix it is under (``/qdrant`` ->
+    Qdrant's), else None (OpenAI's), with the seconds elapsed since the request came in."""
+    path = scope.get("path", "")
+    for prefix, shape in (shapes or {}).items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return shape, elapsed_s(scope)
+    return None, 0.0
 
 
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
@@ -123,6 +148,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
         503, str(e), code="backend_unavailable", headers={"Retry-After": str(max(1, round(e.retry_after_s)))}
     ),
     col.ModelUnavailable: lambda e: APIError(409, str(e), code="model_unavailable"),
+    col.ReembeddingInProgress: lambda e: APIError(409, str(e), code="reembedding_in_progress"),
     col.ModelChanged: lambda e: APIError(503, str(e), code="model_changed", headers={"Retry-After": "1"}),
 }
 
@@ -135,40 +161,47 @@ def to_api_error(exc: Exception) -> APIError | None:
     return None
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, shapes: dict[str, ErrorShape] | None = None) -> None:
     """Render :class:`APIError`, the domain exceptions of :data:`ERROR_TABLE`, validation errors (422), HTTP
-    errors and any unexpected error (500) as JSON."""
+    errors and any unexpected error (500) as JSON: OpenAI's shape, or under a path prefix of ``shapes`` that
+    prefix's envelope (:func:`shape_of`; the statuses are the same)."""
 
-    async def _domain(_: Request, exc: Exception) -> JSONResponse:
-        return to_api_error(exc).response()
+    def render(request: Request, err: APIError) -> JSONResponse:
+        return err.response(*shape_of(request.scope, shapes))
+
+    async def _domain(request: Request, exc: Exception) -> JSONResponse:
+        return render(request, to_api_error(exc))
 
     for cls in ERROR_TABLE:
         app.add_exception_handler(cls, _domain)
 
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return render(request, exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
         first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
         msgs = "; ".join(f"{_loc_to_param(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errs[:5])
-        return APIError(422, msgs, param=_loc_to_param(tuple(first.get("loc", ()))), code="invalid_value").response()
+        return render(
+            request, APIError(422, msgs, param=_loc_to_param(tuple(first.get("loc", ()))), code="invalid_value")
+        )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
             # FastAPI's "error parsing the body": invalid UTF-8 (UnicodeDecodeError) or JSON nested past the parser's
             # recursion limit; a JSON syntax error is already a 422 (RequestValidationError)
             reason = "is not valid UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError) else "is nested too deep"
-            return APIError(422, f"the JSON body {reason}", code="invalid_value").response()
+            return render(request, APIError(422, f"the JSON body {reason}", code="invalid_value"))
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return APIError(exc.status_code, str(exc.detail), code=code, headers=dict(exc.headers or {})).response()
+        return render(request, APIError(exc.status_code, str(exc.detail), code=code, headers=dict(exc.headers or {})))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # the client gets an id to quote; the exception text (paths, internals) stays in the server log
         error_id = uuid.uuid4().hex[:12]
         log.error("error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
-        return APIError(500, f"internal error (id {error_id}); see the server log", type="server_error").response()
+        err = APIError(500, f"internal error (id {error_id}); see the server log", type="server_error")
+        return render(request, err)

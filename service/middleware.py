@@ -3,8 +3,8 @@
 Order per HTTP request:
 
 1. API key: with ``api_keys`` configured, every path except ``/health``, ``/ready``, ``/metrics``
-   and the console's static files (``GET /console/...``) needs ``Authorization: Bearer <key>`` (else 401
-   ``invalid_api_key``);
+   and the console's static files (``GET /console/...``) needs ``Authorization: Bearer <key>`` or Qdrant's
+   ``api-key: <key>`` header (else 401 ``invalid_api_key``);
 2. payload limit: ``Content-Length`` above ``max_payload_bytes`` → 413 at once; a body
    that turns out larger while being read (chunked uploads) → 413 as well;
 3. body rules, one place for every route: a body sent with a non-JSON ``Content-Type`` → 415; a JSON
@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .errors import APIError
+from .errors import STARTED_AT, APIError, ErrorShape, shape_of
 from .metrics import Metrics
 
 Scope = dict[str, Any]
@@ -105,7 +105,8 @@ def _is_json(content_type: bytes) -> bool:
 
 class ServiceMiddleware:
     """ASGI middleware. Args: the app, :class:`Metrics`, accepted API keys, payload limit in bytes, time budget of a
-    request in seconds, and the ``X-Replica`` value (None: no header)."""
+    request in seconds, the ``X-Replica`` value (None: no header), and the error envelopes by path prefix
+    (``service.errors.shape_of``; default: OpenAI's everywhere)."""
 
     def __init__(
         self,
@@ -116,8 +117,10 @@ class ServiceMiddleware:
         max_payload_bytes: int,
         request_timeout_s: float = 60.0,
         replica: str | None = None,
+        error_shapes: dict[str, ErrorShape] | None = None,
     ) -> None:
         self.app = app
+        self.error_shapes = error_shapes
         self.replica = [(b"x-replica", replica.encode())] if replica else []
         self.metrics = metrics
         self.api_keys = [k.encode() for k in api_keys]
@@ -129,6 +132,7 @@ class ServiceMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
+        scope.setdefault("state", {})[STARTED_AT] = t0  # responses in another API's envelope report their time
         status = {"code": 500}
 
         async def send_wrapper(message: Message) -> None:
@@ -145,7 +149,7 @@ class ServiceMiddleware:
                 err, receive, body = await self._read_body(scope, receive)
                 err = err or self._check_body(scope, body)
             if err is not None:
-                await err.response()(scope, receive, send_wrapper)
+                await err.response(*shape_of(scope, self.error_shapes))(scope, receive, send_wrapper)
             else:
                 await self._run_app(scope, receive, send_wrapper, body, status)
         finally:
@@ -209,7 +213,7 @@ class ServiceMiddleware:
                 + (WRITE_MAY_HAVE_APPLIED if write else ""),
                 code="request_timeout",
                 headers={"Retry-After": "1"},
-            ).response()(scope, app_receive, send)
+            ).response(*shape_of(scope, self.error_shapes))(scope, app_receive, send)
 
     def _check_auth(self, scope: Scope) -> APIError | None:
         path = scope.get("path", "")
@@ -217,14 +221,15 @@ class ServiceMiddleware:
             return None
         if (path == CONSOLE or path.startswith(CONSOLE + "/")) and scope.get("method") in ("GET", "HEAD"):
             return None
-        auth = b""
+        auth, api_key = b"", b""
         for k, v in scope.get("headers", []):
             if k == b"authorization":
                 auth = v
-                break
-        if key_matches(bearer_token(auth), self.api_keys):
+            elif k == b"api-key":  # Qdrant's header (qdrant-client's api_key=)
+                api_key = v.strip()
+        if key_matches(bearer_token(auth), self.api_keys) or key_matches(api_key or None, self.api_keys):
             return None
-        msg = "missing API key: send 'Authorization: Bearer <key>'" if not auth else "invalid API key"
+        msg = "missing API key: send 'Authorization: Bearer <key>'" if not (auth or api_key) else "invalid API key"
         return APIError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
     async def _read_body(self, scope: Scope, receive: Receive) -> tuple[APIError | None, Receive, bytes]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
 class ErrorDetail(BaseModel):
@@ -91,10 +91,64 @@ class Point(_Open):
     payload: dict[str, Any] | None
 
 
+class ScrollPage(BaseModel):
+    points: list[Point]
+    next: int | str | None = Field(description="the start of the next page; null on the last")
+
+
+class Count(BaseModel):
+    count: int
+
+
 class Hit(_Open):
     id: int | str
     score: float
 
+
+# --- the Qdrant-compatible surface (service.qdrant): Qdrant's envelope and error shape --------------------------
+class QdrantErrorStatus(BaseModel):
+    error: str = Field(description="what was wrong, for a person")
+
+
+class QdrantError(BaseModel):
+    """Every 4xx/5xx body under /qdrant: ``{"status": {"error": message}, "time": seconds}`` (Qdrant's shape)."""
+
+    status: QdrantErrorStatus
+    time: float
+
+
+def _q(result: Any, name: str) -> Any:
+    """Qdrant's success envelope ``{result, status: "ok", time}`` around ``result``."""
+    return create_model(name, result=(result, ...), status=(Literal["ok"], ...), time=(float, ...))
+
+
+class QdrantUpdate(BaseModel):
+    operation_id: int | None = None
+    status: Literal["acknowledged", "completed"]
+
+
+class QdrantRecord(_Open):
+    id: int | str
+    payload: dict[str, Any] | None = None
+    vector: list[float] | dict[str, list[float]] | None = None
+
+
+class QdrantScored(QdrantRecord):
+    version: int
+    score: float
+
+
+class QdrantPoints(BaseModel):
+    points: list[QdrantScored]
+
+
+class QdrantScroll(BaseModel):
+    points: list[QdrantRecord]
+    next_page_offset: int | str | None = None
+
+
+QDRANT_UPDATE = _q(QdrantUpdate, "QdrantUpdateResponse")
+QDRANT_COLLECTION = "/qdrant/collections/{collection_name}"
 
 #: statuses every operation with a body can answer: malformed body, auth, size, media type, validation, timeout
 COMMON = (400, 401, 413, 415, 422, 503)
@@ -123,9 +177,32 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("PUT", "/collections/{name}/points"): (200, WriteResult, COLLECTION),
     ("POST", "/collections/{name}/points/delete"): (200, WriteResult, COLLECTION),
     ("GET", "/collections/{name}/points/{point_id}"): (200, Point, (401, 404, 422, 503)),
+    ("POST", "/collections/{name}/points/scroll"): (200, ScrollPage, COLLECTION),
+    ("POST", "/collections/{name}/points/count"): (200, Count, COLLECTION),
     ("POST", "/collections/{name}/search"): (200, list[Hit], COLLECTION),
     ("POST", "/collections/{name}/search/batch"): (200, list[list[Hit]], COLLECTION),
-}
+    ("GET", "/qdrant"): (200, _Open, (401,)),
+    ("GET", "/qdrant/collections"): (200, _q(dict[str, list[dict[str, str]]], "QdrantCollections"), (401, 503)),
+    ("PUT", QDRANT_COLLECTION): (200, _q(bool, "QdrantCreated"), COLLECTION),
+    ("GET", QDRANT_COLLECTION): (200, _q(dict[str, Any], "QdrantCollectionInfo"), (401, 404, 422, 503)),
+    ("DELETE", QDRANT_COLLECTION): (200, _q(bool, "QdrantDeleted"), (401, 409, 422, 503)),
+    ("GET", f"{QDRANT_COLLECTION}/exists"): (200, _q(dict[str, bool], "QdrantExists"), (401, 422, 503)),
+    ("PUT", f"{QDRANT_COLLECTION}/index"): (200, QDRANT_UPDATE, COLLECTION),
+    ("PUT", f"{QDRANT_COLLECTION}/points"): (200, QDRANT_UPDATE, COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points"): (200, _q(list[QdrantRecord], "QdrantRecords"), COLLECTION),
+    ("GET", f"{QDRANT_COLLECTION}/points/{{point_id}}"): (200, _q(QdrantRecord, "QdrantRecordResponse"),
+                                                          (401, 404, 422, 503)),
+    ("POST", f"{QDRANT_COLLECTION}/points/delete"): (200, QDRANT_UPDATE, COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/payload"): (200, QDRANT_UPDATE, COLLECTION),
+    ("PUT", f"{QDRANT_COLLECTION}/points/payload"): (200, QDRANT_UPDATE, COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/scroll"): (200, _q(QdrantScroll, "QdrantScrollResponse"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/count"): (200, _q(dict[str, int], "QdrantCount"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/query"): (200, _q(QdrantPoints, "QdrantQueryResponse"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/query/batch"): (200, _q(list[QdrantPoints], "QdrantQueryBatch"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
+                                                           COLLECTION),
+}  # fmt: skip
 
 _DESCRIPTIONS = {
     400: "malformed HTTP request (an invalid Content-Length header)",
@@ -146,8 +223,9 @@ def _route_key(route: APIRoute, method: str) -> tuple[str, str]:
     return method, re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)  # "{point_id:anypath}" -> "{point_id}"
 
 
-def document(router: APIRouter) -> APIRouter:
-    """Attach :data:`OPERATIONS` to ``router``'s routes (call before mounting it); returns the router.
+def document(router: APIRouter, error_model: type[BaseModel] = ErrorBody) -> APIRouter:
+    """Attach :data:`OPERATIONS` to ``router``'s routes (call before mounting it); returns the router. Errors are
+    documented with ``error_model`` (:class:`ErrorBody`, or :class:`QdrantError` for the Qdrant surface).
 
     Raises:
         KeyError: a route has no entry in :data:`OPERATIONS` (document it there).
@@ -165,6 +243,6 @@ def document(router: APIRouter) -> APIRouter:
                 ok["model"] = schema
             responses: dict[int | str, Any] = {status: ok}
             for code in (*errors, 500):
-                responses[code] = {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
+                responses[code] = {"model": error_model, "description": _DESCRIPTIONS[code]}
             route.responses = responses
     return router

@@ -37,6 +37,35 @@ def _sentence(v: Any) -> Any:
 
 
 Texts = Annotated[str | list[str], BeforeValidator(_texts)]
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _texts_or_tokens(v: Any) -> Any:
+    """:func:`_texts`, or OpenAI's token forms (one non-empty list of integers, or a non-empty list of them), passed
+    through for the route to refuse with its own message."""
+    if (
+        isinstance(v, list)
+        and v
+        and (all(_is_int(x) for x in v) or all(isinstance(x, list) and x and all(_is_int(t) for t in x) for x in v))
+    ):
+        return v
+    return _texts(v)
+
+
+#: ``input`` of ``/v1/embeddings``: text(s), or OpenAI's token arrays (accepted by the schema, refused by the route:
+#: see :data:`TOKEN_IDS_REFUSED`)
+TextsOrTokens = Annotated[str | list[str] | list[int] | list[list[int]], BeforeValidator(_texts_or_tokens)]
+
+#: why ``input`` as token ids is refused (422 ``token_ids_unsupported``)
+TOKEN_IDS_REFUSED = (
+    "input holds token ids; this service embeds text with each model's own tokenizer and takes no token ids: ids "
+    "made by another tokenizer (OpenAI SDK clients make tiktoken cl100k ids whatever the model) would embed "
+    "unrelated text. Send the text itself. LangChain: OpenAIEmbeddings(..., check_embedding_ctx_length=False); "
+    "LlamaIndex and the OpenAI SDK send text unless told otherwise"
+)
 Sentence = Annotated[str, BeforeValidator(_sentence)]
 
 
@@ -46,10 +75,11 @@ def as_list(v: str | list[str]) -> list[str]:
 
 
 class EmbeddingsRequest(BaseModel):
-    """``POST /v1/embeddings`` (OpenAI). ``dimensions`` truncates then L2-renormalises."""
+    """``POST /v1/embeddings`` (OpenAI). ``dimensions`` truncates then L2-renormalises. ``input`` as token arrays
+    (OpenAI's spec allows them) is refused with 422 ``token_ids_unsupported`` (:data:`TOKEN_IDS_REFUSED`)."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
-    input: Texts
+    input: TextsOrTokens
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, strict=True)

@@ -34,3 +34,21 @@ def test_every_setting_is_documented() -> None:
         default = field.get_default(call_default_factory=True)
         default = ",".join(default) or "(empty)" if isinstance(default, list) else str(default)
         assert row.group(1) == default, f"README says {name}={row.group(1)}, code says {default}"
+
+
+def test_client_snippets_are_the_ones_the_tests_run() -> None:
+    """Every snippet of README's "Use it from your client" is, verbatim, a ``# --- snippet`` block of the client
+    tests, and every such block is in README."""
+    import textwrap
+
+    tests = (REPO_ROOT / "tests" / "service" / "test_qdrant_clients.py").read_text()
+    ran = {
+        m.group(1): textwrap.dedent(m.group(2)).strip("\n")
+        for m in re.finditer(r"# --- snippet: ([^\n]+)\n(.*?)\n\s*# --- end snippet", tests, re.S)
+    }
+    shown = dict(re.findall(r"<!-- snippet: ([^>]+?) -->\n```python\n(.*?)\n```", README, re.S))
+    assert set(ran) == set(shown) and len(ran) >= 5, (sorted(ran), sorted(shown))
+    for name, code in ran.items():
+        assert shown[name] == code, (
+            f"README's {name} snippet differs from the one tests/service/test_qdrant_clients.py runs"
+        )

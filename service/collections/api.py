@@ -5,10 +5,12 @@
 ``GET    /collections``                       list ``{"collections": [info, ...]}``
 ``GET    /collections/{name}``                info: count, index (type, params, trained), dimension, model
 ``DELETE /collections/{name}``                delete it and its files
-``PUT    /collections/{name}/points``         upsert ``{points: [{id, text, payload}]}`` (durable on answer)
+``PUT    /collections/{name}/points``         upsert ``{points: [{id, text, vector, payload}]}`` (durable on answer)
 ``POST   /collections/{name}/points/delete``  delete ``{ids: [...]}`` or ``{filter: {...}}``
 ``GET    /collections/{name}/points/{id}``    one point ``{id, text, payload}`` (``?with_vector=true``,
                                               ``?id_type=auto|int|string``; ids may contain ``/``)
+``POST   /collections/{name}/points/scroll``  ``{filter, start, limit, with_vector}`` -> ``{points, next}``
+``POST   /collections/{name}/points/count``   ``{filter}`` -> ``{count}``
 ``POST   /collections/{name}/search``         ``{query, top_k, filter, score_threshold, with_payload, with_text}``
                                               -> ``[{id, score, text, payload}]``
 ``POST   /collections/{name}/search/batch``   ``{searches: [search, ...]}`` -> ``[[hit, ...], ...]``
@@ -74,12 +76,21 @@ class CreateCollection(BaseModel):
 
 
 class PointIn(BaseModel):
-    """One point to upsert: ``id`` (unsigned int or string), ``text`` (embedded), optional JSON-object ``payload``."""
+    """One point to upsert: ``id`` (unsigned int or string), ``text`` (embedded here) and/or ``vector`` (made by the
+    collection's model elsewhere, e.g. ``/v1/embeddings``: stored as given, the text kept for re-embedding; a point
+    without text cannot follow a model switch), optional JSON-object ``payload``."""
 
     model_config = ConfigDict(extra="forbid")
     id: PointId
-    text: StrictStr = Field(min_length=1)
+    text: Annotated[StrictStr, Field(min_length=1)] | None = None
+    vector: Annotated[list[FiniteFloat], Field(min_length=1)] | None = None
     payload: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _text_or_vector(self) -> PointIn:
+        if self.text is None and self.vector is None:
+            raise ValueError("give 'text' (embedded here) or 'vector' (made by the collection's model), or both")
+        return self
 
     @field_validator("payload")
     @classmethod
@@ -139,6 +150,24 @@ class DeletePoints(BaseModel):
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give exactly one of 'ids' and 'filter'")
         return self
+
+
+class ScrollRequest(BaseModel):
+    """Body of ``POST /collections/{name}/points/scroll``: a page of points in id order (their stored JSON text,
+    byte order: string ids first), from ``start`` (inclusive; the previous page's ``next``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    filter: Any = None
+    start: PointId | None = None
+    limit: StrictInt = Field(10, ge=1)
+    with_vector: StrictBool = False
+
+
+class CountRequest(BaseModel):
+    """Body of ``POST /collections/{name}/points/count``."""
+
+    model_config = ConfigDict(extra="forbid")
+    filter: Any = None
 
 
 class SearchRequest(BaseModel):
@@ -253,7 +282,9 @@ async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Time
     """Embed and upsert points; answers once the write is durable (SQLite commit, fsynced) and searchable."""
     pts = body.points
     with timed("upsert", name):
-        n, seq = await svc.upsert(name, [p.id for p in pts], [p.text for p in pts], [p.payload for p in pts])
+        n, seq = await svc.upsert(
+            name, [p.id for p in pts], [p.text or "" for p in pts], [p.payload for p in pts], [p.vector for p in pts]
+        )
     return json_response({"status": "completed", "upserted": n, "sequence": seq})
 
 
@@ -285,6 +316,20 @@ async def get_point(
         "string": [point_id],
     }[id_type]
     return _read(await svc.get_point(name, candidates, with_vector, rc), svc, rc)
+
+
+@router.post("/collections/{name}/points/scroll")
+async def scroll_points(name: str, body: ScrollRequest, svc: Service) -> Response:
+    """``{points: [{id, text, payload[, vector]}], next}``: up to ``limit`` points matching ``filter`` in id order from
+    ``start``; ``next`` starts the next page (null on the last)."""
+    points, nxt = await svc.scroll(name, body.start, body.limit, body.filter, body.with_vector)
+    return json_response({"points": points, "next": nxt})
+
+
+@router.post("/collections/{name}/points/count")
+async def count_points(name: str, body: CountRequest, svc: Service) -> Response:
+    """``{count}``: the points matching ``filter`` (all without one), counted exactly."""
+    return json_response({"count": await svc.count(name, body.filter)})
 
 
 # --- search -------------------------------------------------------------------------------------------------------

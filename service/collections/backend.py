@@ -237,6 +237,16 @@ class CollectionHandle(Protocol):
     ) -> dict[str, Any] | None:
         """``{id, text, payload[, vector]}`` or None, read at ``consistency``."""
 
+    def scroll(
+        self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool = False
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` points ``{id, text, payload[, vector]}`` matching ``where``, in the order of their stored
+        keys (:func:`.ids.encode_id`, compared byte by byte: string ids before integer ids, integers as decimal
+        text), from the point whose id is ``start`` (inclusive; None: from the first)."""
+
+    def count_matching(self, where: Filter | None = None) -> int:
+        """How many live points match ``where`` (None: all), counted exactly."""
+
     def search(
         self,
         queries: np.ndarray,

@@ -83,6 +83,11 @@ class ModelUnavailable(CollectionError):
     """The exact model (name, version, sha256) that embedded the collection is not loaded."""
 
 
+class ReembeddingInProgress(CollectionError):
+    """A write the running re-embedding cannot follow (a point given as a vector without text: its vector for the
+    target model cannot be made); retry once the re-embedding completes."""
+
+
 class ModelChanged(CollectionError):
     """The collection's model, or its re-embedding target, changed since the caller embedded; embed again and
     retry."""

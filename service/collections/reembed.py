@@ -8,7 +8,8 @@ embedded by another model is re-embedded from its stored texts, through the back
    resumed; on a shared backend another replica may hold the claim, and this one then waits and checks again).
 2. The task asks the target for live points still lacking a target vector, embeds their texts with the target
    model (through its batcher, beside live traffic, paced by ``collections_reembed_rate``; a full queue is waited
-   out, live requests first) and writes the vectors.
+   out, live requests first) and writes the vectors. A point upserted as a vector without text cannot be
+   re-embedded: the re-embedding then fails (state ``failed``, naming the cause) and the collection keeps its model.
 3. Meanwhile searches and upserts keep using the collection's current model; an upsert is embedded by *both*
    models and written to both (:class:`~.service.CollectionService`), so nothing written during the sweep is missed.
 4. When no point lacks a target vector, ``complete`` switches the collection atomically (new index, model and
@@ -206,6 +207,11 @@ class Reembedder:
                     break
                 cursor = None  # points added meanwhile without a target vector: sweep again
                 continue
+            if not all(r[1] for r in rows):  # points upserted as vectors without text: no model can re-make them
+                raise ValueError(
+                    "the collection holds points upserted as vectors without text, which cannot be re-embedded: "
+                    "upsert them again with their text (or delete them), then activate the model again"
+                )
             res = await self._encode([r[1] for r in rows], lm)
             await run(tg.write, [r[0] for r in rows], res.embeddings)
             st["done"] += len(rows)

@@ -32,6 +32,7 @@ from .errors import (
     ModelChanged,
     ModelUnavailable,
     PointNotFound,
+    ReembeddingInProgress,
     TooManyItems,
 )
 from .filters import Filter, FilterError, parse_filter
@@ -154,31 +155,126 @@ class CollectionService:
         return await self.backend.create(name, index, params, metric, model, info.dimension)
 
     async def upsert(
-        self, name: str, ids: list[int | str], texts: list[str], payloads: list[dict[str, Any] | None]
+        self,
+        name: str,
+        ids: list[int | str],
+        texts: list[str],
+        payloads: list[dict[str, Any] | None],
+        vectors: Sequence[Sequence[float] | None] | None = None,
     ) -> tuple[int, int]:
         """Embed and upsert points; returns ``(distinct ids written, sequence)`` once durable and searchable.
 
+        Args:
+            vectors: per point, a vector the client made (the collection's dimension; the client vouches that the
+                collection's model made it, e.g. through ``/v1/embeddings``), stored instead of embedding its text;
+                None (or a None entry): the text is embedded. A point given as a vector may have an empty text; such
+                a point cannot follow a model switch (the re-embedding fails, naming it) nor be written while one
+                runs.
+
         Raises:
-            CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts).
+            CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts);
+            InvalidCollectionRequest: a given vector of the wrong dimension, not finite, or zero for cosine;
+            ReembeddingInProgress: a point without text while the collection is being re-embedded.
         """
         c = await self.collection(name)
         cap = self.settings.max_points_per_request
         if len(ids) > cap:
             raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
         self._check_payload_sizes(payloads)
+        given = {i: v for i, v in enumerate(vectors or []) if v is not None}
         for attempt in range(RETRIES):
             model, smodel = dict(c.model), c.reembed_model
-            vectors = await self.embed(c, texts, model)
+            vecs = await self._point_vectors(c, texts, given, model)
+            if smodel and not all(texts):
+                raise ReembeddingInProgress(
+                    f"collection {name!r} is being re-embedded with {smodel['name']}:{smodel['version']}: a point "
+                    "given as a vector without text cannot be written until it completes (send its text)"
+                )
             svectors = await self.embed(c, texts, smodel) if smodel else None
             try:
                 seq = await self.backend.run(
-                    c.upsert, ids, texts, payloads, vectors, model=model, shadow_model=smodel, shadow_vectors=svectors
+                    c.upsert, ids, texts, payloads, vecs, model=model, shadow_model=smodel, shadow_vectors=svectors
                 )
                 return len(set(ids)), seq  # a repeated id is written once (the last occurrence wins)
             except ModelChanged as e:
                 if attempt == RETRIES - 1:
                     raise ModelChanged(f"collection {name!r} changed model during the write; retry ({e})") from e
         raise AssertionError("unreachable")
+
+    async def _point_vectors(
+        self, c: CollectionHandle, texts: list[str], given: dict[int, Sequence[float]], model: dict[str, Any]
+    ) -> np.ndarray:
+        """float32 ``(n, d)``: the client's vectors where given (checked), the texts embedded by ``model`` elsewhere."""
+        d = c.spec.dimension
+        out = np.empty((len(texts), d), dtype=np.float32)
+        for i, v in given.items():
+            x = np.asarray(v, dtype=np.float32)
+            if x.shape != (d,):
+                raise InvalidCollectionRequest(
+                    f"vector has dimension {x.size}; collection {c.name!r} has {d}", f"points[{i}].vector",
+                    "wrong_dimension",
+                )  # fmt: skip
+            if (problem := query_problem(x, c.spec.metric)) is not None:
+                raise InvalidCollectionRequest(problem.replace("query vector", "vector"), f"points[{i}].vector")
+            out[i] = x
+        rest = [i for i in range(len(texts)) if i not in given]
+        if rest:
+            out[rest] = await self.embed(c, [texts[i] for i in rest], model)
+        return out
+
+    async def scroll(
+        self, name: str, start: int | str | None, limit: int, raw_filter: Any, with_vector: bool = False
+    ) -> tuple[list[dict[str, Any]], int | str | None]:
+        """A page of points in stored-key order (see :meth:`CollectionHandle.scroll`): ``(points, next start)``, the
+        next start None on the last page. ``limit``: 1 to ``max_top_k``.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter or limit).
+        """
+        if not 1 <= limit <= self.settings.max_top_k:
+            raise InvalidCollectionRequest(f"limit must be between 1 and {self.settings.max_top_k}", "limit")
+        c = await self.collection(name)
+        where = self.parse_filter(raw_filter, "filter")
+        rows = await self.backend.run(c.scroll, start, limit + 1, where, with_vector)
+        return rows[:limit], (rows[limit]["id"] if len(rows) > limit else None)
+
+    async def set_payload(
+        self, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any], merge: bool
+    ) -> int:
+        """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or
+        matching the filter; returns the last write's sequence (0 when no point matched). The points are read and
+        written back with their stored vectors and texts, a page at a time: not atomic with concurrent writes to
+        the same points.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter, payload too large), ReembeddingInProgress.
+        """
+        where = {"$ids": list(dict.fromkeys(ids))} if ids is not None else raw_filter
+        if ids is not None and not ids:
+            return 0
+        seq, start, page = 0, None, min(self.settings.max_points_per_request, self.settings.max_top_k)
+        while True:
+            points, start = await self.scroll(name, start, page, where, with_vector=True)
+            if points:
+                payloads = [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
+                _, seq = await self.upsert(
+                    name,
+                    [p["id"] for p in points],
+                    [p["text"] for p in points],
+                    payloads,
+                    [p["vector"] for p in points],
+                )
+            if start is None:
+                return seq
+
+    async def count(self, name: str, raw_filter: Any) -> int:
+        """How many points match the filter (None: all), counted exactly.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter).
+        """
+        c = await self.collection(name)
+        return await self.backend.run(c.count_matching, self.parse_filter(raw_filter, "filter"))
 
     def _check_payload_sizes(self, payloads: list[dict[str, Any] | None]) -> None:
         cap = self.settings.max_payload_bytes

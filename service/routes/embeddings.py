@@ -7,7 +7,8 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from ..schemas import EmbeddingsRequest, EmbedRequest, as_list
+from ..errors import APIError
+from ..schemas import TOKEN_IDS_REFUSED, EmbeddingsRequest, EmbedRequest, as_list
 from . import check_client_batch, embedder_of, json_response
 
 router = APIRouter()
@@ -33,8 +34,11 @@ async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Respon
     Rows are L2-normalised; ``dimensions`` keeps the first columns and renormalises.
     ``embedding`` is a float list, or a base64 string of little-endian float32 with
     ``encoding_format="base64"``. Errors: 404 unknown model, 413 too many inputs,
-    422 invalid input/dimensions, 429 queue full.
+    422 invalid input/dimensions, 422 ``token_ids_unsupported`` for ``input`` as token arrays (why:
+    ``service.schemas.TOKEN_IDS_REFUSED``), 429 queue full.
     """
+    if isinstance(body.input, list) and not all(isinstance(t, str) for t in body.input):
+        raise APIError(422, TOKEN_IDS_REFUSED, param="input", code="token_ids_unsupported")
     texts = as_list(body.input)
     check_client_batch(len(texts), request.app.state.settings, "input")
     res = await embedder_of(request).encode(texts, model=body.model, dimensions=body.dimensions, param="input")

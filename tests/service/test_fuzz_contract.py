@@ -1,7 +1,8 @@
 """Fuzzing gate: every operation of the live service's OpenAPI document, with generated requests.
 
 Schemathesis generates requests from ``/openapi.json`` (fixed seed, bounded examples) against the real server
-(collections pre-created and filled with STS-B sentences, so ``{name}`` paths resolve) and checks: no 5xx,
+(collections pre-created and filled with STS-B sentences, so ``{name}`` paths, and the Qdrant-compatible
+surface's ``{collection_name}`` paths, resolve) and checks: no 5xx,
 the status is documented, the content type and the body match the documented schema. The server answers
 ``/health`` afterwards.
 """
@@ -41,12 +42,15 @@ def fuzz_server(default_artifact: Path, tmp_path_factory):
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 EXAMPLES = 25
+N_OPERATIONS = 42  # 23 native operations, 19 of the Qdrant-compatible surface (/qdrant)
 
 
 def _fuzz(op, mode: GenerationMode, base_url: str, failures: list[str]) -> int:
     """Run ``EXAMPLES`` generated cases of one operation; returns how many were sent."""
     label = f"{op.method.upper()} {op.path}"
-    fixed = {"name": "fuzz"} if "{name}" in op.path and op.method.upper() != "DELETE" else None
+    # the native "{name}" and Qdrant's "{collection_name}" name the pre-filled collection (deletes get random names)
+    param = "name" if "{name}" in op.path else "collection_name" if "{collection_name}" in op.path else None
+    fixed = {param: "fuzz"} if param and op.method.upper() != "DELETE" else None
     sent = [0]
 
     @given(case=op.as_strategy(mode, path_parameters=fixed))
@@ -71,9 +75,9 @@ def _fuzz(op, mode: GenerationMode, base_url: str, failures: list[str]) -> int:
 def test_every_operation_honours_its_contract(fuzz_server, mode):
     schema = schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json")
     operations = [r.ok() for r in schema.get_all_operations()]
-    assert len(operations) == 21
+    assert len(operations) == N_OPERATIONS
     failures: list[str] = []
     sent = sum(_fuzz(op, mode, fuzz_server.url, failures) for op in operations)
-    assert sent >= 21 * 3, f"only {sent} cases were generated"
+    assert sent >= N_OPERATIONS * 3, f"only {sent} cases were generated"
     assert httpx.get(f"{fuzz_server.url}/health").status_code == 200
     assert not failures, "\n".join(dict.fromkeys(failures))

@@ -323,3 +323,23 @@ def test_a_client_that_disconnects_has_its_app_cancelled():
     sent = asyncio.run(main())
     assert probe.cancelled == ["/hang"] and sent == []  # cancelled; nobody left to answer
     assert count(probe.metrics, "/hang", "POST", 499) == 1
+
+
+def test_qdrant_api_key_header_and_error_envelope(service):
+    """Qdrant's ``api-key`` header (what qdrant-client's ``api_key=`` sends) is a key like ``Authorization: Bearer``;
+    refusals under /qdrant come in Qdrant's error envelope, elsewhere in OpenAI's."""
+
+    async def scenario(c: httpx.AsyncClient) -> None:
+        r = await c.get("/qdrant/collections")
+        assert r.status_code == 401 and set(r.json()) == {"status", "time"} and "API key" in r.json()["status"]["error"]
+        r = await c.get("/qdrant/collections", headers={"api-key": "wrong-key"})
+        assert r.status_code == 401 and r.json()["status"]["error"] == "invalid API key"
+        r = await c.get("/qdrant", headers={"api-key": "user-key"})
+        assert r.status_code == 200 and r.json()["title"].startswith("qdrant")
+        r = await c.get("/v1/models", headers={"api-key": "user-key"})
+        assert r.status_code == 200
+        r = await c.post("/qdrant/collections/x/points/count", content=b"x" * (LIMIT + 1), headers={**JSON, **USER})
+        assert r.status_code == 413 and "max_payload_bytes" in r.json()["status"]["error"]
+        assert (await c.get("/v1/nothing", headers=USER)).json()["error"]["code"] == "not_found"
+
+    call(service, scenario)

@@ -23,11 +23,11 @@ import numpy as np
 from ..backend import Hit, model_id, same_model
 from ..errors import CollectionClosed, ModelChanged
 from ..filters import Filter
-from ..ids import encode_id
+from ..ids import decode_id, encode_id
 from ..index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
 from ..vectors import unit_rows
 from .locks import RWLock
-from .search import assemble_hits, rerank
+from .search import assemble_hits, point_dict, rerank
 from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
 from .store import Store
 from .target import EmbeddedTarget
@@ -342,12 +342,20 @@ class Collection:
         with self._rw.read():
             self._check_open()
             row = self.store.get(encode_id(point_id))
-        if row is None:
-            return None
-        out: dict[str, Any] = {"id": point_id, "text": row[1], "payload": json.loads(row[2])}
-        if with_vector:
-            out["vector"] = np.frombuffer(row[3], dtype=np.float32).tolist()
-        return out
+        return None if row is None else point_dict(point_id, row[1], row[2], row[3] if with_vector else None)
+
+    def scroll(self, start, limit, where=None, with_vector=False) -> list[dict[str, Any]]:
+        """Points in stored-key order from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`)."""
+        with self._rw.read():
+            self._check_open()
+            rows = self.store.scroll(None if start is None else encode_id(start), limit, where, with_vector)
+        return [point_dict(decode_id(k), t, p, v) for k, t, p, v in rows]
+
+    def count_matching(self, where: Filter | None = None) -> int:
+        """Live points matching ``where``, counted exactly."""
+        with self._rw.read():
+            self._check_open()
+            return self.store.count_where(where)
 
     @property
     def count(self) -> int:

@@ -4,6 +4,7 @@ into :class:`~..backend.Hit` lists."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -70,4 +71,12 @@ def assemble_hits(
             if len(hits) == top_k:
                 break
         out.append(hits)
+    return out
+
+
+def point_dict(point_id: int | str, text: str, payload_json: str, vector: bytes | None) -> dict[str, Any]:
+    """A stored row as the API's point ``{id, text, payload[, vector]}`` (the vector only when its bytes are given)."""
+    out: dict[str, Any] = {"id": point_id, "text": text, "payload": json.loads(payload_json)}
+    if vector is not None:
+        out["vector"] = np.frombuffer(vector, dtype=np.float32).tolist()
     return out

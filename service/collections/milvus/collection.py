@@ -238,6 +238,32 @@ class MilvusCollection:
             out["vector"] = [float(x) for x in rows[0]["vector"]]
         return out
 
+    def scroll(self, start, limit, where=None, with_vector=False) -> list[dict[str, Any]]:
+        """Points in stored-key order from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`): Milvus answers
+        a limited query with the smallest primary keys, sorted here (Python's order of ``str`` is UTF-8 byte order,
+        as Milvus compares VARCHAR keys)."""
+        rec = self.fresh()
+        parts = ([f"key >= {json.dumps(encode_id(start), ensure_ascii=False)}"] if start is not None else []) + (
+            [to_expr(where)] if where is not None else []
+        )
+        expr = " and ".join(f"({p})" for p in parts) or 'key != ""'
+        fields = ["key", *_FIELDS] + (["vector"] if with_vector else [])
+        rows = self._call(self.backend.client.query, rec["physical"], filter=expr, output_fields=fields, limit=limit)
+        rows.sort(key=lambda r: r["key"])
+        out = []
+        for r in rows[:limit]:
+            p = {"id": decode_id(r["key"]), "text": r["text"], "payload": r["payload"]}
+            if with_vector:
+                p["vector"] = [float(x) for x in r["vector"]]
+            out.append(p)
+        return out
+
+    def count_matching(self, where: Filter | None = None) -> int:
+        """Live points matching ``where`` (a strongly consistent count)."""
+        rec = self.fresh()
+        rows = self._call(self.backend.client.query, rec["physical"], filter=to_expr(where), output_fields=["count(*)"])
+        return int(rows[0]["count(*)"])
+
     def search(
         self,
         queries,

@@ -354,6 +354,25 @@ class Store:
                 out[iid] = (key, text, payload)
         return out
 
+    def scroll(
+        self, start_key: str | None, limit: int, where: Filter | None, with_vector: bool
+    ) -> list[tuple[str, str, str, bytes | None]]:
+        """``(key, text, payload_json, vector_bytes or None)`` of up to ``limit`` rows matching ``where``, ordered by
+        ``key`` (SQLite's BINARY collation: UTF-8 byte order), from ``start_key`` (inclusive; None: the first)."""
+        sql, params = to_sql(where) if where is not None else ("1", [])
+        if start_key is not None:
+            sql, params = f"key >= ? AND ({sql})", [start_key, *params]
+        vec = "vector" if with_vector else "NULL"
+        q = f"SELECT key, text, payload, {vec} FROM points WHERE {sql} ORDER BY key LIMIT ?"
+        return self.reader().execute(q, [*params, int(limit)]).fetchall()
+
+    def count_where(self, where: Filter | None) -> int:
+        """Live points matching ``where`` (None: all)."""
+        if where is None:
+            return self.count()
+        sql, params = to_sql(where)
+        return self.reader().execute(f"SELECT COUNT(*) FROM points WHERE {sql}", params).fetchone()[0]
+
     def get(self, key: str) -> tuple[int, str, str, bytes] | None:
         """``(iid, text, payload_json, vector_bytes)`` of the point with encoded ``key``, or None."""
         return self.reader().execute("SELECT iid, text, payload, vector FROM points WHERE key=?", (key,)).fetchone()

@@ -1,0 +1,164 @@
+"""Collections through Qdrant's API, translated onto ``CollectionService``.
+
+Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collections" and "Service":
+
+* ``GET /`` (root): name and version of the API (qdrant-client checks compatibility with it);
+* ``GET /collections``, ``GET /collections/{collection_name}``, ``GET /collections/{collection_name}/exists``;
+* ``PUT /collections/{collection_name}`` (create), ``DELETE /collections/{collection_name}``;
+* ``PUT /collections/{collection_name}/index`` (create a payload index): accepted, no effect (every payload key is
+  filterable here).
+
+A collection holds one dense vector made by the service's active model when it is created (its model record:
+``config.metadata.embedding_model``). Creation maps ``vectors: {size, distance}`` -> the collection's metric
+(``Cosine`` cosine, ``Dot`` dot, ``Euclid`` l2; ``size`` must be the model's dimension) and ``hnsw_config``
+-> an ``hnsw`` index (``m`` -> ``M``, ``ef_construct`` -> ``ef_construction``; ``m: 0``, Qdrant's "no HNSW graph",
+-> an exact ``flat`` index). A single named vector is accepted (``{"name": {size, distance}}``, what LangChain
+sends with the name ``""``) and the collection is then shown unnamed; the name is not kept. Refused with 422:
+several vectors, sparse vectors, quantization, multivectors, a datatype other than float32, the Manhattan distance,
+``init_from``, custom sharding. Cluster tuning (shards, replication, WAL, optimizers, on-disk flags) is accepted
+and has no effect. IVF-PQ has no Qdrant equivalent: create it through the native API; it is then usable here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from ..collections.errors import CollectionNotFound, InvalidCollectionRequest
+from ..routes import json_response
+from .envelope import API_VERSION, PREFIX, WRITES, Service, ok, unsupported, update_result
+from .models import CreateCollection, CreateFieldIndex, VectorParams
+
+router = APIRouter(prefix=PREFIX, tags=["qdrant"])
+
+METRICS = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
+DISTANCES = {v: k for k, v in METRICS.items()}
+_HNSW_IGNORED = {"full_scan_threshold", "max_indexing_threads", "on_disk", "payload_m", "inline_storage", "memory"}
+
+
+def collection_spec(body: CreateCollection, dimension: int, model: str) -> tuple[str, dict[str, Any], str]:
+    """``(index type, params, metric)`` of a Qdrant ``CreateCollection`` for a model of ``dimension``.
+
+    Raises:
+        InvalidCollectionRequest: a setting that does not map (see the module docstring), or a size that is not
+            the model's dimension (``wrong_dimension``).
+    """
+    vp = body.vectors
+    if isinstance(vp, dict):
+        if len(vp) != 1:
+            raise unsupported("a collection with other than one named dense vector", "vectors")
+        vp = next(iter(vp.values()))
+    if not isinstance(vp, VectorParams):
+        raise InvalidCollectionRequest("vectors {size, distance} is required: a collection holds one dense vector",
+                                       param="vectors")  # fmt: skip
+    for given, what, param in (
+        (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
+        (body.quantization_config or vp.quantization_config, "quantization", "quantization_config"),
+        (vp.multivector_config, "multivectors", "vectors.multivector_config"),
+        (body.init_from, "init_from", "init_from"),
+        (body.sharding_method not in (None, "auto"), "custom sharding", "sharding_method"),
+        (vp.datatype not in (None, "float32"), f"the vector datatype {vp.datatype!r}", "vectors.datatype"),
+    ):
+        if given:
+            raise unsupported(what, param)
+    if vp.distance not in METRICS:
+        raise unsupported(f"the {vp.distance} distance", "vectors.distance")
+    if vp.size != dimension:
+        raise InvalidCollectionRequest(
+            f"vectors.size is {vp.size}, but this service embeds with {model} (dimension {dimension}): create the "
+            f"collection with size {dimension}",
+            param="vectors.size", code="wrong_dimension",
+        )  # fmt: skip
+    hnsw = {**(body.hnsw_config or {}), **(vp.hnsw_config or {})}
+    unknown = set(hnsw) - _HNSW_IGNORED - {"m", "ef_construct"}
+    if unknown:
+        raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
+    if hnsw.get("m") == 0:
+        return "flat", {}, METRICS[vp.distance]
+    names = {"m": "M", "ef_construct": "ef_construction"}
+    return "hnsw", {names[k]: v for k, v in hnsw.items() if k in names and v is not None}, METRICS[vp.distance]
+
+
+def collection_info(info: dict[str, Any]) -> dict[str, Any]:
+    """Qdrant's ``CollectionInfo`` of a collection's native info (``GET /collections/{name}``)."""
+    params, n = info["index"]["params"], info["count"]
+    running = (info.get("reembedding") or {}).get("state") == "running"
+    return {
+        "status": "yellow" if running else "green",  # yellow: being re-embedded (Qdrant: being optimised)
+        "optimizer_status": "ok",
+        "indexed_vectors_count": n,
+        "points_count": n,
+        "segments_count": 1,
+        "config": {
+            "params": {"vectors": {"size": info["dimension"], "distance": DISTANCES[info["metric"]]},
+                       "shard_number": 1, "replication_factor": 1, "write_consistency_factor": 1,
+                       "on_disk_payload": True},
+            "hnsw_config": {"m": params.get("M", 0), "ef_construct": params.get("ef_construction", 100),
+                            "full_scan_threshold": 10000},
+            "optimizer_config": {"deleted_threshold": 0.2, "vacuum_min_vector_number": 1000,
+                                 "default_segment_number": 1, "flush_interval_sec": 5},
+            "wal_config": {"wal_capacity_mb": 32, "wal_segments_ahead": 0},
+            "quantization_config": None,
+            "metadata": {"embedding_model": info["model"], "index": info["index"]["type"]},
+        },
+        "payload_schema": {},
+    }  # fmt: skip
+
+
+@router.get("")
+async def root() -> Response:
+    """Qdrant API reference: ``GET /`` (root): ``{title, version}`` (not enveloped, as in Qdrant)."""
+    return json_response({"title": "qdrant - vector search engine", "version": API_VERSION, "commit": None})
+
+
+@router.get("/collections")
+async def list_collections(request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``GET /collections`` -> ``{collections: [{name}]}``."""
+    names = [c.name for c in svc.backend.list()]
+    return ok(request, {"collections": [{"name": n} for n in names]})
+
+
+@router.put("/collections/{collection_name}", dependencies=WRITES)
+async def create_collection(collection_name: str, body: CreateCollection, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}`` -> ``true``. Errors: 409 exists, 422 a setting
+    that does not map (module docstring)."""
+    info = svc.embedder().resolve(None).info
+    kind, params, metric = collection_spec(body, info.dimension, info.id)
+    await svc.create(collection_name, kind, params, metric)
+    return ok(request, True)
+
+
+@router.get("/collections/{collection_name}")
+async def get_collection(collection_name: str, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``GET /collections/{collection_name}`` -> ``CollectionInfo``. Errors: 404."""
+    return ok(request, collection_info(await svc.info(collection_name)))
+
+
+@router.get("/collections/{collection_name}/exists")
+async def collection_exists(collection_name: str, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``GET /collections/{collection_name}/exists`` -> ``{exists}``."""
+    try:
+        await svc.collection(collection_name)
+    except CollectionNotFound:
+        return ok(request, {"exists": False})
+    return ok(request, {"exists": True})
+
+
+@router.delete("/collections/{collection_name}", dependencies=WRITES)
+async def delete_collection(collection_name: str, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``DELETE /collections/{collection_name}`` -> ``true`` (Qdrant answers ``false`` for
+    a missing collection; so does this)."""
+    try:
+        await svc.backend.delete(collection_name)
+    except CollectionNotFound:
+        return ok(request, False)
+    return ok(request, True)
+
+
+@router.put("/collections/{collection_name}/index", dependencies=WRITES)
+async def create_field_index(collection_name: str, body: CreateFieldIndex, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/index`` -> ``UpdateResult``: accepted with no
+    effect (every payload key is filterable without an index). Errors: 404."""
+    await svc.collection(collection_name)
+    return ok(request, update_result(0))

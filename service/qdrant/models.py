@@ -1,0 +1,194 @@
+"""Request bodies of the Qdrant-compatible routes (pydantic), named and shaped as in Qdrant's REST API reference
+(https://api.qdrant.tech/api-reference, schemas). Fields Qdrant defines that this surface does not map are accepted
+when absent or null and refused with 422 otherwise (the routes say which); unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from .ids import QdrantId
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+Vector = Annotated[list[FiniteFloat], Field(min_length=1)]
+Limit = Annotated[StrictInt, Field(ge=1)]
+#: payload selection: true/false, a list of keys to include, or {"include": [...]} / {"exclude": [...]}
+WithPayload = StrictBool | list[StrictStr] | dict[Literal["include", "exclude"], list[StrictStr]]
+WithVector = StrictBool | list[StrictStr]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Document(_Body):
+    """Qdrant's ``Document``: a text embedded here by the collection's model (``model`` must name it)."""
+
+    text: Annotated[StrictStr, Field(min_length=1)]
+    model: StrictStr
+    options: dict[str, Any] | None = None
+
+
+VectorInput = Vector | Document | dict[StrictStr, Vector | Document]
+
+
+class VectorParams(_Body):
+    """Qdrant's ``VectorParams``: ``size`` must be the active model's dimension; ``distance`` Cosine, Dot or Euclid."""
+
+    size: Annotated[StrictInt, Field(ge=1)]
+    distance: Literal["Cosine", "Dot", "Euclid", "Manhattan"]
+    hnsw_config: dict[str, Any] | None = None
+    quantization_config: Any = None
+    on_disk: StrictBool | None = None
+    datatype: StrictStr | None = None
+    multivector_config: Any = None
+    memory: Any = None
+
+
+class CreateCollection(_Body):
+    """Body of ``PUT /collections/{collection_name}`` (Qdrant's ``CreateCollection``)."""
+
+    vectors: VectorParams | dict[StrictStr, VectorParams] | None = None
+    hnsw_config: dict[str, Any] | None = None
+    quantization_config: Any = None
+    sparse_vectors: dict[str, Any] | None = None
+    init_from: Any = None
+    sharding_method: StrictStr | None = None
+    # storage tuning of a Qdrant cluster: accepted, no effect here
+    shard_number: StrictInt | None = None
+    replication_factor: StrictInt | None = None
+    write_consistency_factor: StrictInt | None = None
+    on_disk_payload: StrictBool | None = None
+    wal_config: dict[str, Any] | None = None
+    optimizers_config: dict[str, Any] | None = None
+    strict_mode_config: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class PointStruct(_Body):
+    """One point: ``id``, ``vector`` (floats, a ``Document``, or ``{name: either}`` with one name), ``payload``."""
+
+    id: QdrantId
+    vector: VectorInput
+    payload: dict[str, Any] | None = None
+
+
+class Batch(_Body):
+    ids: list[QdrantId] = Field(min_length=1)
+    vectors: list[Vector | Document] | dict[StrictStr, list[Vector | Document]]
+    payloads: list[dict[str, Any] | None] | None = None
+
+
+class UpsertPoints(_Body):
+    """Body of ``PUT /collections/{collection_name}/points``: Qdrant's ``PointsList`` or ``PointsBatch``."""
+
+    points: Annotated[list[PointStruct], Field(min_length=1)] | None = None
+    batch: Batch | None = None
+    shard_key: Any = None
+    update_filter: Any = None
+    update_mode: Literal["upsert"] | None = None
+
+
+class PointRequest(_Body):
+    """Body of ``POST /collections/{collection_name}/points`` (retrieve)."""
+
+    ids: list[QdrantId]
+    with_payload: WithPayload | None = True
+    with_vector: WithVector = False
+    shard_key: Any = None
+
+
+class DeletePoints(_Body):
+    """Body of ``POST /collections/{collection_name}/points/delete``: ``points`` (ids) or ``filter``."""
+
+    points: list[QdrantId] | None = None
+    filter: dict[str, Any] | None = None
+    shard_key: Any = None
+
+
+class SetPayload(_Body):
+    """Body of ``POST`` (merge) and ``PUT`` (replace) ``/collections/{collection_name}/points/payload``."""
+
+    payload: dict[str, Any]
+    points: list[QdrantId] | None = None
+    filter: dict[str, Any] | None = None
+    key: StrictStr | None = None
+    shard_key: Any = None
+
+
+class ScrollRequest(_Body):
+    """Body of ``POST /collections/{collection_name}/points/scroll``."""
+
+    offset: QdrantId | None = None
+    limit: Limit | None = None
+    filter: dict[str, Any] | None = None
+    with_payload: WithPayload | None = True
+    with_vector: WithVector = False
+    order_by: Any = None
+    shard_key: Any = None
+
+
+class CountRequest(_Body):
+    """Body of ``POST /collections/{collection_name}/points/count`` (``exact`` accepted: counts are exact)."""
+
+    filter: dict[str, Any] | None = None
+    exact: StrictBool = True
+    shard_key: Any = None
+
+
+class QueryRequest(_Body):
+    """One universal query (Qdrant's ``QueryRequest``): ``query`` is a vector, a point id, a ``Document``, or
+    ``{"nearest": one of those}``; no query pages through the points in id order."""
+
+    query: Vector | QdrantId | Document | dict[StrictStr, Any] | None = None
+    using: StrictStr | None = None
+    filter: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    score_threshold: FiniteFloat | None = None
+    limit: Limit | None = None
+    offset: Annotated[StrictInt, Field(ge=0)] | None = None
+    with_vector: WithVector | None = None
+    with_payload: WithPayload | None = None
+    prefetch: Any = None
+    lookup_from: Any = None
+    shard_key: Any = None
+
+
+class QueryBatch(_Body):
+    """Body of ``POST /collections/{collection_name}/points/query/batch``."""
+
+    searches: list[QueryRequest] = Field(min_length=1)
+
+
+class NamedVector(_Body):
+    name: StrictStr
+    vector: Vector
+
+
+class SearchRequest(_Body):
+    """The legacy search (Qdrant's ``SearchRequest``): ``vector`` (floats or ``{name, vector}``), ``limit``."""
+
+    vector: Vector | NamedVector
+    limit: Limit
+    filter: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    offset: Annotated[StrictInt, Field(ge=0)] | None = None
+    with_payload: WithPayload | None = None
+    with_vector: WithVector | None = None
+    score_threshold: FiniteFloat | None = None
+    shard_key: Any = None
+
+
+class SearchBatch(_Body):
+    """Body of ``POST /collections/{collection_name}/points/search/batch``."""
+
+    searches: list[SearchRequest] = Field(min_length=1)
+
+
+class CreateFieldIndex(_Body):
+    """Body of ``PUT /collections/{collection_name}/index``: accepted; every payload key is filterable without one."""
+
+    field_name: StrictStr
+    field_schema: Any = None

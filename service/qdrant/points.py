@@ -1,0 +1,197 @@
+"""Points through Qdrant's API, translated onto ``CollectionService`` (its upsert, delete, scroll and count).
+
+Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points":
+
+* ``PUT /collections/{collection_name}/points``: upsert a ``PointsList`` or ``PointsBatch``. A vector given as a
+  ``Document`` ``{text, model}`` is embedded here by the collection's model (``model`` must name it: its name or
+  ``name:version``; another is 422 ``model_mismatch``) and its text kept, so it follows a model switch. A vector
+  given as floats is stored as given, without text: the client vouches that the collection's model made it (e.g.
+  through ``/v1/embeddings``); such a point cannot be re-embedded (a model switch then fails, naming the cause).
+  ``{name: vector}`` with one name is the same vector (the name is not checked).
+* ``POST /collections/{collection_name}/points`` (retrieve by ids), ``GET .../points/{id}``;
+* ``POST .../points/delete`` (``points`` ids or ``filter``);
+* ``POST .../points/payload`` (merge into the payload) and ``PUT .../points/payload`` (replace it), by ids or
+  filter: the points are read and written back with their vectors and texts (not atomic with concurrent writes to
+  the same points);
+* ``POST .../points/scroll``: pages in the order of the stored ids (their JSON text, byte order: UUIDs, as strings,
+  before integers; integers in decimal-text order, ``10`` before ``9``), ``offset`` the first id of a page;
+* ``POST .../points/count`` (always exact).
+
+Writes answer once durable and searchable (``wait`` is always true). ``shard_key`` must be absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from ..collections.errors import InvalidCollectionRequest, PointNotFound
+from ..collections.service import CollectionService
+from .envelope import PREFIX, WRITES, Service, ok, unsupported, update_result
+from .filters import ALWAYS, translate
+from .ids import path_id
+from .models import CountRequest, DeletePoints, Document, PointRequest, ScrollRequest, SetPayload, UpsertPoints
+from .results import record
+
+router = APIRouter(prefix=PREFIX, tags=["qdrant"])
+DEFAULT_SCROLL_LIMIT = 10
+
+
+def check_model(doc: Document, model: dict[str, Any], collection: str, param: str) -> str:
+    """The text of a ``Document`` whose ``model`` names the collection's model (its name, or ``name:version``).
+
+    Raises:
+        InvalidCollectionRequest: ``model_mismatch``, naming both models.
+    """
+    if doc.options:
+        raise unsupported("Document.options", f"{param}.options")
+    if doc.model not in (model["name"], f"{model['name']}:{model['version']}"):
+        raise InvalidCollectionRequest(
+            f"{param}.model is {doc.model!r}, but collection {collection!r} is embedded by "
+            f"{model['name']}:{model['version']}: name that model (documents are embedded by the collection's model)",
+            param=f"{param}.model", code="model_mismatch",
+        )  # fmt: skip
+    return doc.text
+
+
+def exactly_one(body: Any, a: str, b: str) -> None:
+    """Raises the 422 unless exactly one of the fields ``a`` and ``b`` of ``body`` is given."""
+    if (getattr(body, a) is None) == (getattr(body, b) is None):
+        raise InvalidCollectionRequest(f"give exactly one of {a!r} and {b!r}", param=a)
+
+
+def no_shard_key(body: Any) -> None:
+    """Raises the 422 for a ``shard_key`` (a Qdrant cluster's custom sharding)."""
+    if getattr(body, "shard_key", None) is not None:
+        raise unsupported("shard_key", "shard_key")
+
+
+async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_vector: bool) -> list[dict[str, Any]]:
+    """The stored points among ``ids``, in the order asked (missing ones left out, repeats once)."""
+    ids = list(dict.fromkeys(ids))
+    found: dict[Any, dict[str, Any]] = {}
+    step = svc.settings.max_top_k
+    for i in range(0, len(ids), step):
+        part = ids[i : i + step]
+        points, _ = await svc.scroll(name, None, len(part), {"$ids": part}, with_vector)
+        found.update({(type(p["id"]), p["id"]): p for p in points})
+    return [found[(type(i), i)] for i in ids if (type(i), i) in found]
+
+
+@router.put("/collections/{collection_name}/points", dependencies=WRITES)
+async def upsert_points(collection_name: str, body: UpsertPoints, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/points`` -> ``UpdateResult``. Errors: 404, 409
+    (the collection's model is not loaded), 413 too many points, 422 (module docstring)."""
+    no_shard_key(body)
+    if body.update_filter is not None:
+        raise unsupported("update_filter", "update_filter")
+    exactly_one(body, "points", "batch")
+    if body.points is not None:
+        rows = [(p.id, p.vector, p.payload) for p in body.points]
+    else:
+        b = body.batch
+        vecs = b.vectors if isinstance(b.vectors, list) else next(iter(b.vectors.values()), [])
+        if (
+            (isinstance(b.vectors, dict) and len(b.vectors) != 1)
+            or len(vecs) != len(b.ids)
+            or (b.payloads is not None and len(b.payloads) != len(b.ids))
+        ):
+            raise InvalidCollectionRequest("batch: one vector (and payload) per id, of one vector name", "batch")
+        rows = [(pid, v, b.payloads[i] if b.payloads else None) for i, (pid, v) in enumerate(zip(b.ids, vecs))]
+    model = (await svc.collection(collection_name)).model
+    texts: list[str] = []
+    vectors: list[list[float] | None] = []
+    for i, (_, v, _) in enumerate(rows):
+        if isinstance(v, dict):
+            if len(v) != 1:
+                raise unsupported("a point with several named vectors", f"points[{i}].vector")
+            v = next(iter(v.values()))
+        param = f"points[{i}].vector"
+        texts.append(check_model(v, model, collection_name, param) if isinstance(v, Document) else "")
+        vectors.append(None if isinstance(v, Document) else v)
+    _, seq = await svc.upsert(collection_name, [r[0] for r in rows], texts, [r[2] for r in rows], vectors)
+    return ok(request, update_result(seq))
+
+
+@router.post("/collections/{collection_name}/points")
+async def retrieve_points(collection_name: str, body: PointRequest, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points`` -> ``[Record]`` (the ids found, in the
+    order asked). Errors: 404 collection."""
+    no_shard_key(body)
+    points = await fetch(svc, collection_name, body.ids, bool(body.with_vector))
+    return ok(request, [record(p, body.with_payload, body.with_vector) for p in points])
+
+
+@router.get("/collections/{collection_name}/points/{point_id}")
+async def get_point(collection_name: str, point_id: str, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``GET /collections/{collection_name}/points/{id}`` -> ``Record`` with payload and
+    vector. Errors: 404 collection or point, 422 an id that is neither an unsigned integer nor a UUID."""
+    try:
+        pid = path_id(point_id)
+    except ValueError as e:
+        raise InvalidCollectionRequest(str(e), param="id") from e
+    points = await fetch(svc, collection_name, [pid], True)
+    if not points:
+        raise PointNotFound(f"No point with id {pid} found")
+    return ok(request, record(points[0], True, True))
+
+
+@router.post("/collections/{collection_name}/points/delete", dependencies=WRITES)
+async def delete_points(collection_name: str, body: DeletePoints, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/delete`` (``points`` or ``filter``) ->
+    ``UpdateResult``. Errors: 404, 422."""
+    no_shard_key(body)
+    exactly_one(body, "points", "filter")
+    if body.points is not None:
+        _, seq = await svc.delete_points(collection_name, body.points, None)
+    else:
+        _, seq = await svc.delete_points(collection_name, None, translate(body.filter) or ALWAYS)
+    return ok(request, update_result(seq))
+
+
+async def _set_payload(name: str, body: SetPayload, request: Request, svc: CollectionService, merge: bool) -> Response:
+    no_shard_key(body)
+    if body.key is not None:
+        raise unsupported("setting a payload under a nested key", "key")
+    exactly_one(body, "points", "filter")
+    if body.points is not None:
+        seq = await svc.set_payload(name, body.points, None, body.payload, merge)
+    else:
+        seq = await svc.set_payload(name, None, translate(body.filter) or ALWAYS, body.payload, merge)
+    return ok(request, update_result(seq))
+
+
+@router.post("/collections/{collection_name}/points/payload", dependencies=WRITES)
+async def set_payload(collection_name: str, body: SetPayload, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload`` (set: merge the given keys into
+    each point's payload) -> ``UpdateResult``. Errors: 404, 409 (during a re-embedding, a point without text), 422."""
+    return await _set_payload(collection_name, body, request, svc, merge=True)
+
+
+@router.put("/collections/{collection_name}/points/payload", dependencies=WRITES)
+async def overwrite_payload(collection_name: str, body: SetPayload, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/points/payload`` (overwrite: replace each point's
+    payload) -> ``UpdateResult``. Errors: as for set."""
+    return await _set_payload(collection_name, body, request, svc, merge=False)
+
+
+@router.post("/collections/{collection_name}/points/scroll")
+async def scroll_points(collection_name: str, body: ScrollRequest, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/scroll`` -> ``{points: [Record],
+    next_page_offset}`` (module docstring: the order). Errors: 404, 422 (``order_by`` is not supported)."""
+    no_shard_key(body)
+    if body.order_by is not None:
+        raise unsupported("order_by", "order_by")
+    limit = body.limit or DEFAULT_SCROLL_LIMIT
+    points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), bool(body.with_vector))
+    return ok(request, {"points": [record(p, body.with_payload, body.with_vector) for p in points],
+                        "next_page_offset": nxt})  # fmt: skip
+
+
+@router.post("/collections/{collection_name}/points/count")
+async def count_points(collection_name: str, body: CountRequest, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/count`` -> ``{count}`` (exact).
+    Errors: 404, 422."""
+    no_shard_key(body)
+    return ok(request, {"count": await svc.count(collection_name, translate(body.filter))})

@@ -1,0 +1,166 @@
+"""Search through Qdrant's API: the universal query and the legacy search, translated onto
+``CollectionService.search`` (and ``scroll`` for a query without one).
+
+Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"Search":
+
+* ``POST /collections/{collection_name}/points/query`` and ``.../points/query/batch``: ``query`` is a vector, a
+  point id (its stored vector; the point itself is left out of the hits, as in Qdrant), a ``Document``
+  ``{text, model}`` (embedded here by the collection's model; another model is 422 ``model_mismatch``), or
+  ``{"nearest": one of those}``; no ``query`` pages through the points in id order (score 0). ``filter``,
+  ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false), ``with_vector``.
+  ``using`` may name any vector (a collection has one). Refused with 422: ``prefetch``, ``lookup_from``, and the
+  other query kinds (recommend, discover, context, order_by, fusion, rrf, formula, sample, mmr).
+* ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats or ``{name, vector}``),
+  with the same options; ``limit`` required.
+
+``params`` (``hnsw_ef``, ``exact``, quantization) is accepted and has no effect: the collection's own search
+parameters apply. ``offset + limit`` is at most ``collections_max_top_k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from ..collections.api import SearchRequest
+from ..collections.errors import InvalidCollectionRequest, PointNotFound
+from ..collections.service import CollectionService
+from .envelope import PREFIX, Service, ok, unsupported
+from .filters import translate
+from .models import Document, NamedVector, QueryBatch, QueryRequest, SearchBatch
+from .models import SearchRequest as LegacySearch
+from .points import check_model, fetch, no_shard_key
+from .results import record, scored, shown_vector
+
+router = APIRouter(prefix=PREFIX, tags=["qdrant"])
+DEFAULT_LIMIT = 10
+
+
+@dataclass
+class Spec:
+    """One native search (the native API's ``SearchRequest``, a ``SearchSpec`` of the collection service) and how
+    to show its hits: skip ``offset``, select payload and vector as Qdrant's ``with_payload``/``with_vector`` ask."""
+
+    search: SearchRequest
+    offset: int
+    payload_sel: Any
+    vector_sel: Any
+
+
+def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
+    search = SearchRequest.model_construct(query=query, top_k=top_k, filter=where, score_threshold=threshold,
+                                           with_payload=bool(payload), with_text=False)  # fmt: skip
+    return Spec(search, offset, payload, vector)
+
+
+async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[str | list[float], Any]:
+    """The native query (text or vector) of a Qdrant query, and a filter leaving out the point it names, if any."""
+    if isinstance(q, dict):
+        if set(q) != {"nearest"}:
+            raise unsupported(f"the query {sorted(q)}", param)
+        q = q["nearest"]
+        param = f"{param}.nearest"
+        if isinstance(q, dict):  # {"nearest": Document}
+            q = Document.model_validate(q)
+    if isinstance(q, Document):
+        return check_model(q, (await svc.collection(name)).model, name, param), None
+    if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
+        points = await fetch(svc, name, [q], True)
+        if not points:
+            raise PointNotFound(f"No point with id {q} found")
+        return points[0]["vector"], {"$not": {"$ids": [q]}}
+    if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
+        return [float(x) for x in q], None
+    raise InvalidCollectionRequest("query must be a vector, a point id, a Document or {nearest: ...}", param=param)
+
+
+def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:
+    cap = svc.settings.max_top_k
+    if limit + offset > cap:
+        raise InvalidCollectionRequest(f"offset + limit must be at most {cap} (collections_max_top_k)", param=param)
+    return limit + offset
+
+
+async def _plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -> Spec | None:
+    """The native search of one query (None: no ``query``, a scroll)."""
+    no_shard_key(r)
+    for field in ("prefetch", "lookup_from"):
+        if getattr(r, field) is not None:
+            raise unsupported(field, f"{param}{field}")
+    where = translate(r.filter, f"{param}filter")
+    if r.query is None:
+        return None
+    query, exclude = await _query_vector(svc, name, r.query, f"{param}query")
+    if exclude is not None:
+        where = {"$and": [where, exclude]} if where else exclude
+    limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
+    top_k = _top_k(svc, limit, offset, f"{param}limit")
+    return _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+
+
+async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str) -> list[list[dict[str, Any]]]:
+    """Run the searches in one service call; hits as ``ScoredPoint``, vectors read back when asked."""
+    results = await svc.search(name, [s.search for s in specs], param) if specs else []
+    out = []
+    for s, hits in zip(specs, results):
+        hits = hits[s.offset :]
+        vectors: dict[Any, Any] = {}
+        if s.vector_sel and hits:
+            got = await fetch(svc, name, [h.id for h in hits], True)
+            vectors = {(type(p["id"]), p["id"]): p["vector"] for p in got}
+        out.append([scored(h, s.payload_sel, shown_vector(vectors.get((type(h.id), h.id)), s.vector_sel))
+                    for h in hits])  # fmt: skip
+    return out
+
+
+async def _scroll_query(svc: CollectionService, name: str, r: QueryRequest) -> list[dict[str, Any]]:
+    limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
+    n = _top_k(svc, limit, offset, "limit")
+    points, _ = await svc.scroll(name, None, n, translate(r.filter), bool(r.with_vector))
+    return [{**record(p, r.with_payload, r.with_vector), "version": 0, "score": 0.0} for p in points[offset:]]
+
+
+async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], batch: bool) -> list[list[dict]]:
+    plans = [await _plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
+    found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
+    return [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)]
+
+
+@router.post("/collections/{collection_name}/points/query")
+async def query_points(collection_name: str, body: QueryRequest, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/query`` -> ``{points: [ScoredPoint]}``.
+    Errors: 404 collection (or the query's point), 409 (the collection's model is not loaded), 422."""
+    return ok(request, {"points": (await _queries(svc, collection_name, [body], False))[0]})
+
+
+@router.post("/collections/{collection_name}/points/query/batch")
+async def query_batch(collection_name: str, body: QueryBatch, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/query/batch`` -> ``[{points}]``, one per
+    query, in order. Errors: as for one query; 413 more than ``collections_max_batch_searches``."""
+    results = await _queries(svc, collection_name, body.searches, True)
+    return ok(request, [{"points": r} for r in results])
+
+
+def _legacy(svc: CollectionService, r: LegacySearch, param: str) -> Spec:
+    no_shard_key(r)
+    vec = r.vector.vector if isinstance(r.vector, NamedVector) else r.vector
+    offset = r.offset or 0
+    top_k, where = _top_k(svc, r.limit, offset, f"{param}limit"), translate(r.filter, f"{param}filter")
+    return _spec(vec, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+
+
+@router.post("/collections/{collection_name}/points/search")
+async def search_points(collection_name: str, body: LegacySearch, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/search`` (legacy) -> ``[ScoredPoint]``.
+    Errors: 404, 422 (a vector of the wrong dimension: ``wrong_dimension``)."""
+    return ok(request, (await _run(svc, collection_name, [_legacy(svc, body, "")], "query"))[0])
+
+
+@router.post("/collections/{collection_name}/points/search/batch")
+async def search_batch(collection_name: str, body: SearchBatch, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/search/batch`` (legacy) ->
+    ``[[ScoredPoint]]``, one list per search. Errors: as for one search; 413 too many searches."""
+    specs = [_legacy(svc, r, f"searches[{i}].") for i, r in enumerate(body.searches)]
+    return ok(request, await _run(svc, collection_name, specs, "searches"))

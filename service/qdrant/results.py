@@ -1,0 +1,67 @@
+"""Points and hits as Qdrant answers them: ``Record`` ``{id, payload, vector}`` and ``ScoredPoint``
+``{id, version, score, payload, vector}`` (Qdrant API reference, schemas ``Record`` and ``ScoredPoint``).
+
+``version`` is always 0 (points carry no per-point version here). Scores are the collections' own: cosine and dot
+similarity (higher is better), Euclidean distance for ``Euclid`` (lower is better), as in Qdrant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MISSING = object()
+
+
+def select_payload(payload: dict[str, Any] | None, sel: Any) -> dict[str, Any] | None:
+    """The payload as ``with_payload`` asks: ``True`` all of it, ``False``/``None`` none (None), a list of keys or
+    ``{"include": [...]}`` those keys only (dotted keys reach into objects), ``{"exclude": [...]}`` all but those."""
+    if not sel:
+        return None
+    payload = payload or {}
+    if sel is True:
+        return payload
+    if isinstance(sel, dict) and "exclude" in sel:
+        drop = set(sel["exclude"])
+        return {k: v for k, v in payload.items() if k not in drop}
+    keys = sel["include"] if isinstance(sel, dict) else sel
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = _lookup(payload, key)
+        if value is not MISSING:
+            _place(out, key, value)
+    return out
+
+
+def _lookup(obj: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return MISSING
+        obj = obj[part]
+    return obj
+
+
+def _place(out: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for p in parents:
+        out = out.setdefault(p, {})
+    out[last] = value
+
+
+def shown_vector(vector: list[float] | None, sel: Any) -> Any:
+    """The vector as ``with_vector`` asks: ``True`` the (unnamed) vector, a list of names ``{name: vector}`` for
+    each name asked (the collection's one vector answers to any name), else None."""
+    if not sel or vector is None:
+        return None
+    return vector if sel is True else {name: vector for name in sel}
+
+
+def record(point: dict[str, Any], with_payload: Any, with_vector: Any) -> dict[str, Any]:
+    """A stored point ``{id, text, payload[, vector]}`` as Qdrant's ``Record``."""
+    return {"id": point["id"], "payload": select_payload(point.get("payload"), with_payload),
+            "vector": shown_vector(point.get("vector"), with_vector)}  # fmt: skip
+
+
+def scored(hit: Any, with_payload: Any, vector: Any = None) -> dict[str, Any]:
+    """A search hit (``service.collections.Hit``) as Qdrant's ``ScoredPoint``."""
+    return {"id": hit.id, "version": 0, "score": hit.score, "payload": select_payload(hit.payload, with_payload),
+            "vector": vector}  # fmt: skip

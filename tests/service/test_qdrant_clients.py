@@ -1,0 +1,309 @@
+"""Real clients, unchanged, against the Qdrant-compatible surface (``/qdrant``) and ``/v1`` of a real server process,
+on both collections backends, on real data (STS-B sentences, the shared corpus): qdrant-client over REST with
+``cloud_inference=True`` (``Document`` objects embedded by the server), LangChain's ``QdrantVectorStore`` with
+``OpenAIEmbeddings``, LlamaIndex's ``QdrantVectorStore`` with ``OpenAILikeEmbedding``. Each returns the same top hits
+as the native API (``POST /collections/{name}/search``) for the same queries. Also: the core additions behind the
+surface (points given as vectors, scroll, count) through the native API, Qdrant's envelope and error shape, and the
+refusal of token-id input.
+
+The ``# --- snippet`` blocks are the README's "Use it from your client" snippets, verbatim (tests/test_readme.py
+checks that README and this file agree).
+
+One server per backend for the module; every test uses its own collections.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server_utils import collections_server
+from training.data.sts import data_root, load_task
+
+pytest.importorskip("qdrant_client")
+K = 5
+
+
+@pytest.fixture(scope="module", params=["embedded", "milvus"])
+def env(request, default_artifact: Path, tmp_path_factory):
+    yield from collections_server(request, default_artifact, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def sts():
+    """200 distinct STS-B test first sentences with their genre, and 6 second sentences as questions."""
+    p = load_task("STSBenchmark")
+    sentences = list(dict.fromkeys(p.sent1))[:200]
+    genres = ["news" if i % 3 == 0 else "captions" for i in range(len(sentences))]
+    return sentences, genres, [p.sent2[i] for i in (0, 17, 42, 77, 120, 199)]
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    with open(data_root() / "corpus" / "en_sentences.txt", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(150)]
+
+
+def native_rows(c: httpx.Client, name: str, question: str, flt: dict | None = None) -> list[int]:
+    """The payload ``row`` of the native API's top ``K`` hits for a text query."""
+    r = c.post(f"/collections/{name}/search", json={"query": question, "top_k": K, "filter": flt})
+    assert r.status_code == 200, r.text
+    return [h["payload"].get("row", h["payload"].get("metadata", {}).get("row")) for h in r.json()]
+
+
+def test_qdrant_client_documents_filter_scroll_count_delete(env, sts):
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    url, c = env["server"].url, env["client"]
+    sentences, genres, questions = sts
+    question = questions[0]
+    # --- snippet: qdrant-client
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)  # REST; Documents are embedded by the server
+    client.create_collection("sts", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    client.upsert(
+        "sts",
+        points=[
+            models.PointStruct(
+                id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"), payload={"row": i, "genre": g}
+            )
+            for i, (s, g) in enumerate(zip(sentences, genres))
+        ],
+    )
+    news = models.Filter(must=[models.FieldCondition(key="genre", match=models.MatchValue(value="news"))])
+    hits = client.query_points(
+        "sts",
+        query=models.Document(text=question, model="all-minilm-l6-v2"),
+        query_filter=news,
+        limit=5,
+        with_payload=True,
+    ).points
+    page, next_offset = client.scroll("sts", limit=100)
+    count = client.count("sts", exact=True).count
+    client.delete("sts", points_selector=models.PointIdsList(points=[0, 1]))
+    # --- end snippet
+    kept = [h.id for h in hits if h.id not in (0, 1)]  # the native search runs after the delete
+    assert kept == native_rows(c, "sts", question, {"genre": "news"})[: len(kept)]
+    assert all(h.payload["genre"] == "news" for h in hits) and hits[0].score > 0.5
+    assert count == len(sentences) and len(page) == 100 and next_offset is not None
+    rest, end = client.scroll("sts", limit=200, offset=next_offset)
+    assert end is None and {p.id for p in page} | {p.id for p in rest} == set(range(len(sentences)))
+    assert client.count("sts").count == len(sentences) - 2
+    assert client.count("sts", count_filter=news).count == sum(g == "news" for g in genres[2:])
+    for q in questions[1:]:  # every query: the same top hits as the native API
+        got = client.query_points("sts", query=models.Document(text=q, model="all-minilm-l6-v2"), limit=K).points
+        assert [h.id for h in got] == native_rows(c, "sts", q)
+    # a vector query, a point-id query (the point itself left out), retrieve, delete by filter
+    vec = c.post("/v1/embeddings", json={"input": question}).json()["data"][0]["embedding"]
+    assert [h.id for h in client.query_points("sts", query=vec, query_filter=news, limit=K).points] == (
+        native_rows(c, "sts", question, {"genre": "news"})
+    )
+    by_id = client.query_points("sts", query=kept[0], limit=K).points
+    assert kept[0] not in [h.id for h in by_id] and len(by_id) == K
+    got = client.retrieve("sts", ids=[5, 3, 0], with_vectors=True)
+    assert [p.id for p in got] == [5, 3] and len(got[0].vector) == 384
+    client.delete("sts", points_selector=models.FilterSelector(filter=news))
+    assert client.count("sts", count_filter=news).count == 0
+    # a Document naming another model: a clear 4xx in Qdrant's error shape
+    with pytest.raises(UnexpectedResponse) as e:
+        client.query_points("sts", query=models.Document(text=question, model="text-embedding-3-small"))
+    assert e.value.status_code == 422 and b"embedded by all-minilm-l6-v2" in e.value.content
+    client.delete_collection("sts")
+    assert not client.collection_exists("sts")
+
+
+def test_qdrant_ids_payloads_and_errors(env, sts):
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    url, c = env["server"].url, env["client"]
+    sentences = sts[0][:20]
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, check_compatibility=False)
+    client.create_collection("ids", vectors_config={"": models.VectorParams(size=384, distance=models.Distance.DOT)},
+                             hnsw_config=models.HnswConfigDiff(m=0))  # fmt: skip
+    info = client.get_collection("ids")
+    assert info.config.params.vectors.distance == models.Distance.DOT and info.config.hnsw_config.m == 0
+    assert c.get("/collections/ids").json()["index"]["type"] == "flat"
+    u = uuid.uuid4()
+    client.upsert("ids", points=models.Batch(ids=[u.hex.upper(), 7], vectors=[
+        models.Document(text=sentences[0], model="all-minilm-l6-v2"),
+        models.Document(text=sentences[1], model="all-minilm-l6-v2:1")]))  # fmt: skip
+    assert [p.id for p in client.retrieve("ids", ids=[str(u), 7])] == [str(u), 7]  # UUIDs canonicalised
+    client.set_payload("ids", payload={"tags": ["a", "b"], "n": 1}, points=[7])
+    client.overwrite_payload("ids", payload={"n": None}, points=[str(u)])
+    assert client.retrieve("ids", ids=[7])[0].payload == {"tags": ["a", "b"], "n": 1}
+    is_null = models.Filter(must=[models.IsNullCondition(is_null=models.PayloadField(key="n"))])
+    is_empty = models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key="tags"))])
+    any_b = models.Filter(should=[models.FieldCondition(key="tags", match=models.MatchAny(any=["b", "z"]))],
+                          must_not=[models.HasIdCondition(has_id=[str(u)])])  # fmt: skip
+    assert [p.id for p in client.scroll("ids", scroll_filter=is_null)[0]] == [str(u)]
+    assert [p.id for p in client.scroll("ids", scroll_filter=is_empty)[0]] == [str(u)]
+    assert [p.id for p in client.scroll("ids", scroll_filter=any_b)[0]] == [7]
+    rng = models.Filter(must=[models.FieldCondition(key="n", range=models.Range(gte=1, lt=2))])
+    assert client.count("ids", count_filter=rng).count == 1
+    for bad, status in [
+        (lambda: client.upsert("ids", points=[models.PointStruct(id="not-a-uuid", vector=[0.1] * 384)]), 422),
+        (lambda: client.upsert("ids", points=[models.PointStruct(id=1, vector=[0.1] * 3)]), 422),
+        (lambda: client.create_collection("ids", vectors_config=models.VectorParams(size=384, distance="Cosine")), 409),
+        (lambda: client.create_collection("man", vectors_config=models.VectorParams(size=384, distance="Manhattan")), 422),
+        (lambda: client.get_collection("missing"), 404),
+        (lambda: client.count("ids", count_filter=models.Filter(must=[models.FieldCondition(
+            key="t", match=models.MatchText(text="x"))])), 422),
+    ]:  # fmt: skip
+        with pytest.raises(UnexpectedResponse) as e:
+            bad()
+        assert e.value.status_code == status, e.value.content
+    r = c.post("/qdrant/collections/missing/points/count", json={})
+    assert r.status_code == 404 and set(r.json()) == {"status", "time"} and "missing" in r.json()["status"]["error"]
+    r = c.post("/qdrant/collections/ids/points/search", json={"vector": [1.0] * 384, "limit": 2, "with_payload": True})
+    assert r.status_code == 200 and r.json()["status"] == "ok" and len(r.json()["result"]) == 2
+    r = c.post("/qdrant/collections/ids/points/search/batch", json={"searches": [{"vector": [1.0] * 384, "limit": 1}]})
+    assert r.status_code == 200 and len(r.json()["result"][0]) == 1
+    client.delete_collection("ids")
+
+
+def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
+    url, c = env["server"].url, env["client"]
+    sentences, _, questions = sts
+    question = questions[0]
+    # --- snippet: LangChain
+    from langchain_openai import OpenAIEmbeddings
+    from langchain_qdrant import QdrantVectorStore
+
+    embeddings = OpenAIEmbeddings(
+        model="all-minilm-l6-v2", base_url=f"{url}/v1", api_key="none", check_embedding_ctx_length=False, chunk_size=256
+    )
+    store = QdrantVectorStore.from_texts(
+        sentences,
+        embeddings,
+        metadatas=[{"row": i} for i in range(len(sentences))],
+        url=f"{url}/qdrant",
+        collection_name="sts-langchain",
+    )
+    docs = store.similarity_search_with_score(question, k=5)
+    # --- end snippet
+    assert [d.metadata["row"] for d, _ in docs] == native_rows(c, "sts-langchain", question)
+    from qdrant_client import QdrantClient
+
+    again = QdrantVectorStore(client=QdrantClient(url=f"{url}/qdrant"), collection_name="sts-langchain",
+                              embedding=embeddings)  # a pre-built client; the collection's config checked  # fmt: skip
+    for q in questions[1:]:
+        assert [d.metadata["row"] for d in again.similarity_search(q, k=K)] == native_rows(c, "sts-langchain", q)
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    again.add_texts(["A cat sleeps on the sofa.", "The stock market rallied."], ids=ids, metadatas=[{"row": -1}] * 2)
+    assert [d.page_content for d in again.get_by_ids(ids)] == ["A cat sleeps on the sofa.", "The stock market rallied."]
+    again.delete(ids=ids)
+    assert again.get_by_ids(ids) == []
+    assert c.delete("/collections/sts-langchain").status_code == 200
+
+
+def test_token_id_input_is_refused_with_the_flag_to_set(env):
+    """LangChain's default (check_embedding_ctx_length=True) sends tiktoken cl100k ids. tiktoken cannot download
+    cl100k_base here (no network), so a byte-level stand-in encoding is registered under that name: LangChain's code
+    runs unchanged and sends token-id lists as it does with the real one; the service refuses them."""
+    import openai
+    import tiktoken
+    import tiktoken.registry
+    from langchain_openai import OpenAIEmbeddings
+
+    url = env["server"].url
+    stand_in = tiktoken.Encoding("cl100k_base", pat_str=r"\S+|\s+", mergeable_ranks={bytes([i]): i for i in range(256)},
+                                 special_tokens={})  # fmt: skip
+    saved = tiktoken.registry.ENCODINGS.get("cl100k_base")
+    tiktoken.registry.ENCODINGS["cl100k_base"] = stand_in
+    try:
+        default = OpenAIEmbeddings(model="all-minilm-l6-v2", base_url=f"{url}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.UnprocessableEntityError) as e:
+            default.embed_query("A man is playing a guitar.")
+    finally:
+        if saved is None:
+            tiktoken.registry.ENCODINGS.pop("cl100k_base", None)
+        else:
+            tiktoken.registry.ENCODINGS["cl100k_base"] = saved
+    err = e.value.body
+    assert err["code"] == "token_ids_unsupported" and "check_embedding_ctx_length=False" in err["message"]
+    r = env["client"].post("/v1/embeddings", json={"input": [[101, 2023, 102]], "model": "all-minilm-l6-v2"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "token_ids_unsupported"
+
+
+def test_llamaindex_openai_like_embedding_and_qdrant_store(env, corpus):
+    url, c = env["server"].url, env["client"]
+    sentences, question = corpus, "What did the scientists discover about the climate?"
+    # --- snippet: LlamaIndex
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.schema import TextNode
+    from llama_index.embeddings.openai_like import OpenAILikeEmbedding
+    from llama_index.vector_stores.qdrant import QdrantVectorStore as LlamaQdrantStore
+    from qdrant_client import QdrantClient
+
+    embed_model = OpenAILikeEmbedding(model_name="all-minilm-l6-v2", api_base=f"{url}/v1", api_key="none")
+    store = LlamaQdrantStore(collection_name="corpus-llama", client=QdrantClient(url=f"{url}/qdrant"))
+    index = VectorStoreIndex(
+        [TextNode(text=s, metadata={"row": i}) for i, s in enumerate(sentences)],
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=embed_model,
+    )
+    nodes = index.as_retriever(similarity_top_k=5).retrieve(question)
+    # --- end snippet
+    assert [n.node.metadata["row"] for n in nodes] == native_rows(c, "corpus-llama", question)
+    for q in ("A film about a family.", "The president spoke about the economy."):
+        got = index.as_retriever(similarity_top_k=K).retrieve(q)
+        assert [n.node.metadata["row"] for n in got] == native_rows(c, "corpus-llama", q)
+    assert c.delete("/collections/corpus-llama").status_code == 200
+
+
+def test_native_vectors_scroll_and_count(env, sts):
+    """The core additions through the native API: points given as vectors, scroll pages, exact counts."""
+    c = env["client"]
+    sentences = sts[0][:30]
+    assert c.put("/collections/native-scroll", json={"index": "hnsw"}).status_code == 200
+    vecs = c.post("/v1/embeddings", json={"input": sentences[:10]}).json()["data"]
+    pts = [{"id": i, "vector": v["embedding"], "payload": {"row": i}} for i, v in enumerate(vecs)]
+    pts += [{"id": f"s{i}", "text": s, "payload": {"row": i}} for i, s in enumerate(sentences[10:], 10)]
+    assert c.put("/collections/native-scroll/points", json={"points": pts}).status_code == 200
+    hit = c.post("/collections/native-scroll/search", json={"query": sentences[3], "top_k": 1}).json()[0]
+    assert hit["id"] == 3 and hit["text"] == "" and hit["score"] > 0.999
+    seen, start = [], None
+    while True:
+        r = c.post("/collections/native-scroll/points/scroll", json={"limit": 7, "start": start}).json()
+        seen += [p["id"] for p in r["points"]]
+        if (start := r["next"]) is None:
+            break
+    assert seen == sorted(seen, key=lambda i: f'"{i}"' if isinstance(i, str) else str(i)) and len(set(seen)) == 30
+    flt = {"row": {"$gte": 25}}
+    assert c.post("/collections/native-scroll/points/count", json={"filter": flt}).json() == {"count": 5}
+    r = c.post("/collections/native-scroll/points/scroll", json={"filter": flt, "limit": 10, "with_vector": True})
+    assert len(r.json()["points"]) == 5 and len(r.json()["points"][0]["vector"]) == 384
+    bad = c.put("/collections/native-scroll/points", json={"points": [{"id": 1}]})
+    assert bad.status_code == 422 and "text" in bad.json()["error"]["message"]
+    assert c.delete("/collections/native-scroll").status_code == 200
+
+
+def test_openai_sdk_and_tei_client(env, sts, monkeypatch):
+    """``/v1/embeddings`` through the OpenAI SDK and ``/embed`` through huggingface_hub's TEI client give the same
+    vectors. The suite sets HF_HUB_OFFLINE=1 (no hub downloads), which huggingface_hub applies to every URL: it is
+    lifted for this test, whose only URL is the loopback server."""
+    import huggingface_hub.constants
+    import numpy as np
+
+    monkeypatch.setattr(huggingface_hub.constants, "is_offline_mode", lambda: False)
+
+    url = env["server"].url
+    sentences = sts[0][:8]
+    # --- snippet: OpenAI SDK
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="none")
+    vectors = [d.embedding for d in client.embeddings.create(model="all-minilm-l6-v2", input=sentences).data]
+    # --- end snippet
+    # --- snippet: TEI client
+    from huggingface_hub import InferenceClient
+
+    tei = InferenceClient(model=f"{url}/embed")
+    vector = tei.feature_extraction(sentences[0])  # numpy array, shape (1, 384)
+    # --- end snippet
+    assert len(vectors) == 8 and np.allclose(np.asarray(vector).reshape(-1), vectors[0], atol=1e-5)
