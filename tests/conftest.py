@@ -19,13 +19,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 DEFAULT_NAME = "all-minilm-l6-v2"
 INT8_NAME = "all-minilm-l6-v2-int8"
+FP16_NAME = "all-minilm-l6-v2-fp16"
 
 
 def _models_dir() -> Path:
     return Path(os.environ.get("EMBED_TEST_MODELS_DIR", REPO_ROOT / "models"))
 
 
-def _ensure(name: str, quantize: str | None) -> Path:
+def _ensure(name: str, quantize: str | None, dtype: str = "fp32") -> Path:
     from artifact_contract import ArtifactError, validate_artifact
 
     out = _models_dir() / name
@@ -36,7 +37,7 @@ def _ensure(name: str, quantize: str | None) -> Path:
         pass
     from training.export import export_artifact
 
-    export_artifact(_default_model_dir(), out, name=name, quantize=quantize)
+    export_artifact(_default_model_dir(), out, name=name, quantize=quantize, dtype=dtype)
     validate_artifact(out)
     return out
 
@@ -57,6 +58,12 @@ def default_artifact() -> Path:
 def int8_artifact(default_artifact: Path) -> Path:
     """The int8 dynamically quantised default artifact."""
     return _ensure(INT8_NAME, "int8")
+
+
+@pytest.fixture(scope="session")
+def fp16_artifact(default_artifact: Path) -> Path:
+    """The fp16 export of the default encoder (for GPU serving; the CPU service refuses it)."""
+    return _ensure(FP16_NAME, None, "fp16")
 
 
 @pytest.fixture(scope="session")

@@ -22,14 +22,14 @@ FP32, FP16 = "minilm", "minilm-fp16"
 
 
 @pytest.fixture(scope="module")
-def models(default_artifact, tmp_path_factory) -> Path:
-    """A models dir with the default fp32 artifact (``minilm:1``) and its fp16 conversion (``minilm-fp16:1``)."""
-    from training.export import fp16_artifact
+def models(default_artifact, fp16_artifact, tmp_path_factory) -> Path:
+    """A models dir with the default fp32 artifact (``minilm:1``) and its fp16 export (``minilm-fp16:1``)."""
+    from artifact_contract import load_manifest
 
     root = tmp_path_factory.mktemp("fp16svc") / "models"
     versioned_copy(default_artifact, root, FP32, "1")
-    man = fp16_artifact(default_artifact, root / FP16 / "1", name=FP16, version="1")
-    assert man.dtype == "fp16"
+    versioned_copy(fp16_artifact, root, FP16, "1")
+    assert load_manifest(root / FP16 / "1").dtype == "fp16"
     return root
 
 

@@ -103,14 +103,14 @@ def test_stsb_spearman_float(reference, stsb):
     assert abs(rho - REFERENCE_STSB) <= 0.10, rho
 
 
-def test_stsb_spearman_base64(client, stsb, reference):
-    uniq = list(dict.fromkeys(stsb.sent1 + stsb.sent2))
+def test_stsb_base64_equals_float(client, stsb, reference):
+    """base64 carries the float embeddings (whose Spearman the test above checks) to float32 precision: 400 STS-B
+    sentences, in other batches than the reference's."""
+    uniq = list(dict.fromkeys(stsb.sent1 + stsb.sent2))[::7][:400]
     emb = _embed_all(client, uniq, "base64")
     ref = np.stack([reference[s] for s in uniq])
+    assert emb.dtype == np.float32 and emb.shape == ref.shape
     np.testing.assert_allclose(emb, ref, atol=1e-5)
-    d = dict(zip(uniq, emb))
-    rho = cosine_spearman(np.stack([d[s] for s in stsb.sent1]), np.stack([d[s] for s in stsb.sent2]), stsb.scores)
-    assert abs(rho - REFERENCE_STSB) <= 0.10, rho
 
 
 def test_embed_tei_agrees(client, stsb, reference):
@@ -140,18 +140,20 @@ def test_dimensions_truncate_and_renormalise(client, reference, stsb):
 
 
 def test_similarity_pairs_agree_with_embeddings(client, stsb, reference):
+    """/similarity's pair scores are the cosines of the embeddings (whose STS-B Spearman is checked above): 300
+    STS-B pairs, spread over the file, scored by their gold similarity's order too."""
+    idx = list(range(0, len(stsb), 4))[:300]
+    sent1, sent2 = [stsb.sent1[i] for i in idx], [stsb.sent2[i] for i in idx]
     scores = []
-    for i in range(0, len(stsb), 100):
-        pairs = [[a, b] for a, b in zip(stsb.sent1[i : i + 100], stsb.sent2[i : i + 100])]
-        r = client.post("/similarity", json={"pairs": pairs})
+    for i in range(0, len(idx), 100):
+        r = client.post("/similarity", json={"pairs": [[a, b] for a, b in zip(sent1[i : i + 100], sent2[i : i + 100])]})
         assert r.status_code == 200, r.text
         scores.extend(r.json()["scores"])
-    scores = np.asarray(scores)
-    want = np.array([float(reference[a] @ reference[b]) for a, b in zip(stsb.sent1, stsb.sent2)])
-    np.testing.assert_allclose(scores, want, atol=1e-5)
+    want = np.array([float(reference[a] @ reference[b]) for a, b in zip(sent1, sent2)])
+    np.testing.assert_allclose(np.asarray(scores), want, atol=1e-5)
     from scipy.stats import spearmanr
 
-    assert abs(spearmanr(scores, stsb.scores).correlation * 100 - REFERENCE_STSB) <= 0.10
+    assert spearmanr(scores, stsb.scores[idx]).correlation > 0.75  # the full set's is 0.82
 
 
 def test_similarity_source_form_agrees(client, stsb, reference):

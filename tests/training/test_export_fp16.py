@@ -14,12 +14,9 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def fp16_dir(tmp_path_factory, default_model_dir) -> Path:
-    from training.export import export_artifact
-
-    out = tmp_path_factory.mktemp("fp16") / "all-minilm-l6-v2-fp16"
-    export_artifact(default_model_dir, out, name="all-minilm-l6-v2-fp16", dtype="fp16")
-    return out
+def fp16_dir(fp16_artifact) -> Path:
+    """``export_artifact(..., dtype="fp16")`` of the default encoder (the session's, exported once)."""
+    return fp16_artifact
 
 
 def test_manifest_records_parity_against_fp32_within_thresholds(fp16_dir, default_artifact):

@@ -65,6 +65,16 @@ def upsert_texts(c: httpx.Client, name: str, texts: list[str], batch: int = 256,
         assert r.status_code == 200, r.text
 
 
+def upsert_with_vectors(c: httpx.Client, name: str, texts: list[str], vecs: dict, stop: int, start: int = 0) -> None:
+    """Upsert ``texts[start:stop]`` (ids = their index) with the vectors another collection of the same model
+    stored for them: the index under test gets the same points without embedding them again."""
+    for i in range(start, stop, 128):  # 128 vectors as JSON: ~1 MB, under max_payload_bytes
+        pts = [{"id": j, "text": texts[j], "vector": vecs[j].tolist(), "payload": {"row": j}}
+               for j in range(i, min(i + 128, stop))]  # fmt: skip
+        r = c.put(f"/collections/{name}/points", json={"points": pts})
+        assert r.status_code == 200, r.text
+
+
 def search_batch(c: httpx.Client, name: str, queries: list, k: int = TOP_K, **kw) -> list[list[dict]]:
     out = []
     for i in range(0, len(queries), 200):
@@ -125,8 +135,9 @@ def test_hnsw_recall_against_flat(env, stsb):
         "/collections/sts_hnsw", json={"index": "hnsw", "params": {"M": 16, "ef_construction": 64, "ef_search": 32}}
     )
     assert r.status_code == 200, r.text
-    upsert_texts(c, "sts_hnsw", sentences)
-    queries = pairs.sent1[:500]
+    vecs = stored_vectors(env, "sts_flat")  # the points of test_flat_matches_brute_force_numpy, as vectors
+    upsert_with_vectors(c, "sts_hnsw", sentences, vecs, len(sentences))
+    queries = [vecs[i].tolist() for i in range(0, 1000, 2)]
     flat = search_batch(c, "sts_flat", queries)
     hnsw = search_batch(c, "sts_hnsw", queries)
     recall = np.mean([len({h["id"] for h in a} & {h["id"] for h in b}) / TOP_K for a, b in zip(flat, hnsw)])
@@ -138,12 +149,13 @@ def test_ivf_pq_trains_once_enough_points(env, stsb):
     _, sentences, _ = stsb
     params = {"nlist": 16, "m": 16, "min_train_points": 1000}
     assert c.put("/collections/sts_ivf", json={"index": "ivf_pq", "params": params}).status_code == 200
-    upsert_texts(c, "sts_ivf", sentences[:512])
+    flat = stored_vectors(env, "sts_flat")  # the points of test_flat_matches_brute_force_numpy, as vectors
+    upsert_with_vectors(c, "sts_ivf", sentences, flat, 512)
     info = c.get("/collections/sts_ivf").json()
     assert info["index"]["type"] == "ivf_pq" and info["count"] == 512
     if env["backend"] == "embedded":  # exact until min_train_points (Milvus builds IVF-PQ on sealed segments itself)
         assert info["trained"] is False and info["index"]["in_use"].startswith("flat")
-    upsert_texts(c, "sts_ivf", sentences[:1200], start=512)
+    upsert_with_vectors(c, "sts_ivf", sentences, flat, 1200, start=512)
     import time
 
     deadline = time.monotonic() + 60
@@ -154,7 +166,7 @@ def test_ivf_pq_trains_once_enough_points(env, stsb):
     ids = np.array(sorted(vecs))
     X = np.stack([vecs[i] for i in ids])
     exact = ids[np.argsort(-(X[:100] @ X.T), axis=1, kind="stable")[:, :TOP_K]]  # queries: points 0..99
-    ivf = search_batch(c, "sts_ivf", sentences[:100])
+    ivf = search_batch(c, "sts_ivf", [flat[i].tolist() for i in range(100)])
     recall = np.mean([len(set(e.tolist()) & {h["id"] for h in b}) / TOP_K for e, b in zip(exact, ivf)])
     assert recall >= 0.8, recall
 

@@ -28,7 +28,7 @@ from training.data.sts import load_stsb
 pytestmark = pytest.mark.timeout(600)
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
-N = 1200
+N = 600
 TOP_K = 10
 
 
@@ -93,7 +93,7 @@ def _same_results(a: list[dict], b: list[dict], tol: float = 1e-4) -> bool:
     return True
 
 
-REEMBED_RATE = 150
+REEMBED_RATE = 100
 
 
 def test_collection_follows_the_active_model(env, data):
