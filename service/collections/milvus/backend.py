@@ -27,7 +27,7 @@ from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, ReadConsistency, new_spec
 from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
-from .client import BoundedClient, Breaker, classify, connect, long_call
+from .client import REACH_TIMEOUT_S, SUSPECT_S, BoundedClient, Breaker, classify, connect, long_call, reachable
 from .collection import MilvusCollection
 from .registry import Registry
 from .schema import check_supported, create_physical
@@ -82,22 +82,34 @@ class MilvusBackend:
         """Run blocking ``fn(*args, **kw)`` (Milvus calls) on the backend's threads.
 
         Raises:
-            BackendUnavailable: Milvus is unreachable (at once while the breaker is open, else once a call's timeout
-                ran out: ``fn`` is cut at the timeout + 0.5 s unless marked :func:`~.client.long_call`; only an
-                error of the call itself, not a slow answer, opens the breaker), or a collection is still loading
-                (after a Milvus restart; a reload is started).
+            BackendUnavailable: Milvus is unreachable (at once while the breaker is open, and as soon as it opens
+                while waiting; else once the call's timeout ran out: ``fn`` is cut at the timeout + 0.5 s unless
+                marked :func:`~.client.long_call`), or a collection is still loading (after a Milvus restart; a
+                reload is started). See :class:`~.client.Breaker` for what opens it.
         """
         self.breaker.check()
-        fut = asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(self._guarded, fn, *args, **kw))
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._pool, functools.partial(self._guarded, fn, *args, **kw))
         if getattr(fn, "long_call", False) or self.client is None:
             return await fut
-        try:  # pymilvus may take a few seconds past its timeout (its last back-off); the caller does not wait for it
-            return await asyncio.wait_for(fut, self.client.timeout + 0.5)
-        except asyncio.TimeoutError:
-            # slow is not down: only the call's own error (unreachable, deadline exceeded) opens the breaker
-            raise BackendUnavailable(
-                f"the vector store (Milvus) did not answer within {self.client.timeout} s; retry later"
-            ) from None
+        # pymilvus may take a few seconds past its timeout (its last back-off): the caller does not wait for it, and
+        # is released as soon as the breaker opens (another call found Milvus down)
+        t0, bound, suspected = loop.time(), self.client.timeout + 0.5, False
+        while not (await asyncio.wait({fut}, timeout=0.25))[0]:
+            waited = loop.time() - t0
+            if self.breaker.open_since is not None or waited >= bound:
+                fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is nobody's now
+                self.breaker.check()
+                raise BackendUnavailable(
+                    f"the vector store (Milvus) did not answer within {self.client.timeout} s; retry later"
+                )
+            if not suspected and waited >= SUSPECT_S:
+                suspected = True
+                self.breaker.suspect(self._reachable)
+        return fut.result()
+
+    def _reachable(self) -> bool:
+        return reachable(self.settings.milvus_uri, self.settings.milvus_token, REACH_TIMEOUT_S)
 
     def _guarded(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         self.breaker.check()  # it may have opened while this call waited for a thread

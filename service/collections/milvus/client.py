@@ -7,8 +7,10 @@
 * :func:`classify` sorts pymilvus's exceptions into *unavailable* (connection refused, deadline exceeded, retries run
   out), *not loaded* (code 101: a collection's segments are loading, e.g. for ~20 s after a Milvus restart) and
   the rest (a genuine error of the request or of this service).
-* :class:`Breaker`: once a call found Milvus unavailable, every later call fails at once (503 ``backend_unavailable``
-  with ``Retry-After``) instead of waiting out its timeout, until a probe on a *fresh* connection succeeds. A fresh
+* :class:`Breaker`: once a call found Milvus unavailable — its own error says so, or it was slow (past
+  :data:`SUSPECT_S`) and a fresh connection got no answer either — every call fails at once (503
+  ``backend_unavailable`` with ``Retry-After``), the ones already waiting included, until a probe on a *fresh*
+  connection succeeds. A slow answer alone never opens it: a busy Milvus is not a dead one. A fresh
   channel each probe: gRPC's reconnect back-off on the old channel grows to minutes (1.6x from 1 s, up to 120 s),
   which would delay recovery long after Milvus answers again.
 """
@@ -19,6 +21,7 @@ import base64
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -32,6 +35,8 @@ from ..errors import BackendUnavailable
 _LOCAL = frozenset({"prepare_index_params", "create_schema", "close"})
 NOT_LOADED = (101, 103)  # Milvus's "collection not loaded", "collection not fully loaded"
 LOAD_TIMEOUT_S = 60  # creating or loading a collection (not on a request's path): Milvus may take seconds
+SUSPECT_S = 1.0  # a request-path call this slow starts a reachability check (Breaker.suspect)
+REACH_TIMEOUT_S = 3.0  # that check's connection and call
 
 
 def long_call(fn: Any) -> Any:
@@ -80,6 +85,22 @@ def allocate_timestamp(uri: str, token: str | None, timeout: float) -> int:
     if r.status.code or r.status.error_code:
         raise MilvusException(r.status.code or r.status.error_code, f"AllocTimestamp: {r.status.reason}")
     return int(r.timestamp)
+
+
+def reachable(uri: str, token: str | None, timeout_s: float) -> bool:
+    """Whether a fresh connection to Milvus (a new channel, see the module docstring) answers ``list_collections``
+    within ``timeout_s``."""
+    try:
+        c = connect(uri, token, timeout_s)
+    except Exception:
+        return False
+    try:
+        c.list_collections(timeout=max(1, math.ceil(timeout_s)))
+        return True
+    except Exception:
+        return False
+    finally:
+        c.close()
 
 
 class BoundedClient:
@@ -157,6 +178,27 @@ class Breaker:
         self.reason = ""
         self.retry_after_s = retry_after_s
         self._lock = threading.Lock()
+        self._checking, self._checked_at = False, 0.0
+
+    def suspect(self, reachable: Callable[[], bool]) -> None:
+        """A call is slow: check on a thread of its own (the backend's may all be stuck on a dead server) whether
+        Milvus answers a fresh connection, and open the breaker if it does not. At most one check at a time and
+        one a second; none while open."""
+        with self._lock:
+            if self.open_since is not None or self._checking or time.monotonic() - self._checked_at < 1.0:
+                return
+            self._checking = True
+
+        def check() -> None:
+            try:
+                ok = reachable()
+            finally:
+                with self._lock:
+                    self._checking, self._checked_at = False, time.monotonic()
+            if not ok:
+                self.trip("a call was slow and a fresh connection got no answer")
+
+        threading.Thread(target=check, daemon=True, name="milvus-suspect").start()
 
     def trip(self, reason: str) -> None:
         """Record that Milvus was found unreachable."""
