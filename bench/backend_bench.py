@@ -18,6 +18,7 @@ Usage::
 
     python bench/backend_bench.py --json data/bench/backends.json        # both parts
     python bench/backend_bench.py --parts replicas --requests 60          # one part, fewer requests
+    python bench/backend_bench.py --parts backends --backends milvus --milvus-tick-ms 200   # Milvus's default tick
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def bench_backend(
     loop = asyncio.new_event_loop()
     loop.run_until_complete(backend.start())
     try:
-        c = loop.run_until_complete(backend.create(f"bench_{name}", "hnsw", dict(PARAMS), "cosine", MODEL, X.shape[1]))
+        cname = "bench_" + "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
+        c = loop.run_until_complete(backend.create(cname, "hnsw", dict(PARAMS), "cosine", MODEL, X.shape[1]))
         n = len(X)
         cut = n - n // 10  # the last 10 % are loaded by 4 writers at once
         batches = [(i, min(i + batch, cut)) for i in range(0, cut, batch)]
@@ -135,7 +137,7 @@ def bench_backend(
                 out["search"][level][clients] = {**r, "queries_per_s": round(len(Q) / r["seconds"], 1)}
             print(level, json.dumps(out["search"][level]), flush=True)
         out["recall_at_10"] = round(float(np.mean([len(set(hits[i]) & set(exact[i])) / K for i in range(len(Q))])), 4)
-        loop.run_until_complete(backend.delete(f"bench_{name}"))
+        loop.run_until_complete(backend.delete(cname))
         return out
     finally:
         loop.run_until_complete(backend.close())
@@ -150,14 +152,17 @@ def part_backends(a: argparse.Namespace) -> list[dict]:
     print(f"points {len(X)}, queries {len(Q)}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        s = Settings(data_dir=str(Path(tmp) / "data"))
-        rows.append(bench_backend("embedded", s, X, Q, exact, a.batch))
-        print(json.dumps(rows[-1]), flush=True)
-        with milvus_server(Path(tmp) / "milvus") as m:
-            s = Settings(collections_backend="milvus", collections_milvus_uri=m.uri, collections_milvus_token=m.token,
-                         collections_milvus_prefix="bench_")  # fmt: skip
-            rows.append(bench_backend("milvus", s, X, Q, exact, a.batch, ("strong", "bounded", "eventual", "session")))
+        if "embedded" in a.backends:
+            s = Settings(data_dir=str(Path(tmp) / "data"))
+            rows.append(bench_backend("embedded", s, X, Q, exact, a.batch))
             print(json.dumps(rows[-1]), flush=True)
+        if "milvus" in a.backends:
+            with milvus_server(Path(tmp) / "milvus", tick_ms=a.milvus_tick_ms) as m:
+                s = Settings(collections_backend="milvus", collections_milvus_uri=m.uri,
+                             collections_milvus_token=m.token, collections_milvus_prefix="bench_")  # fmt: skip
+                levels = ("strong", "bounded", "eventual", "session")
+                rows.append(bench_backend(f"milvus (tick {a.milvus_tick_ms} ms)", s, X, Q, exact, a.batch, levels))
+                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -286,6 +291,8 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=REPO / "data" / "bench")
     ap.add_argument("--corpus-limit", type=int, default=0, help="first N corpus sentences (0: all)")
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--backends", default="embedded,milvus")
+    ap.add_argument("--milvus-tick-ms", type=int, default=20, help="Milvus's proxy.timeTickInterval (its default: 200)")
     ap.add_argument("--batch", type=int, default=256, help="points per upsert call")
     ap.add_argument("--requests", type=int, default=200, help="embedding requests per replica setting")
     ap.add_argument("--embed-batch", type=int, default=32)

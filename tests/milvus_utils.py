@@ -66,8 +66,8 @@ class MilvusServer:
         port: the proxy port (gRPC and REST).
     """
 
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.data_dir, self.port = data_dir, port
+    def __init__(self, data_dir: Path, port: int, tick_ms: int = 20) -> None:
+        self.data_dir, self.port, self.tick_ms = data_dir, port, tick_ms
         self.token = f"root:{DEFAULT_ROOT_PASSWORD}"
         self.proc: subprocess.Popen | None = None
 
@@ -86,7 +86,7 @@ class MilvusServer:
         for _ in range(tries):
             (self.data_dir / "logs" / "milvus-stderr.log").unlink(missing_ok=True)
             cmd = [str(exe), "--data", str(self.data_dir), "--proxy-port", str(self.port),
-                   "--authorization-enabled", "true", "--extra-config", "proxy.timeTickInterval=20",
+                   "--authorization-enabled", "true", "--extra-config", f"proxy.timeTickInterval={self.tick_ms}",
                    "--extra-config", "common.session.ttl=10"]  # fmt: skip
             with open(self.data_dir / "milvus-server.log", "ab") as f:
                 self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
@@ -136,8 +136,9 @@ class MilvusServer:
 
 
 @contextmanager
-def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6) -> Iterator[MilvusServer]:
-    """A running, password-protected Milvus server with its data under ``data_dir``.
+def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_ms: int = 20) -> Iterator[MilvusServer]:
+    """A running, password-protected Milvus server with its data under ``data_dir`` (``tick_ms``: its
+    ``proxy.timeTickInterval``; Milvus's default is 200).
 
     Raises:
         RuntimeError: ports 2379-2380 are taken, or the server did not start (its log tail is in the message).
@@ -152,7 +153,7 @@ def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6) -> Ite
     for attempt in range(tries):  # a failed first start: fresh ports and a fresh data directory
         d = data_dir / f"try{attempt}"
         d.mkdir(parents=True, exist_ok=True)
-        server = MilvusServer(d, free_port())
+        server = MilvusServer(d, free_port(), tick_ms)
         try:
             server.start(timeout, tries=1)
             server.secure()
