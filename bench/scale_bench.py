@@ -150,11 +150,10 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
     lock, local = threading.Lock(), threading.local()
     t0, last = time.perf_counter(), [time.perf_counter(), done]
 
-    def put(span: tuple[int, int]) -> None:
-        s, e = span
+    def put(job: tuple[int, int, np.ndarray]) -> None:
+        s, e, V = job
         if not hasattr(local, "c"):
             local.c = httpx.Client(base_url=srv.url, timeout=600)
-        V = generate(X, s, e, a.seed)
         pts = [{"id": i, "vector": V[i - s], "payload": {"g": i % 100}} for i in range(s, e)]
         body = orjson.dumps({"points": pts}, option=orjson.OPT_SERIALIZE_NUMPY)
         r = local.c.put(f"/collections/{NAME}/points", content=body, headers={"content-type": "application/json"})
@@ -168,11 +167,13 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
                       flush=True)  # fmt: skip
                 last[:] = [now, n]
 
-    step = a.batch * 50  # generate 50 requests' points at once per worker round
-    for s0 in range(done - done % a.batch, a.points, step):
-        spans = [(s, min(s + a.batch, a.points)) for s in range(s0, min(s0 + step, a.points), a.batch)]
-        with ThreadPoolExecutor(a.writers) as ex:
-            list(ex.map(put, spans))
+    step = a.batch * 50  # 50 requests' points generated at once
+    with ThreadPoolExecutor(a.writers) as ex:
+        for s0 in range(done - done % a.batch, a.points, step):
+            e0 = min(s0 + step, a.points)
+            V = generate(X, s0, e0, a.seed)
+            jobs = [(s, min(s + a.batch, e0), V[s - s0 : min(s + a.batch, e0) - s0]) for s in range(s0, e0, a.batch)]
+            list(ex.map(put, jobs))
     ing["seconds"] += time.perf_counter() - t0
     ing["points"] += a.points - done
     ing["points_per_s"] = round(ing["points"] / ing["seconds"])

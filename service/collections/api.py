@@ -43,13 +43,13 @@ from pydantic import (
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from ..metrics import CollectionTimer, collection_timer
-from ..routes import json_response, mark_write
+from ..routes import JSONRoute, json_response, mark_write
 from .backend import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from .errors import CollectionsNotReady, InvalidCollectionRequest
 from .index import index_kinds
 from .service import CollectionService
 
-router = APIRouter(tags=["collections"])
+router = APIRouter(tags=["collections"], route_class=JSONRoute)
 
 
 class _AnyPath(PathConvertor):

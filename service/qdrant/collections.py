@@ -26,11 +26,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from ..collections.errors import CollectionNotFound, InvalidCollectionRequest
-from ..routes import json_response
+from ..routes import JSONRoute, json_response
 from .envelope import API_VERSION, PREFIX, WRITES, Service, ok, unsupported, update_result
 from .models import CreateCollection, CreateFieldIndex, VectorParams
 
-router = APIRouter(prefix=PREFIX, tags=["qdrant"])
+router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 
 METRICS = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
 DISTANCES = {v: k for k, v in METRICS.items()}

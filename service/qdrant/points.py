@@ -28,13 +28,14 @@ from fastapi import APIRouter, Request, Response
 
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
 from ..collections.service import CollectionService
+from ..routes import JSONRoute
 from .envelope import PREFIX, WRITES, Service, ok, unsupported, update_result
 from .filters import ALWAYS, translate
 from .ids import path_id
 from .models import CountRequest, DeletePoints, Document, PointRequest, ScrollRequest, SetPayload, UpsertPoints
 from .results import record
 
-router = APIRouter(prefix=PREFIX, tags=["qdrant"])
+router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_SCROLL_LIMIT = 10
 
 

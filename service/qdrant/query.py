@@ -27,6 +27,7 @@ from fastapi import APIRouter, Request, Response
 from ..collections.api import SearchRequest
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
 from ..collections.service import CollectionService
+from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
 from .models import Document, NamedVector, QueryBatch, QueryRequest, SearchBatch
@@ -34,7 +35,7 @@ from .models import SearchRequest as LegacySearch
 from .points import check_model, fetch, no_shard_key
 from .results import record, scored, shown_vector
 
-router = APIRouter(prefix=PREFIX, tags=["qdrant"])
+router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_LIMIT = 10
 
 

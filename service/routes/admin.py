@@ -33,9 +33,9 @@ from ..errors import APIError
 from ..middleware import bearer_token, key_matches
 from ..model_control import ModelControl, ModelInUse
 from ..registry import LoadedModel, ModelNotFound
-from . import json_response
+from . import JSONRoute, json_response
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], route_class=JSONRoute)
 
 
 class VersionBody(BaseModel):

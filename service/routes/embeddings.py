@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request, Response
 
 from ..errors import APIError
 from ..schemas import TOKEN_IDS_REFUSED, EmbeddingsRequest, EmbedRequest, as_list
-from . import check_client_batch, embedder_of, json_response
+from . import JSONRoute, check_client_batch, embedder_of, json_response
 
-router = APIRouter()
+router = APIRouter(route_class=JSONRoute)
 
 
 def model_headers(info) -> dict[str, str]:

@@ -9,9 +9,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from ..errors import APIError
 from ..registry import LoadedModel
-from . import json_response
+from . import JSONRoute, json_response
 
-router = APIRouter()
+router = APIRouter(route_class=JSONRoute)
 
 
 def manifest_summary(lm: LoadedModel) -> dict[str, Any]:

@@ -6,9 +6,9 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 
 from ..schemas import SimilarityRequest
-from . import check_client_batch, embedder_of, json_response
+from . import JSONRoute, check_client_batch, embedder_of, json_response
 
-router = APIRouter()
+router = APIRouter(route_class=JSONRoute)
 
 
 @router.post("/similarity")
