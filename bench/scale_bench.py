@@ -139,7 +139,7 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
     c = httpx.Client(base_url=srv.url, timeout=600)
     info = c.get(f"/collections/{NAME}")
     if info.status_code == 404:
-        params = {"nlist": a.nlist, "m": 48, "nprobe": a.nprobe, "rerank": 4}
+        params = {"nlist": a.nlist, "m": 48, "nprobe": a.nprobe, "rerank": a.rerank}
         r = c.put(f"/collections/{NAME}", json={"index": "ivf_pq", "metric": "cosine", "params": params})
         r.raise_for_status()
         info = c.get(f"/collections/{NAME}")
@@ -231,7 +231,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1024, help="points per upsert request")
     ap.add_argument("--writers", type=int, default=2)
     ap.add_argument("--nlist", type=int, default=4096)
-    ap.add_argument("--nprobe", type=int, default=32)
+    ap.add_argument("--nprobe", type=int, default=64)
+    ap.add_argument("--rerank", type=int, default=10, help="PQ candidates per hit re-scored exactly")
     ap.add_argument("--truth", type=int, default=200, help="queries with an exact ground truth")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--filtered", type=int, default=20, help="filtered searches timed (each scans SQLite)")
