@@ -35,6 +35,13 @@ REFERENCE = {
 }
 
 
+# Reproduced in the suite: a year of the SentEval "all" setting (STS16: five subsets, one correlation over their
+# concatenation), STS-B test and dev, SICK-R: ~12k of the ~38k distinct sentences of all seven tasks (~45 s instead of
+# ~2 min here). STS12-15 share STS16's code path and are checked by their loader counts above; the full table is
+# `python -m training eval --model models/all-minilm-l6-v2 --max-seq-length 128` (the seven + mean).
+REFERENCE_TASKS = ["STS16", "STSBenchmark", "SICKRelatedness", "STSBenchmark-dev"]
+
+
 @pytest.mark.parametrize("task,n", COUNTS.items())
 def test_sts_loader_counts(task, n):
     d = load_task(task)
@@ -49,7 +56,7 @@ def reference_scores(tmp_path_factory, default_artifact):
     from training.cli.eval import main
 
     out = tmp_path_factory.mktemp("ref") / "scores.json"
-    tasks = ",".join([*COUNTS, "STSBenchmark-dev"])
+    tasks = ",".join(REFERENCE_TASKS)
     threads = str(os.cpu_count() or 1)
     args = ["--model", str(default_artifact), "--tasks", tasks, "--max-seq-length", "128", "--json", str(out),
             "--threads", threads]  # fmt: skip
@@ -58,6 +65,6 @@ def reference_scores(tmp_path_factory, default_artifact):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("task", list(REFERENCE))
+@pytest.mark.parametrize("task", REFERENCE_TASKS)
 def test_untrained_default_encoder_reproduces_reference(reference_scores, task):
     assert reference_scores[task] == pytest.approx(REFERENCE[task], abs=0.05)
