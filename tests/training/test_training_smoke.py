@@ -1,4 +1,4 @@
-"""CPU smoke run: a few dozen SimCSE + 3R steps on a slice of the corpus, tiny evaluation, export,
+"""CPU smoke run: a dozen SimCSE + 3R steps on a slice of the corpus, tiny evaluation, export,
 then the real service (uvicorn subprocess) loads and serves the trained artifact.
 
 Also checks the sentence-transformers copy (``SentenceTransformer(best/)``) and that the ONNX
@@ -34,21 +34,21 @@ def trained(tmp_path_factory):
     cfg = load_settings(
         None,
         {
-            "max_steps": 24,
+            "max_steps": 12,
             "batch_size": 8,
             "data": {"max_train_samples": 400},
             "three_r": {"enabled": True, "pool_size": 16, "n_top_words": 100, "pool_min_top_fraction": 0.6},
-            "eval_every": 12,
+            "eval_every": 6,
             "eval_limit": 48,
             "final_eval_tasks": ["STSBenchmark"],
-            "save_every": 12,
+            "save_every": 6,
             "output_dir": str(root / "run"),
             "models_dir": str(root / "models"),
             "artifact_name": NAME,
             "artifact_version": "1",
             "export_evaluate": "none",
             "progress": False,
-            "threads": 1,
+            "threads": 2,
         },
     )
     results = Trainer(cfg).run()
@@ -61,8 +61,8 @@ def test_run_outputs(trained):
     recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in recs if r["kind"] == "train"]
     evals = [r for r in recs if r["kind"] == "eval"]
-    assert [r["step"] for r in train] == list(range(24))
-    assert [r["step"] for r in evals] == [12, 24]
+    assert [r["step"] for r in train] == list(range(12))
+    assert [r["step"] for r in evals] == [6, 12]
     assert all(np.isfinite(r["loss"]) and "loss/simcse" in r and "c" in r for r in train)
     assert train[-1]["c"] != train[0]["c"]  # c is learned
     assert (run / "metrics.png").stat().st_size > 0
@@ -79,7 +79,7 @@ def test_manifest_and_onnx_match_sentence_transformers(trained):
     man = validate_artifact(art)
     assert man.name == NAME and man.pooling == "mean" and man.dimension == 384
     assert man.scores["STSBenchmark@48"] == pytest.approx(results["scores"]["STSBenchmark@48"], abs=1e-3)
-    assert man.training["three_r"]["enabled"] is True and man.training["steps"] == 24
+    assert man.training["three_r"]["enabled"] is True and man.training["steps"] == 12
     st = SentenceTransformer(str(root / "run" / "best"), device="cpu")
     ref = st.encode(SENTS, normalize_embeddings=True)
     got = onnx_encode_fn(str(art))(SENTS)
