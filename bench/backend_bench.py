@@ -19,6 +19,7 @@ Usage::
     python bench/backend_bench.py --json data/bench/backends.json        # both parts
     python bench/backend_bench.py --parts replicas --requests 60          # one part, fewer requests
     python bench/backend_bench.py --parts backends --backends milvus --milvus-tick-ms 200   # Milvus's default tick
+    python bench/backend_bench.py --parts backends --backends milvus --milvus-uri http://milvus:19530   # a cluster
 """
 
 from __future__ import annotations
@@ -157,12 +158,18 @@ def part_backends(a: argparse.Namespace) -> list[dict]:
             rows.append(bench_backend("embedded", s, X, Q, exact, a.batch))
             print(json.dumps(rows[-1]), flush=True)
         if "milvus" in a.backends:
-            with milvus_server(Path(tmp) / "milvus", tick_ms=a.milvus_tick_ms) as m:
-                s = Settings(collections_backend="milvus", collections_milvus_uri=m.uri,
-                             collections_milvus_token=m.token, collections_milvus_prefix="bench_")  # fmt: skip
-                levels = ("strong", "bounded", "eventual", "session")
-                rows.append(bench_backend(f"milvus (tick {a.milvus_tick_ms} ms)", s, X, Q, exact, a.batch, levels))
-                print(json.dumps(rows[-1]), flush=True)
+            levels = tuple(a.levels.split(","))
+            if a.milvus_uri:  # a Milvus already running (a cluster to size): its token from the environment
+                s = Settings(collections_backend="milvus", collections_milvus_uri=a.milvus_uri,
+                             collections_milvus_token=os.environ.get("EMBED_COLLECTIONS_MILVUS_TOKEN"),
+                             collections_milvus_prefix="bench_")  # fmt: skip
+                rows.append(bench_backend(f"milvus at {a.milvus_uri}", s, X, Q, exact, a.batch, levels))
+            else:
+                with milvus_server(Path(tmp) / "milvus", tick_ms=a.milvus_tick_ms) as m:
+                    s = Settings(collections_backend="milvus", collections_milvus_uri=m.uri,
+                                 collections_milvus_token=m.token, collections_milvus_prefix="bench_")  # fmt: skip
+                    rows.append(bench_backend(f"milvus (tick {a.milvus_tick_ms} ms)", s, X, Q, exact, a.batch, levels))
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -293,6 +300,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--backends", default="embedded,milvus")
     ap.add_argument("--milvus-tick-ms", type=int, default=20, help="Milvus's proxy.timeTickInterval (its default: 200)")
+    ap.add_argument(
+        "--milvus-uri", help="measure this Milvus instead of starting one (token: $EMBED_COLLECTIONS_MILVUS_TOKEN)"
+    )
+    ap.add_argument("--levels", default="strong,bounded,eventual,session", help="Milvus read consistencies to time")
     ap.add_argument("--batch", type=int, default=256, help="points per upsert call")
     ap.add_argument("--requests", type=int, default=200, help="embedding requests per replica setting")
     ap.add_argument("--embed-batch", type=int, default=32)
