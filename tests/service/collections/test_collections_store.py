@@ -242,3 +242,28 @@ def test_store_counts_and_sequence(tmp_path):
     assert sorted(st.removed_after(0).tolist()) == [1, 2]  # iid of id 2, then the replaced iid of id 1
     st.close()
     c.close()
+
+
+def test_payload_filters_scan_the_covering_index_not_the_vectors(tmp_path):
+    """A filter reads payload and key only: SQLite must scan ``points_filter`` (no vectors) instead of the table,
+    and a collection written before that index existed gets it when it opens."""
+    from service.collections.embedded.store.where import to_sql
+
+    c = make(tmp_path, "flat")
+    X = unit(np.random.default_rng(9), 40)
+    c.upsert(list(range(40)), [f"t{i}" for i in range(40)], [{"g": i % 4, "tags": [i]} for i in range(40)], X)
+    path = c.path
+    c.close()
+    st = Store(path)
+    st._w.execute("DROP INDEX points_filter")  # as written before the index existed
+    st.close()
+
+    st = Store(path)
+    for f in ({"g": 1}, {"tags": {"$in": [3, 5]}}, {"$or": [{"g": 2}, {"$ids": [7]}]}):
+        sql, params = to_sql(parse_filter(f))
+        plan = " ".join(
+            r[3] for r in st.reader().execute(f"EXPLAIN QUERY PLAN SELECT iid FROM points WHERE {sql}", params)
+        )
+        assert "COVERING INDEX points_filter" in plan, (f, plan)
+    assert len(st.matching_iids(parse_filter({"g": 1}))) == 10
+    st.close()

@@ -14,6 +14,10 @@ a crash or power loss). Tables:
 * ``removed(iid, seq)``: internal ids deleted or replaced by write ``seq``; replayed
   over a FAISS snapshot at start and pruned once a durable snapshot covers them.
 
+Index ``points_filter(payload, key)`` covers what a payload filter reads (and the row id): a filter scans it instead
+of the table, whose rows hold the vectors (10M points, ``{"g": 7}``: 7 s instead of 15 s warm, 40 s cold; +1.3 %
+disk; built in 18 s when a collection from before it opens).
+
 Every write (an upsert batch or a deletion) takes the next sequence number.
 Texts are kept so a collection can be re-embedded with another model.
 """
@@ -21,6 +25,7 @@ Texts are kept so a collection can be re-embedded with another model.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -40,6 +45,7 @@ from .where import to_sql
 
 DB_FILE = "points.sqlite3"
 FORMAT = 1
+log = logging.getLogger("service.collections")
 _CHUNK = 900  # SQL host parameters per IN (...) list
 
 _SCHEMA = """
@@ -56,6 +62,7 @@ CREATE INDEX IF NOT EXISTS points_seq ON points(seq);
 CREATE TABLE IF NOT EXISTS removed (iid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS removed_seq ON removed(seq);
 """
+_FILTER_INDEX = "CREATE INDEX IF NOT EXISTS points_filter ON points(payload, key)"  # see the module docstring
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -89,12 +96,18 @@ class Store:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        tables = {r[0] for r in self._w.execute("SELECT name FROM sqlite_master")}
+        if "points" in tables and "points_filter" not in tables:  # a collection from before the index
+            t0 = time.perf_counter()
+            self._w.execute(_FILTER_INDEX)
+            log.info("%s: built index points_filter in %.1fs", self.path.name, time.perf_counter() - t0)
 
     @classmethod
     def create(cls, path: Path, meta: dict[str, Any]) -> Store:
         """Create the schema in ``path`` (an existing directory) with ``meta`` and seq 0."""
         store = cls(path)
         store._w.executescript(_SCHEMA)
+        store._w.execute(_FILTER_INDEX)
         values = {"format": FORMAT, "seq": 0, "next_iid": 1, "created_at": time.time(), **meta}
         store._w.execute("BEGIN IMMEDIATE")
         store._w.executemany(
