@@ -104,18 +104,3 @@ def backend_args(backend: str, milvus_uri: str | None, prefix: str) -> list[str]
         "--collections-milvus-prefix", prefix, "--collections-milvus-refresh-s", "0.5",
         "--collections-milvus-claim-settle-s", "0.2", "--collections-milvus-write-timeout-s", "5",
     ]  # fmt: skip
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """Run the modules that use the session's Milvus server last, each module's tests together in their usual
-    order: the server (which spends CPU on its time ticks while idle) then starts after every other module and lives
-    only while it is needed, instead of ticking beside the training and embedding tests."""
-
-    def milvus(item) -> bool:  # asks for the server, or is a backend-parametrised test's milvus case
-        names = set(getattr(item, "fixturenames", ()))
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        return bool(names & {"milvus", "milvus_uri"}) or "milvus" in params.values()
-
-    uses = {item.module.__name__ for item in items if milvus(item)}
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (item.module.__name__ in uses, order[id(item)]))
