@@ -7,6 +7,7 @@ MODEL       ?= all-minilm-l6-v2
 HOST        ?= 127.0.0.1
 PORT        ?= 8000
 STAMP       := $(VENV)/.installed
+TEST_WORKERS ?= 2
 
 .PHONY: install artifact serve test bench clean
 
@@ -30,7 +31,7 @@ serve: install artifact
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -27,18 +27,24 @@ def _models_dir() -> Path:
 
 
 def _ensure(name: str, quantize: str | None, dtype: str = "fp32") -> Path:
+    """The artifact ``name`` in the models dir, exported first if missing or invalid; one process exports it while
+    the others (``pytest -n`` workers) wait on a file lock, then validate."""
+    from filelock import FileLock
+
     from artifact_contract import ArtifactError, validate_artifact
 
     out = _models_dir() / name
-    try:
-        validate_artifact(out)
-        return out
-    except ArtifactError:
-        pass
-    from training.export import export_artifact
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.parent / f".{name}.lock")):
+        try:
+            validate_artifact(out)
+            return out
+        except ArtifactError:
+            pass
+        from training.export import export_artifact
 
-    export_artifact(_default_model_dir(), out, name=name, quantize=quantize, dtype=dtype)
-    validate_artifact(out)
+        export_artifact(_default_model_dir(), out, name=name, quantize=quantize, dtype=dtype)
+        validate_artifact(out)
     return out
 
 
@@ -104,3 +110,56 @@ def backend_args(backend: str, milvus_uri: str | None, prefix: str) -> list[str]
         "--collections-milvus-prefix", prefix, "--collections-milvus-refresh-s", "0.5",
         "--collections-milvus-claim-settle-s", "0.2", "--collections-milvus-write-timeout-s", "5",
     ]  # fmt: skip
+
+
+_GROUPS_DIR = "EMBED_TEST_XDIST_GROUPS"  # where pytest-xdist workers list the tests that use the session's Milvus
+
+
+def _uses_milvus(item) -> bool:
+    """The test asks for the session's Milvus server, or is a backend-parametrised test's milvus case."""
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return bool(names & {"milvus", "milvus_uri"}) or "milvus" in params.values()
+
+
+def pytest_configure(config):
+    """Under ``pytest -n N`` (``make test``), a folder the workers (spawned after this, inheriting the environment)
+    write their Milvus tests' ids into, for :func:`pytest_xdist_make_scheduler`."""
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        import tempfile
+
+        os.environ[_GROUPS_DIR] = tempfile.mkdtemp(prefix="embed-test-groups-")
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and os.environ.get(_GROUPS_DIR):
+        import shutil
+
+        shutil.rmtree(os.environ.pop(_GROUPS_DIR), ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput") and os.environ.get(_GROUPS_DIR):
+        ids = "\n".join(item.nodeid for item in items if _uses_milvus(item))
+        Path(os.environ[_GROUPS_DIR], f"{config.workerinput['workerid']}.txt").write_text(ids)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole modules go to a worker (their module fixtures, such as a service process, start once), and every test
+    that uses the session's Milvus server goes to one worker (one Milvus per machine: its embedded etcd always takes
+    ports 2379-2380). pytest-xdist's ``--dist loadgroup`` would say the same with marks, but its group suffix is lost
+    on pytest 9.2's node ids."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndMilvus(LoadScopeScheduling):
+        milvus: set[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.milvus is None:
+                self.milvus = {
+                    line for f in Path(os.environ[_GROUPS_DIR]).glob("*.txt") for line in f.read_text().splitlines()
+                }
+            return "milvus" if nodeid in self.milvus else nodeid.split("::", 1)[0]
+
+    return ModulesAndMilvus(config, log)
