@@ -73,24 +73,21 @@ def generate(X: np.ndarray, start: int, stop: int, seed: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def exact_truth(X: np.ndarray, Q: np.ndarray, n: int, seed: int, group: int | None = None) -> np.ndarray:
-    """Ids of the exact top-``K`` points (inner product = cosine) for each query, over all ``n`` points (only
-    those with ``i % 100 == group`` when given)."""
-    best_s = np.full((len(Q), K), -np.inf, np.float32)
-    best_i = np.zeros((len(Q), K), np.int64)
+def exact_truth(X: np.ndarray, Q: np.ndarray, n: int, seed: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of the exact top-``K`` points (inner product = cosine) for each query over all ``n`` points, and over
+    those with ``i % 100 == group`` (the filtered search's truth): one pass, each chunk generated once."""
+    best = [(np.full((len(Q), K), -np.inf, np.float32), np.zeros((len(Q), K), np.int64)) for _ in range(2)]
     for s in range(0, n, CHUNK):
         e = min(n, s + CHUNK)
-        V = generate(X, s, e, seed)
-        ids = np.arange(s, e)
-        if group is not None:
-            keep = ids % 100 == group
-            V, ids = V[keep], ids[keep]
-        S = Q @ V.T
-        cand_s = np.concatenate([best_s, S], axis=1)
-        cand_i = np.concatenate([best_i, np.broadcast_to(ids, S.shape)], axis=1)
-        top = np.argpartition(-cand_s, K, axis=1)[:, :K]
-        best_s, best_i = np.take_along_axis(cand_s, top, 1), np.take_along_axis(cand_i, top, 1)
-    return best_i
+        V, ids = generate(X, s, e, seed), np.arange(s, e)
+        keep = ids % 100 == group
+        for b, (Vb, idb) in enumerate(((V, ids), (V[keep], ids[keep]))):
+            S = Q @ Vb.T
+            cand_s = np.concatenate([best[b][0], S], axis=1)
+            cand_i = np.concatenate([best[b][1], np.broadcast_to(idb, S.shape)], axis=1)
+            top = np.argpartition(-cand_s, K, axis=1)[:, :K]
+            best[b] = (np.take_along_axis(cand_s, top, 1), np.take_along_axis(cand_i, top, 1))
+    return best[0][1], best[1][1]
 
 
 def _rss(pid: int) -> dict:
@@ -259,8 +256,7 @@ def main() -> None:
     tp = work / "truth.npz"
     if not tp.exists():
         t0 = time.perf_counter()
-        truth = exact_truth(X, Q[: a.truth], a.points, a.seed)
-        truth_g = exact_truth(X, Q[: a.truth], a.points, a.seed, group=7)
+        truth, truth_g = exact_truth(X, Q[: a.truth], a.points, a.seed, group=7)
         np.savez(tp, truth=truth, truth_g=truth_g)
         print(f"ground truth in {time.perf_counter() - t0:.0f}s", flush=True)
     t = np.load(tp)

@@ -98,8 +98,9 @@ class ReadConsistency:
 
     @property
     def applied(self) -> str:
-        """The name answered in the ``X-Read-Consistency`` header: the level, or ``session`` with a token."""
-        return "session" if self.after is not None else self.level
+        """The name answered in the ``X-Read-Consistency`` header: the level, or ``session`` for a token with a
+        level below strong (a strong read with a token is still strong)."""
+        return "session" if self.after is not None and self.level != "strong" else self.level
 
 
 STRONG = ReadConsistency()

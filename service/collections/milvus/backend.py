@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +26,17 @@ from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, ReadConsistency, new_spec
 from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
-from .client import REACH_TIMEOUT_S, SUSPECT_S, BoundedClient, Breaker, classify, connect, long_call, reachable
+from .client import (
+    REACH_TIMEOUT_S,
+    SUSPECT_S,
+    BoundedClient,
+    Breaker,
+    answering_client,
+    classify,
+    connect,
+    long_call,
+    reachable,
+)
 from .collection import MilvusCollection
 from .registry import Registry
 from .schema import check_supported, create_physical
@@ -64,9 +73,8 @@ class MilvusBackend:
         return cls(CollectionSettings(settings))
 
     def applied(self, consistency: ReadConsistency) -> str:
-        """The consistency a read asking for ``consistency`` gets: the level, ``session`` for a token with a level
-        below strong (see :func:`.collection.read_kw`)."""
-        return "strong" if consistency.level == "strong" else consistency.applied
+        """The consistency a read asking for ``consistency`` gets (see :func:`.collection.read_kw`)."""
+        return consistency.applied
 
     @property
     def settle_s(self) -> float:
@@ -152,12 +160,10 @@ class MilvusBackend:
         """While the breaker is open: connect afresh (a new channel, see :mod:`.client`) and list collections; on
         success use that connection, close the breaker and reload the collections."""
         s = self.settings
-        try:
-            # the call timeout, not less: a Milvus just restarted on a busy machine takes seconds to accept a
-            # connection (seen: a 1 s connect failed for 15 s after the server answered a 3 s one)
-            fresh = connect(s.milvus_uri, s.milvus_token, timeout_s=s.milvus_write_timeout_s)
-            fresh.list_collections(timeout=max(1, math.ceil(s.milvus_write_timeout_s)))
-        except Exception:
+        # the call timeout, not less: a Milvus just restarted on a busy machine takes seconds to accept a
+        # connection (seen: a 1 s connect failed for 15 s after the server answered a 3 s one)
+        fresh = answering_client(s.milvus_uri, s.milvus_token, s.milvus_write_timeout_s)
+        if fresh is None:
             return False
         self.client.replace(fresh)
         self.breaker.reset()

@@ -87,20 +87,27 @@ def allocate_timestamp(uri: str, token: str | None, timeout: float) -> int:
     return int(r.timestamp)
 
 
-def reachable(uri: str, token: str | None, timeout_s: float) -> bool:
-    """Whether a fresh connection to Milvus (a new channel, see the module docstring) answers ``list_collections``
-    within ``timeout_s``."""
+def answering_client(uri: str, token: str | None, timeout_s: float) -> MilvusClient | None:
+    """A fresh connection to Milvus (a new channel, see the module docstring) that answered ``list_collections``
+    within ``timeout_s``, or None (the connection closed)."""
     try:
         c = connect(uri, token, timeout_s)
     except Exception:
-        return False
+        return None
     try:
         c.list_collections(timeout=max(1, math.ceil(timeout_s)))
-        return True
+        return c
     except Exception:
-        return False
-    finally:
         c.close()
+        return None
+
+
+def reachable(uri: str, token: str | None, timeout_s: float) -> bool:
+    """Whether a fresh connection to Milvus answers within ``timeout_s`` (:func:`answering_client`, then closed)."""
+    c = answering_client(uri, token, timeout_s)
+    if c is not None:
+        c.close()
+    return c is not None
 
 
 class BoundedClient:

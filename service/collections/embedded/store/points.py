@@ -15,8 +15,8 @@ a crash or power loss). Tables:
   over a FAISS snapshot at start and pruned once a durable snapshot covers them.
 
 Index ``points_filter(payload, key)`` covers what a payload filter reads (and the row id): a filter scans it instead
-of the table, whose rows hold the vectors (10M points, ``{"g": 7}``: 7 s instead of 15 s warm, 40 s cold; +1.3 %
-disk; built in 18 s when a collection from before it opens).
+of the table, whose rows hold the vectors (10M points, ``{"g": 7}``: 7 s instead of 15 s warm, 40 s cold; +1.2 %
+disk; built in 18–41 s when a collection from before it opens).
 
 Every write (an upsert batch or a deletion) takes the next sequence number.
 Texts are kept so a collection can be re-embedded with another model.
