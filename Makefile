@@ -31,7 +31,8 @@ serve: install artifact
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 clean:
 	rm -rf $(VENV) .pytest_cache
