@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+#: read consistency levels, strongest first (Milvus docs, "Consistency Level")
+ReadConsistencyLevel = Literal["strong", "bounded", "eventual"]
+
 
 def _split_csv(v: object) -> object:
     """Accept ``"a,b"`` (env/CLI) as well as a list for list-valued settings."""
@@ -157,7 +160,7 @@ class Settings(BaseSettings):
     collections_milvus_write_timeout_s: float = Field(
         10.0, gt=0, description="milvus backend: the longest a Milvus call may take (seconds)"
     )
-    collections_read_consistency: Literal["strong", "bounded", "eventual"] = Field(
+    collections_read_consistency: ReadConsistencyLevel = Field(
         "strong",
         description="milvus backend: the consistency of reads (search, point reads, counts) that name none: 'strong' "
         "sees every acknowledged write, 'bounded' may miss the last common.gracefulTime of Milvus (5 s by default) "

@@ -24,10 +24,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, get_args
 
 import numpy as np
 
+from ..settings import ReadConsistencyLevel
 from .errors import InvalidCollectionRequest, ResponseTooLarge
 from .filters import Filter
 from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
@@ -75,7 +76,7 @@ class Hit:
 
 HIT_OVERHEAD_BYTES = 64  # a hit's id, score and JSON punctuation, counted against a response budget
 
-CONSISTENCY_LEVELS = ("strong", "bounded", "eventual")
+CONSISTENCY_LEVELS: tuple[str, ...] = get_args(ReadConsistencyLevel)  # "strong", "bounded", "eventual"
 
 
 @dataclass(frozen=True)
