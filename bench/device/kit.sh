@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The device side of bench/device/kit.py (run on the lent GPU machine, from the repository root).
+#   bash bench/device/kit.sh stash .device/load-3   # copy a carried load into /tmp/kit (kept while it stays warm)
+#   bash bench/device/kit.sh verify                 # reassemble + sha256-check every file (also runs here)
+#   bash bench/device/kit.sh install                # verify, install, check CUDA
+# `install` puts the wheels in /tmp/site, the artifacts in models/, the data in /tmp/shared/data (use: export
+# PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data), and prints
+# onnxruntime's version and providers, the CUDA libraries its CUDA provider links (readelf) and the driver's CUDA
+# version (nvidia-smi); it fails when a part is missing, a checksum differs or the CUDA majors differ.
+set -euo pipefail
+KIT=${KIT_DIR:-/tmp/kit}
+case "${1:-}" in
+  stash)
+    mkdir -p "$KIT"
+    cp "$2"/* "$KIT"/
+    echo "stashed $2: $(ls "$KIT" | wc -l) files in $KIT, $(du -sh "$KIT" | cut -f1)"
+    ;;
+  verify|install)
+    python3 - "$KIT" <<'EOF'
+import hashlib, json, sys
+from pathlib import Path
+kit = Path(sys.argv[1])
+desc = json.loads((kit / "kit.json").read_text())
+for f in desc["files"]:
+    parts = [kit / name for _, name in f["parts"]]
+    missing = [p.name for p in parts if not p.exists()]
+    if missing:
+        sys.exit(f"{f['name']}: parts missing {missing} (stash every load first)")
+    out = kit / "files" / f["name"]
+    out.parent.mkdir(exist_ok=True)
+    h = hashlib.sha256()
+    with open(out, "wb") as dst:
+        for p in parts:
+            b = p.read_bytes()
+            h.update(b)
+            dst.write(b)
+    if h.hexdigest() != f["sha256"]:
+        sys.exit(f"{f['name']}: sha256 differs")
+print(f"reassembled {len(desc['files'])} files")
+EOF
+    [ "$1" = verify ] && exit 0
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "$KIT"/files/*.whl
+    mkdir -p models
+    for t in "$KIT"/files/artifact-*.tar; do tar -xf "$t" -C models; done
+    mkdir -p /tmp/shared/data && tar -xzf "$KIT"/files/shared-data.tar.gz -C /tmp/shared/data
+    export PYTHONPATH=/tmp/site
+    python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+    # the CUDA libraries come from the machine's nvidia-* pip packages (torch's), not from a system CUDA:
+    # onnxruntime >= 1.21's preload_dlls() loads them (onnxruntime docs, "CUDA Execution Provider")
+    python3 -c "import onnxruntime as o; o.preload_dlls(verbose=True)" || echo "preload_dlls failed" >&2
+    lib=$(find /tmp/site/onnxruntime -name 'libonnxruntime_providers_cuda.so' | head -1)
+    need=$(readelf -d "$lib" | grep -o 'libcudart\.so\.[0-9]*' | head -1)
+    driver=$(nvidia-smi | grep -o 'CUDA Version: [0-9]*' | grep -o '[0-9]*$')
+    echo "CUDA provider links $need; the driver supports CUDA $driver"
+    [ "${need##*.}" = "$driver" ] || { echo "CUDA majors differ" >&2; exit 1; }
+    ;;
+  *)
+    echo "usage: $0 stash DIR | install" >&2; exit 2
+    ;;
+esac
