@@ -25,7 +25,6 @@ import argparse
 import collections
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from tests.milvus_utils import milvus_client, milvus_server  # noqa: E402
 from tests.server_utils import free_port, run_server, wait_ready  # noqa: E402
 
@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tail-s", type=float, default=10)
     ap.add_argument("--writers", type=int, default=1, help="writers per replica")
     a = ap.parse_args(argv)
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((x.split(":", 1)[1].strip() for x in cpu.splitlines() if "Model name" in x), platform.processor())
+    model = cpu_model()
     load0 = os.getloadavg()
     log, acked, stop = Log(), set(), threading.Event()
     marks: dict[str, float] = {}

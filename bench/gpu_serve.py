@@ -34,7 +34,6 @@ import base64
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -48,6 +47,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 from training.data.sts import load_task  # noqa: E402
 
@@ -204,17 +204,6 @@ def bench_st(texts: list[str], toks: np.ndarray, device: str, dtype: str, batch_
     return out
 
 
-def cpu_name() -> str:
-    """``lscpu``'s model name (from /proc/cpuinfo), else the platform's."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models-dir", default=str(REPO / "models"))
@@ -243,7 +232,7 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else "none"  # fmt: skip
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; GPU: {gpu}; load average {load0:.2f}")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; GPU: {gpu}; load average {load0:.2f}")
     kinds = a.inputs.split(",")
     data = {k: inputs(k, tok, max_len, a.pool) for k in kinds}
     toks = {k: count_tokens(tok, v, max_len) for k, v in data.items()}

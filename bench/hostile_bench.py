@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +40,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 
 HEAVY = {"input": ["word " * 300] * 500}  # --heavy-inputs changes the count
@@ -188,10 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     HEAVY["input"] = ["word " * 300] * a.heavy_inputs
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next(
-        (line.split(":", 1)[1].strip() for line in cpu.splitlines() if "Model name" in line), platform.processor()
-    )
+    model = cpu_model()
     load0 = os.getloadavg()
     base = ["--default-model", a.model, "--intra-op-threads", str(a.threads), "--log-level", "warning",
             *shlex.split(a.server_args)]  # fmt: skip

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -48,6 +47,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from bench.search_bench import corpus_embeddings  # noqa: E402
 from tests.server_utils import free_port, wait_ready  # noqa: E402
 
@@ -244,8 +244,7 @@ def main() -> None:
     if a.fresh and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True)
-                .stdout.splitlines() if ln.startswith("Model name")), platform.machine())  # fmt: skip
+    cpu = cpu_model()
     res_path = work / "results.json"
     res = json.loads(res_path.read_text()) if res_path.exists() else {}
     res.update({"points": a.points, "cpu": cpu, "load_before": os.getloadavg(), "date": time.strftime("%Y-%m-%d")})

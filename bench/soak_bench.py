@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import shlex
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 from training.data.sts import load_task  # noqa: E402
 
@@ -201,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     s = load_task("STSBenchmark")
     sentences = list(dict.fromkeys(s.sent1 + s.sent2))
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((x.split(":", 1)[1].strip() for x in cpu.splitlines() if "Model name" in x), platform.processor())
+    model = cpu_model()
     flags = ["--default-model", a.model, "--intra-op-threads", str(a.threads), "--log-level", "warning",
              *shlex.split(a.server_args)]  # fmt: skip
     load0 = os.getloadavg()
