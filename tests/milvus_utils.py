@@ -100,8 +100,8 @@ class MilvusServer:
             log = stderr if stderr.exists() else self.data_dir / "milvus-server.log"
             last = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             print(f"milvus-server on {self.data_dir} did not answer within {timeout:.0f} s:\n{last}", file=sys.stderr)
-            for log in sorted((self.data_dir / "logs").glob("standalone-*.log"))[-1:]:  # Milvus's own log
-                print(f"{log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+            for own in sorted((self.data_dir / "logs").glob("standalone-*.log"))[-1:]:  # Milvus's own log
+                print(f"{own}:\n{own.read_text(errors='replace')[-4000:]}", file=sys.stderr)
         raise RuntimeError(f"milvus-server did not start:\n{last}")
 
     def secure(self) -> None:

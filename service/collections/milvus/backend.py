@@ -158,8 +158,8 @@ class MilvusBackend:
 
     def _probe(self) -> bool:
         """While the breaker is open: release the current connection (its channel would hand its reconnect
-        back-off to new ones, see :mod:`.client`), connect afresh and list collections; on success use that connection, close
-        the breaker and reload the collections."""
+        back-off to new ones, see :mod:`.client`), connect afresh and list collections; on success use that
+        connection, close the breaker and reload the collections."""
         s = self.settings
         self.client.release()
         # the call timeout, not less: a Milvus just restarted on a busy machine takes seconds to accept a connection

@@ -14,8 +14,9 @@
 * While the breaker is open the service keeps no connection to Milvus (:meth:`BoundedClient.release`): a gRPC
   channel left open keeps its *subchannel* in gRPC's global subchannel pool, which every new channel to the same
   address with the same options (pymilvus fixes them) shares, reconnect back-off included (1.6x from 1 s, up to
-  120 s). With the old connection open across a 150 s outage, a fresh connection reached the restarted Milvus 12 s
-  after another process did (up to 2 minutes after a longer outage); with it closed, in 0.2 s.
+  120 s). With the old connection open across a 150 s outage, a fresh connection reached the restarted Milvus 10-12 s
+  after another process did (up to 2 minutes after a longer outage); with it closed, in 0.2 s
+  (``bench/milvus_reconnect.py``).
 """
 
 from __future__ import annotations

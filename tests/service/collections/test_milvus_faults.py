@@ -24,8 +24,7 @@ import pytest
 from tests.conftest import backend_args
 from tests.server_utils import run_server
 
-# serial: make test runs it after the parallel part, alone on the machine (its recovery bounds are in seconds; a
-# worker training beside it on 2 cores once stretched Milvus's restart past them)
+# serial: make test runs it after the parallel part, alone on the machine (its recovery bounds are in seconds)
 pytestmark = [pytest.mark.timeout(900), pytest.mark.serial]
 
 WRITE_TIMEOUT_S = 5  # backend_args' --collections-milvus-write-timeout-s

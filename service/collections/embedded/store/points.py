@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS removed (iid INTEGER PRIMARY KEY, seq INTEGER NOT NUL
 CREATE INDEX IF NOT EXISTS removed_seq ON removed(seq);
 """
 _FILTER_INDEX = "CREATE INDEX IF NOT EXISTS points_filter ON points(payload, key)"  # see the module docstring
+_SCHEMA += _FILTER_INDEX + ";\n"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -107,7 +108,6 @@ class Store:
         """Create the schema in ``path`` (an existing directory) with ``meta`` and seq 0."""
         store = cls(path)
         store._w.executescript(_SCHEMA)
-        store._w.execute(_FILTER_INDEX)
         values = {"format": FORMAT, "seq": 0, "next_iid": 1, "created_at": time.time(), **meta}
         store._w.execute("BEGIN IMMEDIATE")
         store._w.executemany(
