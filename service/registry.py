@@ -77,6 +77,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
         max_batch_size=settings.max_batch_size,
         max_queue_size=settings.max_queue_size,
         inference_workers=settings.inference_workers,
+        tokenizer_threads=settings.tokenizer_threads,
         batch_overhead_tokens=settings.batch_overhead_tokens,
         max_request_tokens=settings.max_request_tokens,
     )

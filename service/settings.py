@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     inference_workers: int = Field(
         1, ge=1, le=64, description="inference batches run at once per model (each uses intra_op_threads)"
     )
+    tokenizer_threads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="threads tokenizing requests per model, off the event loop (each call also spreads a chunk's "
+        "texts over the tokenizers library's own thread pool); a GPU serving many clients may need more",
+    )
     ort_arena_shrink_tokens: int = Field(
         2048,
         ge=0,
@@ -88,7 +95,8 @@ class Settings(BaseSettings):
     )
     providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["auto"],
-        description="ORT execution providers in order; 'auto' = CUDA when it works, else CPU",
+        description="ORT execution providers in order (cpu, cuda, tensorrt or ORT's names); 'auto' = CUDA when it "
+        "works, else CPU (logged); providers named explicitly must all initialise, or the model does not load",
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, repr=False, description="accepted 'Authorization: Bearer' keys; empty = no auth"

@@ -13,8 +13,10 @@ package index. A call carries at most 64 MiB, and the onnxruntime-gpu wheel alon
 
 On the device, ``bench/device/kit.sh stash`` copies a load into ``/tmp/kit`` (kept while the machine stays warm,
 ~30 s after a call: make the calls back to back), and ``bench/device/kit.sh install`` reassembles and checks every
-file, installs the wheels with ``pip install --no-deps --target /tmp/site`` and the artifact into ``models/``, and
-checks that onnxruntime-gpu's CUDA provider links the machine's CUDA major.
+file, installs the wheels with ``pip install --no-deps --target /tmp/site`` and the artifact into ``models/``, links
+the machine's ``nvidia`` CUDA/cuDNN packages beside them (where ``onnxruntime.preload_dlls()`` looks), checks that
+onnxruntime-gpu's CUDA provider links the machine's CUDA major, and opens the default artifact on CUDA with the
+service's own loader.
 
 Usage::
 

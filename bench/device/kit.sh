@@ -6,7 +6,8 @@
 # `install` puts the wheels in /tmp/site, the artifacts in models/, the data in /tmp/shared/data (use: export
 # PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data), and prints
 # onnxruntime's version and providers, the CUDA libraries its CUDA provider links (readelf) and the driver's CUDA
-# version (nvidia-smi); it fails when a part is missing, a checksum differs or the CUDA majors differ.
+# version (nvidia-smi); it fails when a part is missing, a checksum differs, the CUDA majors differ or the service's
+# loader cannot open the default artifact on CUDA.
 set -euo pipefail
 KIT=${KIT_DIR:-/tmp/kit}
 case "${1:-}" in
@@ -44,16 +45,28 @@ EOF
     mkdir -p models
     for t in "$KIT"/files/artifact-*.tar; do tar -xf "$t" -C models; done
     mkdir -p /tmp/shared/data && tar -xzf "$KIT"/files/shared-data.tar.gz -C /tmp/shared/data
+    # onnxruntime-gpu's CUDA provider links CUDA 13 and loads cuDNN 9; here they come from the machine's nvidia-* pip
+    # packages (torch's), not from a system CUDA. The service calls onnxruntime.preload_dlls() (ONNX Runtime docs,
+    # "CUDA Execution Provider"), which looks for them in site-packages/nvidia beside the onnxruntime package, i.e.
+    # /tmp/site: link the machine's nvidia folder there, so that the service finds them as it would on a plain
+    # `pip install onnxruntime-gpu[cuda,cudnn]`
+    nv=$(python3 -c 'import importlib.util as u; print(list(u.find_spec("nvidia").submodule_search_locations)[0])')
+    ln -sfn "$nv" /tmp/site/nvidia
+    echo "linked /tmp/site/nvidia -> $nv ($(ls "$nv" | tr '\n' ' '))"
     export PYTHONPATH=/tmp/site
     python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
-    # the CUDA libraries come from the machine's nvidia-* pip packages (torch's), not from a system CUDA:
-    # onnxruntime >= 1.21's preload_dlls() loads them (onnxruntime docs, "CUDA Execution Provider")
-    python3 -c "import onnxruntime as o; o.preload_dlls(verbose=True)" || echo "preload_dlls failed" >&2
+    find -L "$nv" \( -name 'libcudart.so.*' -o -name 'libcublas.so.*' -o -name 'libcudnn.so.*' \) 2>/dev/null | sed 's/^/  found /'
     lib=$(find /tmp/site/onnxruntime -name 'libonnxruntime_providers_cuda.so' | head -1)
-    need=$(readelf -d "$lib" | grep -o 'libcudart\.so\.[0-9]*' | head -1)
+    need=$( (readelf -d "$lib" 2>/dev/null || true) | grep -o 'libcudart\.so\.[0-9]*' | head -1 || true)
     driver=$(nvidia-smi | grep -o 'CUDA Version: [0-9]*' | grep -o '[0-9]*$')
-    echo "CUDA provider links $need; the driver supports CUDA $driver"
-    [ "${need##*.}" = "$driver" ] || { echo "CUDA majors differ" >&2; exit 1; }
+    echo "CUDA provider links ${need:-? (no readelf)}; the driver supports CUDA $driver"
+    [ -z "$need" ] || [ "${need##*.}" = "$driver" ] || { echo "CUDA majors differ" >&2; exit 1; }
+    # the real check: the service's own loader opens the default artifact on CUDA (it fails unless CUDA is used)
+    python3 -c "
+from service.backend import OnnxModel
+m = OnnxModel('models/all-minilm-l6-v2', providers=['cuda'])
+print('service loader: default artifact on', m.providers, 'warm-up', round(m.warm_up(), 2), 's')
+"
     ;;
   *)
     echo "usage: $0 stash DIR | install" >&2; exit 2

@@ -86,6 +86,55 @@ def test_hash_mismatch_is_named(default_artifact, tmp_path):
         OnnxModel(bad, providers=["CPUExecutionProvider"])
 
 
+@pytest.fixture
+def cuda_reported_but_unusable(monkeypatch):
+    """onnxruntime says CUDA is available (as onnxruntime-gpu does on any host) but cannot initialise it.
+
+    Only the availability report is changed: the real (CPU) onnxruntime then drops the CUDA provider when the
+    session is created, as onnxruntime-gpu does when the driver or a CUDA library is missing.
+    """
+    import service.backend as backend
+
+    monkeypatch.setattr(backend.ort, "get_available_providers", lambda: [backend.CUDA, backend.CPU])
+    return backend
+
+
+def test_cuda_libraries_are_preloaded_once_before_a_cuda_session_only(default_artifact, cuda_reported_but_unusable,
+                                                                      monkeypatch):  # fmt: skip
+    backend, calls = cuda_reported_but_unusable, []
+    monkeypatch.setattr(backend, "_cuda_preloaded", False)
+    monkeypatch.setattr(backend.ort, "preload_dlls", lambda *a, **k: calls.append(1), raising=False)
+    OnnxModel(default_artifact, providers=["cpu"], intra_op_threads=1)
+    assert calls == []
+    OnnxModel(default_artifact, providers=["auto"], intra_op_threads=1)
+    OnnxModel(default_artifact, providers=["auto"], intra_op_threads=1)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("providers", [["auto"], []])
+def test_auto_falls_back_to_the_cpu_when_cuda_cannot_be_used(default_artifact, cuda_reported_but_unusable, caplog,
+                                                               providers):  # fmt: skip
+    backend = cuda_reported_but_unusable
+    assert backend.choose_providers(providers) == [backend.CUDA, backend.CPU]
+    with caplog.at_level("WARNING", logger="service.backend"):
+        m = OnnxModel(default_artifact, providers=providers, intra_op_threads=1)
+    assert m.providers == [backend.CPU]
+    assert any("could not be used" in r.getMessage() for r in caplog.records), caplog.text
+    assert m.embed_sync(SENTENCES[:2]).shape == (2, m.info.dimension)
+
+
+@pytest.mark.parametrize("providers", [["cuda"], ["CUDAExecutionProvider", "CPUExecutionProvider"]])
+def test_an_explicit_provider_that_cannot_be_initialised_refuses_to_load(default_artifact,
+                                                                         cuda_reported_but_unusable, providers):  # fmt: skip
+    with pytest.raises(ModelLoadError, match=r"\['CUDAExecutionProvider'\] were asked for and could not be init"):
+        OnnxModel(default_artifact, providers=providers, intra_op_threads=1)
+
+
+def test_unknown_provider_is_named(default_artifact):
+    with pytest.raises(ModelLoadError, match=r"providers \['NoSuchExecutionProvider'\] not available"):
+        OnnxModel(default_artifact, providers=["NoSuchExecutionProvider"])
+
+
 def test_server_exits_with_clear_error_without_model(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "service", "--port", "0", "--models-dir", str(tmp_path), "--default-model", "nope"],
