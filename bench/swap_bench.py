@@ -20,9 +20,21 @@ Phases, with ``--clients`` closed-loop clients each sending ``POST /v1/embedding
 Reported per phase: requests, failed requests, p50/p99 latency (ms), sentences/s; plus the
 activate call's duration and the re-embedding rate (points/s, from the collection's status).
 
-Example (the command recorded in docs/performance.md)::
+``--train CONFIG``: the user's whole flow instead of a prepared ``minilm/2``. The service runs with
+``--model-control poll``; after ``steady (v1)``, ``python -m training train --config CONFIG --publish <models>``
+(``--artifact_name minilm``, no intermediate evaluation or checkpoints, ``--train-arg`` flags added, e.g.
+``--train-arg=--max_steps=200 --train-arg=--device=cuda``) trains under the same traffic and publishes ``minilm/2``;
+the service activates it by itself (no admin call) and the collection re-embeds. Phases: ``training`` (from the
+job's start until ``minilm/2`` is in the models dir: start-up, training, export), ``swap: poll activation`` (from
+then until the service answers with ``minilm:2``),
+``swap: re-embedding``, ``steady (v2)``; also the job's training steps/s (its ``results.json``).
+
+``--server-arg`` passes a flag to the service (e.g. ``--server-arg=--providers=cuda`` on a GPU).
+
+Examples (the commands recorded in docs/performance.md)::
 
     .venv/bin/python bench/swap_bench.py --clients 4 --batch 8 --points 2000 --seconds 15
+    .venv/bin/python bench/swap_bench.py --train configs/simcse_3r.yaml --train-arg=--max_steps=20 --seconds 10
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
 """
@@ -33,6 +45,8 @@ import argparse
 import json
 import os
 import platform
+import shlex
+import subprocess
 import sys
 import tempfile
 import threading
@@ -107,6 +121,57 @@ def summarise(name: str, recs: list[tuple[float, float, bool, str]], batch: int)
     }
 
 
+def _reembedded(status: dict) -> bool:
+    r = status.get("reembedding") or {}
+    return (
+        r.get("state") in ("completed", "failed", "cancelled") and (r.get("target_model") or {}).get("version") == "2"
+    )
+
+
+class TrainingJob:
+    """``python -m training train`` publishing the next version of ``minilm`` into ``models``, in the background."""
+
+    def __init__(self, config: str, extra: list[str], models: Path, out: Path) -> None:
+        self.out, self.published = out, models / NAME / "2"
+        self.cmd = [
+            sys.executable, "-m", "training", "train", "--config", config, "--publish", str(models),
+            "--artifact_name", NAME, "--output_dir", str(out), "--eval_every", "0", "--save_every", "0",
+            "--final_eval", "false", "--export_evaluate", "none", "--progress", "false",
+            *(x for arg in extra for x in (arg.split("=", 1) if arg.startswith("--") else [arg])),
+        ]  # fmt: skip
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.log: list[str] = []
+        threading.Thread(target=lambda: self.log.extend(self.proc.stdout), daemon=True).start()
+
+    def wait_published(self) -> float:
+        """Block until ``minilm/2`` is in the models dir (the export renames it in whole); returns that time.
+
+        Raises:
+            RuntimeError: the job ended without publishing (its output's tail is in the message).
+        """
+        while not (self.published / "manifest.json").exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"training ended ({self.proc.returncode}) without publishing:\n{''.join(self.log)[-3000:]}"
+                )
+            time.sleep(0.05)
+        return time.monotonic()
+
+    def result(self) -> dict:
+        """Wait for the job; its command, duration and training steps/s (``results.json``)."""
+        if self.proc.wait() != 0:
+            raise RuntimeError(f"training failed ({self.proc.returncode}):\n{''.join(self.log)[-3000:]}")
+        res = json.loads((self.out / "results.json").read_text())
+        return {
+            "command": shlex.join(["python", *self.cmd[1:]]),
+            "job_seconds": round(time.monotonic() - self.t0, 1),
+            "steps": res["steps"],
+            "train_seconds": res["train_seconds"],
+            "steps_per_second": res["steps_per_second"],
+        }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--clients", type=int, default=4)
@@ -114,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--points", type=int, default=2000, help="STS-B sentences in the collection")
     p.add_argument("--seconds", type=float, default=15.0, help="length of each steady phase")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--train", default=None, metavar="CONFIG", help="v2 = this training config, published (poll mode)")
+    p.add_argument("--train-arg", action="append", default=[], help="an extra training flag, e.g. --max_steps=200")
+    p.add_argument("--server-arg", action="append", default=[], help="an extra service flag, e.g. --providers=cuda")
     a = p.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -128,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         models = root / "models"
         versioned_copy(src, models, NAME, "1")
-        sliced_artifact(src, root / "stage", NAME, "2", 256)
-        args = ["--default-model", NAME, "--admin-api-keys", "bench-admin", "--log-level", "warning"]
+        args = ["--default-model", NAME, "--admin-api-keys", "bench-admin", "--log-level", "warning", *a.server_arg]
+        if a.train:
+            args += ["--model-control", "poll", "--model-poll-interval-s", "1"]
+        else:
+            sliced_artifact(src, root / "stage", NAME, "2", 256)
         with (
             run_server(models, workdir=root / "work", args=args) as srv,
             httpx.Client(base_url=srv.url, timeout=600.0) as c,
@@ -147,15 +218,24 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(2.0)  # ramp-up, not measured
                 t_steady1 = time.monotonic()
                 time.sleep(a.seconds)
-                os.rename(root / "stage" / NAME / "2", models / NAME / "2")  # publish
-                t_act0 = time.monotonic()
-                r = c.post(f"/admin/models/{NAME}/activate", headers=ADMIN, json={"version": "2"})
-                t_act1 = time.monotonic()
-                r.raise_for_status()
-                while (st := c.get("/collections/bench").json())["reembedding"]["state"] == "running":
+                if a.train:
+                    t_train = time.monotonic()
+                    training = TrainingJob(a.train, a.train_arg, models, root / "run")
+                    t_act0 = training.wait_published()
+                    while (c.get("/info").json()["model_version"]) != "2":
+                        time.sleep(0.05)
+                    t_act1 = time.monotonic()  # the service answers with minilm:2
+                else:
+                    os.rename(root / "stage" / NAME / "2", models / NAME / "2")  # publish
+                    t_act0 = time.monotonic()
+                    r = c.post(f"/admin/models/{NAME}/activate", headers=ADMIN, json={"version": "2"})
+                    t_act1 = time.monotonic()
+                    r.raise_for_status()
+                while not _reembedded(st := c.get("/collections/bench").json()):  # towards minilm:2, finished
                     time.sleep(0.2)
                 t_re = time.monotonic()
                 reembed = st["reembedding"]
+                job = training.result() if a.train else None
                 # nothing needs the old model any more: release it (its ORT threads would otherwise stay around)
                 c.post(f"/admin/models/{NAME}/unload", headers=ADMIN, json={"version": "1"}).raise_for_status()
                 time.sleep(1.0)
@@ -165,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 load.finish()
             rows = [
-                summarise("steady (v1)", load.window(t_steady1, t_act0), a.batch),
-                summarise("swap: activate call", load.window(t_act0, t_act1), a.batch),
+                summarise("steady (v1)", load.window(t_steady1, t_train if a.train else t_act0), a.batch),
+                *([summarise("training", load.window(t_train, t_act0), a.batch)] if a.train else []),
+                summarise(
+                    "swap: poll activation" if a.train else "swap: activate call", load.window(t_act0, t_act1), a.batch
+                ),  # fmt: skip
                 summarise("swap: re-embedding", load.window(t_act1, t_re), a.batch),
                 summarise("swap: whole", load.window(t_act0, t_re), a.batch),
                 summarise("steady (v2)", load.window(t_steady2, t_end), a.batch),
@@ -188,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "failed_requests_total": all_failed,
         "phases": rows,
+        **({"training": job} if a.train else {}),
     }
     print(f"\n{out['machine']}\n{out['command']}\n")
     print("| phase | requests | failed | p50 ms | p99 ms | sentences/s | served by |")
@@ -198,10 +282,16 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['phase']} | {r['requests']} | {r['failed']} | {f(r['p50_ms'])} | {f(r['p99_ms'])} | "
             f"{f(r['sentences_per_s'])} | {', '.join(r['models'])} |"
         )
+    if a.train:
+        print(
+            f"\ntraining: {job['command']}\n  {job['steps']} steps in {job['train_seconds']:.1f} s of training = "
+            f"{job['steps_per_second']:.2f} steps/s; the job took {job['job_seconds']:.1f} s (start, export "
+            f"included)"
+        )
     print(
-        f"\nactivate call: {out['activate_seconds']:.2f} s; re-embedding: {reembed['total']} points in "
-        f"{reembed.get('seconds')} s = {reembed.get('rate_per_s')} points/s (384 -> 256 dims); "
-        f"failed requests overall: {all_failed}"
+        f"\n{'poll activation' if a.train else 'activate call'}: {out['activate_seconds']:.2f} s; re-embedding: "
+        f"{reembed['total']} points in {reembed.get('seconds')} s = {reembed.get('rate_per_s')} points/s "
+        f"({'384 -> 384' if a.train else '384 -> 256'} dims); failed requests overall: {all_failed}"
     )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
