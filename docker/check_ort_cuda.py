@@ -4,7 +4,9 @@
 
 Reads ``ARG ORT_GPU_VERSION`` and the ``FROM nvidia/cuda:<X.Y.Z>-cudnn...`` tag of ``docker/Dockerfile.gpu``, downloads
 that onnxruntime-gpu wheel, lists the ``NEEDED`` entries of ``libonnxruntime_providers_cuda.so`` (``readelf -d``) and
-exits 1 when its ``libcudart.so.<major>`` differs from the base image's CUDA major or it needs no ``libcudnn.so.9``.
+exits 1 when its ``libcudart.so.<major>`` differs from the base image's CUDA major or it links a cuDNN other than
+``libcudnn.so.9``. Builds up to 1.24 link ``libcudnn.so.9``; 1.31 links no cuDNN (``nm -D``: no cuDNN symbol
+imported) and loads it at run time, so the base image still carries cuDNN 9 (``-cudnn-runtime``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def main() -> int:
     needed = re.findall(r"\(NEEDED\).*\[(.+)\]", out)
     print(f"onnxruntime-gpu {ort} CUDA provider needs: {' '.join(needed)}")
     print(f"base image CUDA major: {cuda}")
-    ok = f"libcudart.so.{cuda}" in needed and "libcudnn.so.9" in needed
+    cudnn = [n for n in needed if n.startswith("libcudnn")]
+    ok = f"libcudart.so.{cuda}" in needed and cudnn in ([], ["libcudnn.so.9"])
+    print(f"cuDNN: {cudnn[0] if cudnn else 'not linked (loaded at run time; the base carries cuDNN 9)'}")
     print("OK: the provider's CUDA/cuDNN majors match the base image" if ok else "MISMATCH")
     return 0 if ok else 1
 

@@ -42,8 +42,9 @@ DOCKERFILES = ["Dockerfile", "Dockerfile.gpu"]
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
 LOOPBACK = ("127.0.0.1:", "${EMBED_BIND:-127.0.0.1}:")
 #: onnxruntime-gpu build -> (CUDA major, cuDNN major) its CUDA provider links, read from the wheel's
-#: libonnxruntime_providers_cuda.so NEEDED entries by docker/check_ort_cuda.py (libcudart.so.12, libcudnn.so.9)
-ORT_GPU_LINKS = {"1.24.4": ("12", "9")}
+#: libonnxruntime_providers_cuda.so NEEDED entries by docker/check_ort_cuda.py (1.24.4: libcudart.so.12,
+#: libcudnn.so.9; 1.31.1: libcudart.so.13, cuDNN 9 loaded at run time, not linked)
+ORT_GPU_LINKS = {"1.24.4": ("12", "9"), "1.31.1": ("13", "9")}
 
 
 def _instructions(path: Path) -> list[dict]:
