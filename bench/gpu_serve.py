@@ -282,7 +282,9 @@ def main() -> int:
         import httpx
 
         info = httpx.get(f"{srv.url}/info", timeout=30).json()
-        print("service /info:", json.dumps({k: info.get(k) for k in ("model_id", "model_version", "providers", "limits")}))
+        print(
+            "service /info:", json.dumps({k: info.get(k) for k in ("model_id", "model_version", "providers", "limits")})
+        )
         for k in kinds:
             for n in map(int, a.clients.split(",")):
                 r = bench_service(srv.url, data[k], toks[k], a.batch, n, a.client_procs, a.seconds)
