@@ -214,9 +214,10 @@ class OnnxModel:
         if CUDA in chosen:
             preload_cuda_libraries()
         model_path = str(self.path / MODEL_FILE)
-        # enable_fallback=0: onnxruntime would otherwise retry a failing session creation on the CPU, and switch a
-        # session whose provider fails during run() to the CPU for good, silently (its /info would still say CUDA);
-        # here the creation's failure is handled below and a failing run() fails its batch
+        # enable_fallback=0 (read by 1.31 and 1.32; 1.20 ignores it) and disable_fallback() below: onnxruntime
+        # would otherwise retry a failing session creation on the CPU, and switch a session whose provider fails
+        # during run() to the CPU for good, silently (its /info would still say CUDA); here the creation's failure
+        # is handled below, and a failing run() fails its batch
         try:
             sess = ort.InferenceSession(model_path, sess_options=opts, providers=chosen, enable_fallback=0)
         except Exception as e:  # CUDA libraries present but unusable, corrupt graph, ...
@@ -244,6 +245,7 @@ class OnnxModel:
                 sess = ort.InferenceSession(model_path, sess_options=opts, providers=[CPU], enable_fallback=0)
             except Exception as e:
                 raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
+        sess.disable_fallback()
         return sess
 
     def _check_signature(self) -> None:
