@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +29,9 @@ from artifact_contract import (
     validate_artifact,
 )
 
-log = logging.getLogger("service.backend")
+from .providers import CUDA, ProviderError, open_session
 
-CUDA = "CUDAExecutionProvider"
-CPU = "CPUExecutionProvider"
+log = logging.getLogger("service.backend")
 
 
 class ModelLoadError(RuntimeError):
@@ -88,54 +86,6 @@ class Tokenized:
 
     def __post_init__(self) -> None:
         self.lengths = np.fromiter((len(x) for x in self.ids), dtype=np.int64, count=len(self.ids))
-
-
-def choose_providers(requested: list[str]) -> list[str]:
-    """Resolve the ``providers`` setting into an ORT provider list.
-
-    ``["auto"]`` → ``[CUDA, CPU]`` when onnxruntime reports CUDA, else ``[CPU]``
-    (whether CUDA really works is checked when the session is created).
-    Explicit names (or the aliases ``cpu``, ``cuda``, ``tensorrt``) must be among
-    ``onnxruntime.get_available_providers()``.
-
-    Raises:
-        ModelLoadError: an unknown provider was asked for.
-    """
-    available = ort.get_available_providers()
-    if not requested or requested == ["auto"]:
-        return [CUDA, CPU] if CUDA in available else [CPU]
-    aliases = {"cpu": CPU, "cuda": CUDA, "tensorrt": "TensorrtExecutionProvider"}
-    requested = [aliases.get(p.lower(), p) for p in requested]
-    bad = [p for p in requested if p not in available]
-    if bad:
-        raise ModelLoadError(f"providers {bad} not available (available: {available})")
-    return list(requested)
-
-
-_cuda_preloaded = False
-_cuda_preload_lock = threading.Lock()
-
-
-def preload_cuda_libraries() -> None:
-    """Load the CUDA and cuDNN libraries of pip's ``nvidia-*`` packages before a CUDA session is created (once).
-
-    onnxruntime-gpu's CUDA provider links ``libcudart``/``libcublas``/``libcurand`` of its CUDA major and loads
-    cuDNN; installed as ``pip install onnxruntime-gpu[cuda,cudnn]`` (or beside a PyTorch that brought them) these
-    live in ``site-packages/nvidia/...``, not on the loader's path, and the provider fails to load unless they are
-    loaded first. ``onnxruntime.preload_dlls()`` (onnxruntime >= 1.21; ONNX Runtime docs, "CUDA Execution
-    Provider", "Preload DLLs") does that, and falls back to the loader's path (a CUDA base image's system
-    libraries). A no-op on the CPU build and on older versions; a failure is logged, and the session creation
-    that follows says whether CUDA works.
-    """
-    global _cuda_preloaded
-    with _cuda_preload_lock:  # models load in worker threads: a second load waits for the first one's preload
-        if _cuda_preloaded or not hasattr(ort, "preload_dlls"):
-            return
-        _cuda_preloaded = True
-        try:
-            ort.preload_dlls()
-        except Exception as e:  # a broken nvidia package layout must not stop a CPU fallback
-            log.warning("onnxruntime.preload_dlls() failed: %s", e)
 
 
 class OnnxModel:
@@ -209,44 +159,10 @@ class OnnxModel:
         opts.log_severity_level = 3
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
-        chosen = choose_providers(providers)
-        auto = providers in ([], ["auto"])
-        if CUDA in chosen:
-            preload_cuda_libraries()
-        model_path = str(self.path / MODEL_FILE)
-        # enable_fallback=0 (read by 1.31 and 1.32; 1.20 ignores it) and disable_fallback() below: onnxruntime
-        # would otherwise retry a failing session creation on the CPU, and switch a session whose provider fails
-        # during run() to the CPU for good, silently (its /info would still say CUDA); here the creation's failure
-        # is handled below, and a failing run() fails its batch
         try:
-            sess = ort.InferenceSession(model_path, sess_options=opts, providers=chosen, enable_fallback=0)
-        except Exception as e:  # CUDA libraries present but unusable, corrupt graph, ...
-            if CUDA in chosen and auto:
-                log.warning("CUDA provider failed (%s); falling back to CPU", e)
-                sess = None
-            else:
-                raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
-        else:
-            got = sess.get_providers()
-            if auto and CUDA in chosen and CUDA not in got:
-                log.warning(
-                    "onnxruntime reports %s but it could not be used here (see its log); running on %s", CUDA, got
-                )
-            elif not auto and (lost := [p for p in chosen if p not in got]):
-                # onnxruntime drops a provider that fails to initialise (missing CUDA libraries, no device) and runs
-                # on the rest: an explicit request is not silently served by another provider
-                raise ModelLoadError(
-                    f"{self.path}: providers {lost} were asked for and could not be initialised (onnxruntime's log "
-                    f"says why; for CUDA: the driver, and the CUDA/cuDNN libraries of onnxruntime's CUDA major); "
-                    f"the session would run on {got}. Use providers=auto to fall back to the CPU"
-                )
-        if sess is None:
-            try:
-                sess = ort.InferenceSession(model_path, sess_options=opts, providers=[CPU], enable_fallback=0)
-            except Exception as e:
-                raise ModelLoadError(f"{self.path}: cannot open {MODEL_FILE}: {e}") from e
-        sess.disable_fallback()
-        return sess
+            return open_session(self.path / MODEL_FILE, opts, providers)
+        except ProviderError as e:
+            raise ModelLoadError(f"{self.path}: {e}") from e
 
     def _check_signature(self) -> None:
         ins = {i.name: i for i in self._session.get_inputs()}

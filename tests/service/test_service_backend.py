@@ -93,17 +93,17 @@ def cuda_reported_but_unusable(monkeypatch):
     Only the availability report is changed: the real (CPU) onnxruntime then drops the CUDA provider when the
     session is created, as onnxruntime-gpu does when the driver or a CUDA library is missing.
     """
-    import service.backend as backend
+    import service.providers as providers
 
-    monkeypatch.setattr(backend.ort, "get_available_providers", lambda: [backend.CUDA, backend.CPU])
-    return backend
+    monkeypatch.setattr(providers.ort, "get_available_providers", lambda: [providers.CUDA, providers.CPU])
+    return providers
 
 
 def test_cuda_libraries_are_preloaded_once_before_a_cuda_session_only(default_artifact, cuda_reported_but_unusable,
                                                                       monkeypatch):  # fmt: skip
-    backend, calls = cuda_reported_but_unusable, []
-    monkeypatch.setattr(backend, "_cuda_preloaded", False)
-    monkeypatch.setattr(backend.ort, "preload_dlls", lambda *a, **k: calls.append(1), raising=False)
+    pv, calls = cuda_reported_but_unusable, []
+    monkeypatch.setattr(pv, "_cuda_preloaded", False)
+    monkeypatch.setattr(pv.ort, "preload_dlls", lambda *a, **k: calls.append(1), raising=False)
     OnnxModel(default_artifact, providers=["cpu"], intra_op_threads=1)
     assert calls == []
     OnnxModel(default_artifact, providers=["auto"], intra_op_threads=1)
@@ -114,11 +114,11 @@ def test_cuda_libraries_are_preloaded_once_before_a_cuda_session_only(default_ar
 @pytest.mark.parametrize("providers", [["auto"], []])
 def test_auto_falls_back_to_the_cpu_when_cuda_cannot_be_used(default_artifact, cuda_reported_but_unusable, caplog,
                                                                providers):  # fmt: skip
-    backend = cuda_reported_but_unusable
-    assert backend.choose_providers(providers) == [backend.CUDA, backend.CPU]
-    with caplog.at_level("WARNING", logger="service.backend"):
+    pv = cuda_reported_but_unusable
+    assert pv.choose_providers(providers) == [pv.CUDA, pv.CPU]
+    with caplog.at_level("WARNING", logger="service.providers"):
         m = OnnxModel(default_artifact, providers=providers, intra_op_threads=1)
-    assert m.providers == [backend.CPU]
+    assert m.providers == [pv.CPU]
     assert any("could not be used" in r.getMessage() for r in caplog.records), caplog.text
     assert m.embed_sync(SENTENCES[:2]).shape == (2, m.info.dimension)
 
