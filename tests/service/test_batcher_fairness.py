@@ -119,3 +119,44 @@ def test_cancelled_request_is_skipped(model, sentences, long_texts):
     while batch := q.next_batch():
         rest.extend(batch)
     assert sorted(i for _, i in rest) == [0, 1, 2] and {id(j) for j, _ in rest} == {id(small)}
+
+
+def _padded_cost_reference(lengths: np.ndarray, max_batch_size: int, max_batch_tokens: int, overhead: int) -> float:
+    """The exhaustive dynamic programme over every cut position of the sorted ``lengths``: the least
+    ``sum(padded tokens) + overhead x n_batches`` within the limits (a single input may exceed the token limit)."""
+    n = len(lengths)
+    best = np.zeros(n + 1)
+    for end in range(1, n + 1):
+        best[end] = min(
+            best[s] + (end - s) * lengths[end - 1] + overhead
+            for s in range(max(0, end - max_batch_size), end)
+            if (end - s) * lengths[end - 1] <= max_batch_tokens or end - s == 1
+        )
+    return float(best[n])
+
+
+def test_cut_window_is_optimal_and_within_limits():
+    """The cut over the few candidate points costs what the exhaustive programme over every position does, on
+    random windows and on real STS-B lengths at GPU-sized limits."""
+    from service.backend import Tokenized
+    from service.fair_queue import cut_window
+
+    rng = np.random.default_rng(0)
+    s = load_task("STSBenchmark")
+    stsb = np.array([len(t.split()) + 2 for t in dict.fromkeys(s.sent1)])  # word counts: real length spreads
+    cases = [
+        (rng.integers(1, rng.integers(2, 60), rng.integers(1, 80)), int(rng.integers(1, 20)),
+         int(rng.integers(1, 400)), int(rng.integers(0, 40)))
+        for _ in range(400)
+    ] + [(rng.choice(stsb, 1024), 256, 16384, 16), (rng.choice(stsb, 256), 16, 2048, 16), (np.full(300, 128), 64, 8192, 0)]  # fmt: skip
+    for lengths, max_batch_size, max_batch_tokens, overhead in cases:
+        job = Job(Tokenized([np.zeros(int(n), dtype=np.int64) for n in lengths]), None, None, remaining=len(lengths))
+        batches = cut_window([(job, i) for i in range(len(lengths))], max_batch_size=max_batch_size,
+                             max_batch_tokens=max_batch_tokens, overhead=overhead)  # fmt: skip
+        assert sorted(i for b in batches for _, i in b) == list(range(len(lengths)))
+        cost = 0
+        for b in batches:
+            size, longest = len(b), max(int(lengths[i]) for _, i in b)
+            assert size <= max_batch_size and (size * longest <= max_batch_tokens or size == 1)
+            cost += size * longest + overhead
+        assert cost == _padded_cost_reference(np.sort(lengths), max_batch_size, max_batch_tokens, overhead)
