@@ -4,7 +4,8 @@ For each ``--artifact``, the real service (``python -m service --default-model <
 every distinct STS-B test sentence over HTTP (``POST /v1/embeddings``, base64, ``--batch`` inputs per request). The
 reference is the fp32 artifact ``--reference`` in-process on ONNX Runtime's CPU provider
 (:func:`training.evaluation.onnx_encode_fn`). Reported per artifact: the providers the service's ``/info`` names,
-the minimum and mean cosine between served and reference embeddings (per sentence), STS-B test Spearman x100 of
+the minimum per-sentence cosine and the largest element difference between served and reference embeddings
+(:func:`training.export.parity.measure_parity`, the figures an export's manifest records), STS-B test Spearman x100 of
 the cosine scores of each (:func:`training.data.sts.cosine_spearman`) and their difference.
 
 Bounds (the GPU issue's): min cosine >= ``--min-cosine`` (0.999) and |Spearman difference| <= ``--max-spearman-diff``
@@ -40,6 +41,7 @@ from bench.machine import cpu_model  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 from training.data.sts import cosine_spearman, load_stsb  # noqa: E402
 from training.evaluation import onnx_encode_fn  # noqa: E402
+from training.export.parity import measure_parity  # noqa: E402
 
 
 def served(url: str, sentences: list[str], batch: int) -> np.ndarray:
@@ -53,14 +55,6 @@ def served(url: str, sentences: list[str], batch: int) -> np.ndarray:
             r.raise_for_status()
             out += [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in r.json()["data"]]
     return np.stack(out)
-
-
-def compare(got: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
-    """Per-row cosine between ``got`` and ``ref`` (both ``(N, D)``): its minimum and mean."""
-    a = got / np.linalg.norm(got, axis=1, keepdims=True)
-    b = ref / np.linalg.norm(ref, axis=1, keepdims=True)
-    cos = (a * b).sum(axis=1)
-    return float(cos.min()), float(cos.mean())
 
 
 def main() -> int:
@@ -104,24 +98,25 @@ def main() -> int:
             rows.append({"artifact": art, "providers": [], "fails": [f"service did not start: {why.strip()[:300]}"]})
             failed = True
             continue
-        cmin, cmean = compare(got, ref)
+        par = measure_parity(ref, got, "STS-B test, every distinct sentence", providers[0])  # the export's figures
         sp = cosine_spearman(got[i1], got[i2], test.scores)
         why = [
-            *([f"min cosine < {a.min_cosine}"] if cmin < a.min_cosine else []),
+            *([f"min cosine < {a.min_cosine}"] if par.min_cosine < a.min_cosine else []),
             *([f"|dSpearman| > {a.max_spearman_diff}"] if abs(sp - ref_spearman) > a.max_spearman_diff else []),
             *([f"runs on {providers}"] if a.expect_provider and providers[:1] != [a.expect_provider] else []),
         ]
         failed |= bool(why)
-        rows.append({"artifact": art, "providers": providers, "min_cosine": cmin, "mean_cosine": cmean,
-                     "spearman": sp, "spearman_diff": sp - ref_spearman, "fails": why})  # fmt: skip
+        rows.append({"artifact": art, "providers": providers, "min_cosine": par.min_cosine,
+                     "max_abs_diff": par.max_abs_diff, "spearman": sp, "spearman_diff": sp - ref_spearman,
+                     "fails": why})  # fmt: skip
     print(f"\nserved with --providers {a.providers}, {a.batch} inputs per request, against {a.reference} on the CPU")
-    print("| artifact | /info providers | min cosine | mean cosine | STS-B test Spearman | difference | bounds |")
+    print("| artifact | /info providers | min cosine | max abs diff | STS-B test Spearman | difference | bounds |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "min_cosine" not in r:
             print(f"| {r['artifact']} | - | - | - | - | - | {r['fails'][0]} |")
             continue
-        print(f"| {r['artifact']} | {', '.join(r['providers'])} | {r['min_cosine']:.6f} | {r['mean_cosine']:.6f} "
+        print(f"| {r['artifact']} | {', '.join(r['providers'])} | {r['min_cosine']:.6f} | {r['max_abs_diff']:.2e} "
               f"| {r['spearman']:.3f} | {r['spearman_diff']:+.3f} | {'; '.join(r['fails']) or 'met'} |")  # fmt: skip
     print(f"\nload average before {load0:.2f}, after {os.getloadavg()[0]:.2f}")
     if a.json:

@@ -137,7 +137,7 @@ class TrainingJob:
             sys.executable, "-m", "training", "train", "--config", config, "--publish", str(models),
             "--artifact_name", NAME, "--output_dir", str(out), "--eval_every", "0", "--save_every", "0",
             "--final_eval", "false", "--export_evaluate", "none", "--progress", "false",
-            *(x for arg in extra for x in (arg.split("=", 1) if arg.startswith("--") else [arg])),
+            *extra,  # the training CLI takes --field=value as it is
         ]  # fmt: skip
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

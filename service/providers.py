@@ -94,8 +94,9 @@ def open_session(model_path: str | os.PathLike, opts: ort.SessionOptions, provid
         if not (CUDA in chosen and auto):
             raise ProviderError(f"cannot open {os.path.basename(path)}: {e}") from e
         log.warning("CUDA provider failed (%s); falling back to CPU", e)
+        chosen = [CPU]
         try:
-            sess = ort.InferenceSession(path, sess_options=opts, providers=[CPU], enable_fallback=0)
+            sess = ort.InferenceSession(path, sess_options=opts, providers=chosen, enable_fallback=0)
         except Exception as e2:
             raise ProviderError(f"cannot open {os.path.basename(path)}: {e2}") from e2
     got = sess.get_providers()

@@ -28,9 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +37,8 @@ from importlib import metadata
 from pathlib import Path
 
 import tomllib
+
+from artifact_contract import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / ".device"
@@ -80,18 +80,6 @@ DATA = ["sts/STSBenchmark", "corpus/en_sentences.txt"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(MIB), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def missing() -> list[str]:
     """The distributions the service needs on the device that :data:`DEVICE_HAS` lacks: the closure of the project's
     ``dependencies`` and :data:`EXTRA` over their requirements (markers evaluated for the device's CPython 3.12 on
@@ -103,20 +91,23 @@ def missing() -> list[str]:
     """
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     env = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}
     roots = [
         Requirement(r).name for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     ]
-    skip = {_norm(n) for n in DEVICE_HAS} | {"onnxruntime"}  # there already, with what they need (or replaced)
+    skip = {canonicalize_name(n) for n in DEVICE_HAS} | {
+        "onnxruntime"
+    }  # there already, with what they need (or replaced)
     seen: dict[str, str] = {}
     todo = [*roots, *EXTRA]
     while todo:
         name = todo.pop()
-        if _norm(name) in seen or _norm(name) in skip:
+        if (key := canonicalize_name(name)) in seen or key in skip:
             continue
         dist = metadata.distribution(name)
-        seen[_norm(name)] = dist.metadata["Name"]
+        seen[key] = dist.metadata["Name"]
         for r in dist.requires or []:
             req = Requirement(r)
             if not req.marker or req.marker.evaluate(env):
@@ -163,7 +154,7 @@ def split(files: list[Path], out: Path, part_mib: int) -> dict:
     loads: list[int] = []  # bytes used per load
     kit: dict = {"files": []}
     for f in files:
-        entry = {"name": f.name, "sha256": _sha256(f), "parts": []}
+        entry = {"name": f.name, "sha256": sha256_file(f), "parts": []}
         with open(f, "rb") as src:
             i = 0
             while chunk := src.read(cap):
