@@ -30,12 +30,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-import tomllib
 import yaml
 from dockerfile_parse import DockerfileParser
 
 from service.settings import Settings
 from tests.server_utils import REPO_ROOT, free_port, run_server
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the backport (a dev dependency there)
+    import tomli as tomllib
 
 DOCKER = REPO_ROOT / "docker"
 DOCKERFILES = ["Dockerfile", "Dockerfile.gpu"]

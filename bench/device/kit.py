@@ -36,9 +36,12 @@ import tarfile
 from importlib import metadata
 from pathlib import Path
 
-import tomllib
-
 from artifact_contract import sha256_file
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the backport (a dev dependency there)
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / ".device"
