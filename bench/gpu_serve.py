@@ -54,6 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import cpu_model  # noqa: E402
+from bench.st_baseline import best_encode_seconds  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 from training.data.sts import load_task  # noqa: E402
 
@@ -236,7 +237,6 @@ def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clie
 
 def bench_st(texts: list[str], toks: np.ndarray, device: str, dtype: str, batch_sizes: list[int]) -> list[dict]:
     """sentence-transformers in-process on ``device``: best of 3 encodes of ``texts`` per batch size."""
-    import torch
     from sentence_transformers import SentenceTransformer
 
     from training.st_dir import default_model_dir
@@ -246,16 +246,7 @@ def bench_st(texts: list[str], toks: np.ndarray, device: str, dtype: str, batch_
         model = model.half()
     out = []
     for bs in batch_sizes:
-        model.encode(texts[: bs * 4], batch_size=bs)  # warm-up
-        best = float("inf")
-        for _ in range(3):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            model.encode(texts, batch_size=bs, convert_to_numpy=True)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
+        best = best_encode_seconds(model, texts, bs)
         out.append({"batch_size": bs, "sent_per_s": len(texts) / best, "tok_per_s": float(toks.sum()) / best})
     return out
 

@@ -35,6 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.st_baseline import best_encode_seconds  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 from training.data.sts import load_task  # noqa: E402
 
@@ -75,13 +76,7 @@ def bench_st(
     for th in thread_options:
         torch.set_num_threads(th or default_threads)
         for batch in batch_sizes:
-            model.encode(flat[: 4 * batch], batch_size=batch)  # warm-up
-            best = None
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                model.encode(flat, batch_size=batch, convert_to_numpy=True)
-                dt = time.perf_counter() - t0
-                best = dt if best is None else min(best, dt)
+            best = best_encode_seconds(model, flat, batch, repeats)
             rows.append(
                 {
                     "name": f"sentence-transformers fp32 in-process (torch {torch.__version__}, "
