@@ -33,7 +33,7 @@ def test_manifest_records_fp32_parity(default_artifact: Path) -> None:
     assert m.training is None and m.quantization is None
     assert m.parity is not None and m.parity.n_sentences >= 200
     assert m.parity.max_abs_diff <= 1e-4 and m.parity.min_cosine >= 0.9999
-    assert abs(m.scores["STSBenchmark-dev"] - 86.72) < 0.1
+    assert abs(m.scores["STSBenchmark-dev"] - 86.72) <= 0.05  # the reference (../shared/data/README.md)
 
 
 def test_onnx_matches_sentence_transformers_on_unseen_sentences(default_artifact, default_model_dir, sick_sentences):

@@ -36,10 +36,11 @@ REFERENCE = {
 
 
 # Reproduced in the suite: a year of the SentEval "all" setting (STS16: five subsets, one correlation over their
-# concatenation), STS-B test and dev, SICK-R: ~12k of the ~38k distinct sentences of all seven tasks (~45 s instead of
-# ~2 min here). STS12-15 share STS16's code path and are checked by their loader counts above; the full table is
-# `python -m training eval --model models/all-minilm-l6-v2 --max-seq-length 128` (the seven + mean).
-REFERENCE_TASKS = ["STS16", "STSBenchmark", "SICKRelatedness", "STSBenchmark-dev"]
+# concatenation), STS-B test and SICK-R: ~9k of the ~38k distinct sentences of all seven tasks. STS12-15 share STS16's
+# code path and are checked by their loader counts above; STS-B dev (86.72) is the default artifact's manifest score,
+# computed by the same evaluate_sts at export and held to the reference by tests/training/test_export.py. The full
+# table is `python -m training eval --model models/all-minilm-l6-v2 --max-seq-length 128` (the seven + mean).
+REFERENCE_TASKS = ["STS16", "STSBenchmark", "SICKRelatedness"]
 
 
 @pytest.mark.parametrize("task,n", COUNTS.items())
