@@ -87,18 +87,14 @@ def open_session(model_path: str | os.PathLike, opts: ort.SessionOptions, provid
     auto = providers in ([], ["auto"])
     if CUDA in chosen:
         preload_cuda_libraries()
-    path = str(model_path)
     try:
-        sess = ort.InferenceSession(path, sess_options=opts, providers=chosen, enable_fallback=0)
-    except Exception as e:  # CUDA libraries present but unusable, corrupt graph, ...
+        sess = _create(model_path, opts, chosen)
+    except ProviderError as e:  # CUDA libraries present but unusable, corrupt graph, ...
         if not (CUDA in chosen and auto):
-            raise ProviderError(f"cannot open {os.path.basename(path)}: {e}") from e
+            raise
         log.warning("CUDA provider failed (%s); falling back to CPU", e)
         chosen = [CPU]
-        try:
-            sess = ort.InferenceSession(path, sess_options=opts, providers=chosen, enable_fallback=0)
-        except Exception as e2:
-            raise ProviderError(f"cannot open {os.path.basename(path)}: {e2}") from e2
+        sess = _create(model_path, opts, chosen)
     got = sess.get_providers()
     if auto and CUDA in chosen and CUDA not in got:
         log.warning("onnxruntime reports %s but it could not be used here (see its log); running on %s", CUDA, got)
@@ -110,3 +106,15 @@ def open_session(model_path: str | os.PathLike, opts: ort.SessionOptions, provid
         )
     sess.disable_fallback()
     return sess
+
+
+def _create(model_path: str | os.PathLike, opts: ort.SessionOptions, chosen: list[str]) -> ort.InferenceSession:
+    """``ort.InferenceSession`` on exactly ``chosen`` (onnxruntime's creation fallback off).
+
+    Raises:
+        ProviderError: onnxruntime could not open it (its message included).
+    """
+    try:
+        return ort.InferenceSession(str(model_path), sess_options=opts, providers=chosen, enable_fallback=0)
+    except Exception as e:
+        raise ProviderError(f"cannot open {os.path.basename(model_path)}: {e}") from e

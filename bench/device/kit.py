@@ -100,9 +100,7 @@ def missing() -> list[str]:
     roots = [
         Requirement(r).name for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     ]
-    skip = {canonicalize_name(n) for n in DEVICE_HAS} | {
-        "onnxruntime"
-    }  # there already, with what they need (or replaced)
+    skip = {canonicalize_name(n) for n in DEVICE_HAS | {"onnxruntime"}}  # there already (or replaced), with their needs
     seen: dict[str, str] = {}
     todo = [*roots, *EXTRA]
     while todo:
