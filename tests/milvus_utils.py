@@ -64,10 +64,11 @@ class MilvusServer:
     Args:
         data_dir: where Milvus keeps its data (kept across :meth:`kill` and :meth:`start`).
         port: the proxy port (gRPC and REST).
+        tick_ms, extra_config: see :func:`milvus_server`.
     """
 
-    def __init__(self, data_dir: Path, port: int, tick_ms: int = 20) -> None:
-        self.data_dir, self.port, self.tick_ms = data_dir, port, tick_ms
+    def __init__(self, data_dir: Path, port: int, tick_ms: int = 20, extra_config: tuple[str, ...] = ()) -> None:
+        self.data_dir, self.port, self.tick_ms, self.extra_config = data_dir, port, tick_ms, extra_config
         self.token = f"root:{DEFAULT_ROOT_PASSWORD}"
         self.proc: subprocess.Popen | None = None
 
@@ -87,7 +88,8 @@ class MilvusServer:
             (self.data_dir / "logs" / "milvus-stderr.log").unlink(missing_ok=True)
             cmd = [str(exe), "--data", str(self.data_dir), "--proxy-port", str(self.port),
                    "--authorization-enabled", "true", "--extra-config", f"proxy.timeTickInterval={self.tick_ms}",
-                   "--extra-config", "common.session.ttl=10"]  # fmt: skip
+                   "--extra-config", "common.session.ttl=10",
+                   *(a for kv in self.extra_config for a in ("--extra-config", kv))]  # fmt: skip
             with open(self.data_dir / "milvus-server.log", "ab") as f:
                 self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
             deadline = time.monotonic() + timeout
@@ -139,9 +141,11 @@ class MilvusServer:
 
 
 @contextmanager
-def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_ms: int = 20) -> Iterator[MilvusServer]:
+def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_ms: int = 20,
+                  extra_config: tuple[str, ...] = ()) -> Iterator[MilvusServer]:  # fmt: skip
     """A running, password-protected Milvus server with its data under ``data_dir`` (``tick_ms``: its
-    ``proxy.timeTickInterval``; Milvus's default is 200).
+    ``proxy.timeTickInterval``; Milvus's default is 200; ``extra_config``: more ``key=value`` settings of its
+    ``milvus.yaml``, as ``milvus-server --extra-config`` takes them).
 
     Raises:
         RuntimeError: ports 2379-2380 are taken, or the server did not start (its log tail is in the message).
@@ -156,7 +160,7 @@ def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_m
     for attempt in range(tries):  # a failed first start: fresh ports and a fresh data directory
         d = data_dir / f"try{attempt}"
         d.mkdir(parents=True, exist_ok=True)
-        server = MilvusServer(d, free_port(), tick_ms)
+        server = MilvusServer(d, free_port(), tick_ms, extra_config)
         try:
             server.start(timeout, tries=1)
             server.secure()
