@@ -1,8 +1,10 @@
 """Time to create and load one collection on the test Milvus (the ``milvus`` 2.3.5 wheel's standalone server), step
 by step, with extra server settings: why each Milvus-backed test pays seconds per collection.
 
-Per try, a collection with the fields :func:`service.collections.milvus.schema.create_physical` makes (384 dims,
-FLAT, cosine), in the three pymilvus calls that its one ``create_collection(..., index_params=...)`` makes: ``create_collection`` (schema only), ``create_index``,
+Per try, the backend's physical collection (:func:`service.collections.milvus.schema.physical_schema`, 384 dims;
+:func:`~service.collections.milvus.schema.index_params` of a flat cosine index), made in the three pymilvus calls
+that :func:`~service.collections.milvus.schema.create_physical`'s one ``create_collection(..., index_params=...)``
+makes: ``create_collection`` (schema only), ``create_index``,
 ``load_collection`` (each returns when done); the seconds of each. ``--extra-config key=value`` (repeatable) sets
 Milvus settings, e.g. ``queryCoord.checkInterval=100`` (its query coordinator's checker, 1,000 ms by default).
 
@@ -34,24 +36,15 @@ def main() -> int:
     ap.add_argument("--tries", type=int, default=4)
     ap.add_argument("--extra-config", action="append", default=[], help="a Milvus setting key=value (repeatable)")
     a = ap.parse_args()
-    from pymilvus import DataType, MilvusClient
-
-    from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES
+    from service.collections.index import IndexSpec
+    from service.collections.milvus.schema import index_params, physical_schema
 
     load0 = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory() as d, milvus_server(Path(d), extra_config=tuple(a.extra_config)) as server:
         c = milvus_client(server.uri, server.token)
         for i in range(a.tries):
-            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-            schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=MAX_KEY_BYTES)
-            schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
-            schema.add_field("payload", DataType.JSON)
-            schema.add_field("nulls", DataType.JSON)
-            schema.add_field("updated", DataType.INT64)
-            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=384)
-            ip = c.prepare_index_params()
-            ip.add_index(field_name="vector", index_type="FLAT", metric_type="COSINE")
+            schema, ip = physical_schema(384), index_params(c, IndexSpec("flat", "cosine", {}, 384))
             t = [time.perf_counter()]
             c.create_collection(f"c{i}", schema=schema)
             t.append(time.perf_counter())

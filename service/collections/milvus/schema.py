@@ -50,20 +50,34 @@ def check_supported(kind: str) -> None:
         )
 
 
-def create_physical(client: MilvusClient, name: str, spec: IndexSpec, consistency: str) -> None:
-    """Create (and load) the physical Milvus collection ``name`` for ``spec``."""
+def physical_schema(dimension: int):
+    """The ``pymilvus`` schema of a physical collection: the module docstring's fields, vectors of ``dimension``."""
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=MAX_KEY_BYTES)
     schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
     schema.add_field("payload", DataType.JSON)
     schema.add_field("nulls", DataType.JSON)
     schema.add_field("updated", DataType.INT64)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=spec.dimension)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimension)
+    return schema
+
+
+def index_params(client: MilvusClient, spec: IndexSpec):
+    """The ``pymilvus`` index parameters of ``spec`` on the ``vector`` field."""
     index_type, params = BUILD[spec.kind](spec.params)
     ip = client.prepare_index_params()
     ip.add_index(field_name="vector", index_type=index_type, metric_type=METRICS[spec.metric], params=params)
+    return ip
+
+
+def create_physical(client: MilvusClient, name: str, spec: IndexSpec, consistency: str) -> None:
+    """Create (and load) the physical Milvus collection ``name`` for ``spec``."""
     client.create_collection(
-        name, schema=schema, index_params=ip, consistency_level=consistency, timeout=LOAD_TIMEOUT_S
+        name,
+        schema=physical_schema(spec.dimension),
+        index_params=index_params(client, spec),
+        consistency_level=consistency,
+        timeout=LOAD_TIMEOUT_S,
     )  # creating and loading: not bounded by the request timeout
 
 
