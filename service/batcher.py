@@ -90,6 +90,7 @@ class SubmitResult:
 
     @property
     def prompt_tokens(self) -> int:
+        """Tokens of all inputs, after truncation and with special tokens (OpenAI ``usage.prompt_tokens``)."""
         return int(self.lengths.sum())
 
 

@@ -128,6 +128,8 @@ class ServiceMiddleware:
         self.request_timeout_s = request_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI application call (ASGI spec, "Applications"): an ``http`` scope goes through the steps of the
+        module docstring; any other scope (``lifespan``, ``websocket``) passes straight to the app."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

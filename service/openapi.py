@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
 class ErrorDetail(BaseModel):
+    """The ``error`` object of an error body, as OpenAI's API answers errors."""
+
     message: str = Field(description="what was wrong, for a person")
     type: str = Field(description="error class, e.g. invalid_request_error, rate_limit_error")
     param: str | None = Field(None, description="the request field at fault, if any")
@@ -36,17 +38,24 @@ class _Open(BaseModel):
 
 
 class EmbeddingItem(BaseModel):
+    """One embedding, at ``index`` in the request's input order (OpenAI API reference, "The embedding object")."""
+
     object: Literal["embedding"]
     index: int
     embedding: list[float] | str = Field(description="floats, or base64 little-endian float32")
 
 
 class Usage(BaseModel):
+    """Tokens of the inputs, after truncation, special tokens included; ``total_tokens`` equals ``prompt_tokens``."""
+
     prompt_tokens: int
     total_tokens: int
 
 
 class EmbeddingsResponse(BaseModel):
+    """Answer of ``POST /v1/embeddings`` (OpenAI API reference, "Create embeddings"): one L2-normalised
+    embedding per input; ``model`` and ``model_version`` name the model that made them."""
+
     object: Literal["list"]
     data: list[EmbeddingItem]
     model: str
@@ -55,20 +64,30 @@ class EmbeddingsResponse(BaseModel):
 
 
 class SimilarityResponse(BaseModel):
+    """Answer of ``POST /similarity``: one cosine score per sentence or pair, in order, and the model's name."""
+
     scores: list[float] = Field(description="cosine similarity per sentence or pair")
     model: str
 
 
 class Status(_Open):
+    """Answer of ``/health`` (``ok``) and ``/ready`` (``ready``, with the active model's name)."""
+
     status: str
 
 
 class ModelList(_Open):
+    """Answer of ``GET /v1/models`` (OpenAI API reference, "List models"): the loaded models, each with its
+    ``version``, ``active`` flag and ``manifest``; ``available`` lists every artifact in the models directory."""
+
     object: Literal["list"]
     data: list[dict[str, Any]]
 
 
 class CollectionInfo(_Open):
+    """A collection: point ``count``, vector ``dimension``, ``metric`` (cosine, dot, l2), ``index`` (type, params,
+    trained), the ``model`` that embedded it, the last re-embedding's progress and the latest write ``sequence``."""
+
     name: str
     count: int
     dimension: int
@@ -77,36 +96,52 @@ class CollectionInfo(_Open):
 
 
 class CollectionList(BaseModel):
+    """Answer of ``GET /collections``: every collection's info, sorted by name."""
+
     collections: list[CollectionInfo]
 
 
 class WriteResult(_Open):
+    """Answer of a points write: ``completed`` once durable and searchable; ``sequence`` is the write's number (pass it
+    as ``after_sequence`` to read your writes on any replica), with ``upserted`` or ``deleted`` counts."""
+
     status: Literal["completed"]
     sequence: int
 
 
 class Point(_Open):
+    """A stored point: ``id``, ``text``, ``payload``, and ``vector`` when ``with_vector`` was asked."""
+
     id: int | str
     text: str
     payload: dict[str, Any] | None
 
 
 class ScrollPage(BaseModel):
+    """Answer of ``POST /collections/{name}/points/scroll``: one page of points in stored-id order."""
+
     points: list[Point]
     next: int | str | None = Field(description="the start of the next page; null on the last")
 
 
 class Count(BaseModel):
+    """Answer of ``POST /collections/{name}/points/count``: the points matching the filter, counted exactly."""
+
     count: int
 
 
 class Hit(_Open):
+    """A search result: point ``id`` and ``score`` (cosine/dot similarity, higher is better; l2 distance, lower is
+    better), with ``text`` and ``payload`` unless turned off."""
+
     id: int | str
     score: float
 
 
 # --- the Qdrant-compatible surface (service.qdrant): Qdrant's envelope and error shape --------------------------
 class QdrantErrorStatus(BaseModel):
+    """The ``status`` object of a Qdrant error body (Qdrant API reference, ``ErrorResponse``)."""
+
     error: str = Field(description="what was wrong, for a person")
 
 
@@ -123,26 +158,40 @@ def _q(result: Any, name: str) -> Any:
 
 
 class QdrantUpdate(BaseModel):
+    """Qdrant's ``UpdateResult`` (Qdrant API reference): always ``completed`` here, the write being durable and
+    searchable when answered; ``operation_id`` is the write's sequence number."""
+
     operation_id: int | None = None
     status: Literal["acknowledged", "completed"]
 
 
 class QdrantRecord(_Open):
+    """Qdrant's ``Record`` (Qdrant API reference): a point's ``id``, ``payload`` and ``vector`` as selected by
+    ``with_payload`` / ``with_vector``."""
+
     id: int | str
     payload: dict[str, Any] | None = None
     vector: list[float] | dict[str, list[float]] | None = None
 
 
 class QdrantScored(QdrantRecord):
+    """Qdrant's ``ScoredPoint`` (Qdrant API reference): a ``Record`` with ``score`` (cosine/dot similarity, or Euclid
+    distance) and ``version`` (always 0 here)."""
+
     version: int
     score: float
 
 
 class QdrantPoints(BaseModel):
+    """Qdrant's ``QueryResponse`` (Qdrant API reference): the ``ScoredPoint`` results of one universal query."""
+
     points: list[QdrantScored]
 
 
 class QdrantScroll(BaseModel):
+    """Qdrant's ``ScrollResult`` (Qdrant API reference): one page of ``Record`` points; ``next_page_offset`` is the
+    ``offset`` of the next page, null on the last."""
+
     points: list[QdrantRecord]
     next_page_offset: int | str | None = None
 

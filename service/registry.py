@@ -40,6 +40,7 @@ class LoadedModel:
 
     @property
     def info(self) -> ModelInfo:
+        """The model's identity: name, version, sha256, full dimension, ``max_seq_length`` in tokens."""
         return self.model.info
 
 

@@ -24,9 +24,11 @@ STATE_FILE = "state.pt"
 class Stateful(Protocol):
     """Anything whose state round-trips through ``state_dict`` / ``load_state_dict`` (modules, optimisers)."""
 
-    def state_dict(self) -> dict: ...
+    def state_dict(self) -> dict:
+        """The object's state as a picklable dict (PyTorch ``Module.state_dict`` / ``Optimizer.state_dict``)."""
 
-    def load_state_dict(self, state: dict) -> Any: ...
+    def load_state_dict(self, state: dict) -> Any:
+        """Restore the state saved by :meth:`state_dict`."""
 
 
 class Checkpointer:

@@ -89,6 +89,8 @@ class YamlSettings(BaseSettings):
     def settings_customise_sources(
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
     ):
+        """The sources, first wins (pydantic-settings docs, "Customise settings sources"): init arguments (CLI
+        overrides), environment, YAML file; ``.env`` files and secrets directories are not read."""
         return (init_settings, env_settings, _YamlSource(settings_cls))
 
 

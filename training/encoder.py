@@ -78,6 +78,7 @@ class MLPHead(nn.Module):
         self.dense = nn.Linear(hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """MLP head: ``tanh(W x + b)`` on pooled ``x`` ``(N, H)``, returns ``(N, H)``."""
         return torch.tanh(self.dense(x))
 
     def save_st_dense(self, path: Path) -> None:
@@ -138,6 +139,7 @@ class EncoderOutput:
 
     @classmethod
     def from_tensors(cls, t: dict[str, torch.Tensor]) -> EncoderOutput:
+        """The inverse of :meth:`tensors` (``layer{k}`` keys back to ``layers[k]``)."""
         layers = {int(k[5:]): v for k, v in t.items() if k.startswith("layer")}
         return cls(t["embedding"], layers, t.get("token_states"))
 
@@ -202,10 +204,12 @@ class SentenceEncoder(nn.Module):
     # ---- properties used by objectives -------------------------------------------------
     @property
     def hidden_size(self) -> int:
+        """The backbone's hidden width ``H`` (``config.hidden_size``)."""
         return self.model.config.hidden_size
 
     @property
     def num_layers(self) -> int:
+        """The backbone's transformer layer count (``config.num_hidden_layers``)."""
         return self.model.config.num_hidden_layers
 
     @property
@@ -215,6 +219,7 @@ class SentenceEncoder(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The device of the backbone's parameters."""
         return next(self.model.parameters()).device
 
     # ---- tokenisation / forward ------------------------------------------------------

@@ -212,6 +212,8 @@ class ThreeR(nn.Module):
 
     @property
     def mode(self) -> str:
+        """The :func:`reduce_redundancy` mode of the variant: ``zero`` (dynamic mask), ``all`` (overall subtraction),
+        else ``subtract``."""
         return {"dynamic_mask": "zero", "overall_subtraction": "all"}.get(self.variant, "subtract")
 
     def sample_pool(self, step: int) -> list[str]:

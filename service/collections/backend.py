@@ -119,6 +119,7 @@ class ResponseBudget:
         self.limit, self.used = limit, 0
 
     def spend(self, n: int) -> None:
+        """Count ``n`` more bytes; raises :class:`~.errors.ResponseTooLarge` once the total exceeds ``limit``."""
         self.used += n
         if self.used > self.limit:
             raise ResponseTooLarge(
@@ -190,10 +191,12 @@ class CollectionHandle(Protocol):
     reembed_status: dict[str, Any] | None  # the last re-embedding's progress (see ReembedTarget.status)
 
     @property
-    def spec(self) -> IndexSpec: ...
+    def spec(self) -> IndexSpec:
+        """The index spec: kind, metric, complete params, vector dimension."""
 
     @property
-    def model(self) -> dict[str, Any]: ...
+    def model(self) -> dict[str, Any]:
+        """The ``{name, version, sha256}`` record of the model that embedded the collection's vectors."""
 
     @property
     def count(self) -> int:

@@ -67,6 +67,7 @@ class CollectionService:
 
     @property
     def settings(self) -> Any:
+        """The backend's :class:`~.backend.CollectionSettings` (the ``collections_*`` settings)."""
         return self.backend.settings
 
     def parse_filter(self, raw: Any, param: str) -> Filter | None:

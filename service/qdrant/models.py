@@ -76,6 +76,9 @@ class PointStruct(_Body):
 
 
 class Batch(_Body):
+    """Qdrant's ``Batch`` (the ``batch`` of a ``PointsBatch``): ``ids``, one vector per id (floats or ``Document``;
+    or ``{name: [...]}`` with one name), optional ``payloads`` one per id; other lengths are refused with 422."""
+
     ids: list[QdrantId] = Field(min_length=1)
     vectors: list[Vector | Document] | dict[StrictStr, list[Vector | Document]]
     payloads: list[dict[str, Any] | None] | None = None
@@ -163,6 +166,8 @@ class QueryBatch(_Body):
 
 
 class NamedVector(_Body):
+    """Qdrant's ``NamedVector`` of a legacy search; its ``name`` is not checked (a point has one vector here)."""
+
     name: StrictStr
     vector: Vector
 

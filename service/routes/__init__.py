@@ -41,6 +41,7 @@ class JSONRequest(Request):
     64 bits), answer as before."""
 
     async def json(self) -> Any:
+        """The parsed body, cached (Starlette ``Request.json``); raises ``json.JSONDecodeError`` when invalid."""
         if not hasattr(self, "_json"):
             body = await self.body()
             self._json = await run_in_threadpool(_loads, body) if len(body) >= OFFLOAD_BODY_BYTES else _loads(body)
@@ -68,6 +69,7 @@ class JSONRoute(APIRoute):
     (FastAPI's documented custom request/route class pattern)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, given a :class:`JSONRequest` (FastAPI docs, "Custom Request and APIRoute class")."""
         handler = super().get_route_handler()
 
         async def json_handler(request: Request) -> Response:

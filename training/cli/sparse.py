@@ -46,6 +46,7 @@ def _score(args):
 
 
 def cmd_score(args) -> int:
+    """``score``: importance of heads and FFN neurons (SparseCSE §2.3) written as JSON to ``--output``; returns 0."""
     imp = _score(args)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(imp.to_json()))
@@ -54,6 +55,8 @@ def cmd_score(args) -> int:
 
 
 def cmd_prune(args) -> int:
+    """``prune``: prune at ``--sparsity`` by the ``--importance`` JSON and rewind the kept units (SparseCSE §2.2) into
+    the model directory ``--output``; prints parameter counts, sparsities and kept units per layer; returns 0."""
     from training.sparse.importance import Importance
     from training.sparse_pipeline import prune_model_dir
 
@@ -91,6 +94,9 @@ def _subsample_scores(artifact: Path, which: str, limit: int, threads: int) -> d
 
 
 def cmd_sweep(args) -> int:
+    """``sweep``: score once (reusing ``output/importance.json`` unless ``--rescore``), then per sparsity prune, rewind,
+    optionally fine-tune, export to ``--models-dir`` and measure; rows go to ``output/sweep.jsonl`` and a Markdown
+    table to stdout. Returns 0; a malformed ``--set`` raises :class:`ConfigError` before any work."""
     import torch
 
     from training.sparse.importance import Importance

@@ -55,6 +55,8 @@ class PooledEncoder(nn.Module):
         self.head = head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The exported graph: last hidden states pooled (``mean`` over ``attention_mask`` or ``cls``), then the head
+        if any; ``(batch, seq)`` ids and mask in, float32 ``(batch, hidden)`` out, not normalised."""
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         pooled = pool(h, attention_mask, self.pooling)
         return pooled if self.head is None else self.head(pooled)

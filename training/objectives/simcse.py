@@ -63,5 +63,7 @@ class SimCSE(Objective):
         self.use_hard_negative = use_hard_negative
 
     def forward(self, batch: ObjectiveBatch) -> torch.Tensor:
+        """SimCSE: :func:`info_nce` of ``batch.anchor`` against ``batch.positive`` (plus ``batch.hard_negative`` when
+        present and ``use_hard_negative``) at τ = ``temperature``; a scalar in nats."""
         neg = batch.hard_negative if self.use_hard_negative else None
         return info_nce(batch.anchor, batch.positive, neg, self.temperature)

@@ -94,6 +94,7 @@ class MaskedBatches:
 
     @property
     def steps_per_epoch(self) -> int:
+        """Full batches per pass over the sentences (the remainder of each permutation is dropped)."""
         return len(self.sentences) // self.batch_size
 
     def sentences_at(self, step: int) -> list[str]:

@@ -118,6 +118,7 @@ class Importance:
     mean_score_loss: float
 
     def to_json(self) -> dict:
+        """A JSON-ready dict: per-layer scores as float lists, ``n_batches``, ``mean_score_loss``."""
         return {
             "heads": [h.tolist() for h in self.heads],
             "neurons": [n.tolist() for n in self.neurons],
@@ -127,6 +128,7 @@ class Importance:
 
     @classmethod
     def from_json(cls, d: dict) -> Importance:
+        """The inverse of :meth:`to_json` (float32 tensors); ``KeyError`` when a key is missing."""
         return cls(
             [torch.tensor(h) for h in d["heads"]],
             [torch.tensor(n) for n in d["neurons"]],

@@ -68,6 +68,7 @@ class PruneStructure:
         return 1.0 - sum(len(n) for n in self.neurons) / tot
 
     def to_json(self) -> dict:
+        """The fields as a JSON-ready dict, plus the derived ``head_sparsity`` and ``neuron_sparsity``."""
         d = asdict(self)
         d["original"] = [list(x) for x in self.original]
         d["head_sparsity"] = self.head_sparsity
@@ -76,6 +77,8 @@ class PruneStructure:
 
     @classmethod
     def from_json(cls, d: dict) -> PruneStructure:
+        """The inverse of :meth:`to_json` (derived keys ignored); ``KeyError`` when ``heads``, ``neurons`` or
+        ``original`` is missing."""
         return cls(
             heads=[list(map(int, h)) for h in d["heads"]],
             neurons=[list(map(int, n)) for n in d["neurons"]],

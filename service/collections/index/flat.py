@@ -20,9 +20,11 @@ class FlatType(IndexType):
     name = "flat"
 
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        """Flat: always ``{}``; raises :class:`IndexConfigError` if any param is given."""
         if params:
             raise IndexConfigError(f"params: flat takes no params, got {sorted(params)}")
         return {}
 
     def create(self, spec: IndexSpec) -> faiss.Index:
+        """Flat: an empty ``IndexFlat`` (inner product or L2) behind an ``IndexIDMap2``."""
         return flat_index(spec)

@@ -24,6 +24,12 @@ class HNSWType(IndexType):
     removes_in_place = False
 
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        """HNSW: :data:`HNSW_DEFAULTS` filled in; ``M``, ``ef_construction``, ``ef_search`` and
+        ``rebuild_fraction`` range-checked (ranges in the class docstring; ``dimension`` is not used).
+
+        Raises:
+            IndexConfigError: an unknown param, a non-integer or out-of-range value.
+        """
         reject_unknown(self.name, params, set(HNSW_DEFAULTS))
         out = {**HNSW_DEFAULTS, **params}
         int_param(out, "M", 4, 256)
@@ -36,15 +42,19 @@ class HNSWType(IndexType):
         return out
 
     def create(self, spec: IndexSpec) -> faiss.Index:
+        """HNSW: an empty ``IndexHNSWFlat`` with ``M``, ``efConstruction`` and ``efSearch`` from params, behind
+        an ``IndexIDMap2``."""
         inner = faiss.IndexHNSWFlat(spec.dimension, spec.params["M"], faiss_metric(spec.metric))
         inner.hnsw.efConstruction = spec.params["ef_construction"]
         inner.hnsw.efSearch = spec.params["ef_search"]
         return id_map(spec, inner)
 
     def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
+        """HNSW: ``SearchParametersHNSW`` with ``efSearch = max(params["ef_search"], k)``."""
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(spec.params["ef_search"], k)
         return params
 
     def rebuild_due(self, spec: IndexSpec, ntotal: int, n_tombstones: int) -> bool:
+        """HNSW: due once tombstones exceed ``rebuild_fraction`` of the ``ntotal`` vectors in the graph."""
         return n_tombstones > 0 and n_tombstones > spec.params["rebuild_fraction"] * max(ntotal, 1)

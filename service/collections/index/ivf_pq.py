@@ -28,6 +28,12 @@ class IVFPQType(IndexType):
     name = "ivf_pq"
 
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
+        """IVF-PQ: :data:`IVF_PQ_DEFAULTS` and the derived ``min_train_points``/``train_sample`` filled in, every
+        value range-checked (ranges in the class docstring).
+
+        Raises:
+            IndexConfigError: an unknown param, a value out of range, or ``m`` not dividing ``dimension``.
+        """
         reject_unknown(self.name, params, set(IVF_PQ_DEFAULTS) | set(_DERIVED))
         out = {**IVF_PQ_DEFAULTS, **params}
         nlist = int_param(out, "nlist", 1, 65536)
@@ -47,15 +53,20 @@ class IVFPQType(IndexType):
         return out
 
     def user_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """IVF-PQ: params without the derived ``min_train_points`` and ``train_sample``."""
         return {k: v for k, v in params.items() if k not in _DERIVED}
 
     def create(self, spec: IndexSpec) -> faiss.Index:
+        """IVF-PQ: an exact flat index with ids, used until the collection is large enough to train."""
         return flat_index(spec)  # exact until trained
 
     def train_sample_size(self, spec: IndexSpec, live_count: int) -> int | None:
+        """IVF-PQ: ``train_sample`` once ``live_count`` reaches ``min_train_points``, else None."""
         return spec.params["train_sample"] if live_count >= spec.params["min_train_points"] else None
 
     def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
+        """IVF-PQ: an ``IndexIVFPQ`` (``nlist``, ``m``, ``nbits``, ``nprobe`` from params; flat coarse quantizer)
+        trained on ``sample``, float32 ``(s, dimension)``."""
         metric = faiss_metric(spec.metric)
         quantizer = faiss.IndexFlat(spec.dimension, metric)
         p = spec.params
@@ -67,9 +78,11 @@ class IVFPQType(IndexType):
         return index
 
     def is_trained(self, spec: IndexSpec, index: faiss.Index) -> bool:
+        """IVF-PQ: True once ``index`` is the trained IVF index, False for the flat fallback."""
         return isinstance(index, faiss.IndexIVF)
 
     def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
+        """IVF-PQ: ``SearchParametersIVF`` with ``nprobe`` from params (plain parameters for the flat fallback)."""
         if not isinstance(index, faiss.IndexIVF):
             return faiss.SearchParameters()
         params = faiss.SearchParametersIVF()
@@ -77,9 +90,11 @@ class IVFPQType(IndexType):
         return params
 
     def rerank_factor(self, spec: IndexSpec, index: faiss.Index) -> int:
+        """IVF-PQ: the ``rerank`` param once trained; 1 for the exact flat fallback."""
         return int(spec.params.get("rerank", 1)) if self.is_trained(spec, index) else 1
 
     def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
+        """IVF-PQ: ``nprobe`` set from params on a trained index read from a snapshot."""
         if isinstance(index, faiss.IndexIVF):
             index.nprobe = spec.params["nprobe"]
         return index

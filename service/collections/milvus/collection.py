@@ -93,14 +93,17 @@ class MilvusCollection:
 
     @property
     def spec(self) -> IndexSpec:
+        """The index spec of the current record view."""
         return self.spec_of(self.record)
 
     @property
     def model(self) -> dict[str, Any]:
+        """A copy of the record view's model record ``{name, version, sha256}``."""
         return dict(self.record["model"])
 
     @property
     def reembed_model(self) -> dict[str, Any] | None:
+        """The target model of the re-embedding announced in the record view, else None."""
         rb = self.record.get("reembed")
         return dict(rb["model"]) if rb else None
 
