@@ -66,7 +66,7 @@ class ThreeRConfig(BaseModel):
 
 class DataConfig(BaseModel):
     """Training data. ``mode`` unsup: ``train_file`` text; sup: ``train_file`` SNLI dir or CSV triplets;
-    pairs: ``train_file`` of ``sentence<TAB>positive`` lines (e.g. back-translations, MSSE §3.1; ."""
+    pairs: ``train_file`` of ``sentence<TAB>positive`` lines (e.g. back-translations, MSSE §3.1)."""
 
     model_config = ConfigDict(extra="forbid")
     mode: Literal["unsup", "sup", "pairs"] = "unsup"

@@ -103,12 +103,13 @@ async def upsert_points(collection_name: str, body: UpsertPoints, request: Reque
     model = (await svc.collection(collection_name)).model
     texts: list[str] = []
     vectors: list[list[float] | None] = []
+    field = "points[{}].vector" if body.points is not None else "batch.vectors[{}]"  # the request's own field
     for i, (_, v, _) in enumerate(rows):
+        param = field.format(i)
         if isinstance(v, dict):
             if len(v) != 1:
-                raise unsupported("a point with several named vectors", f"points[{i}].vector")
+                raise unsupported("a point with several named vectors", param)
             v = next(iter(v.values()))
-        param = f"points[{i}].vector"
         texts.append(check_model(v, model, collection_name, param) if isinstance(v, Document) else "")
         vectors.append(None if isinstance(v, Document) else v)
     _, seq = await svc.upsert(collection_name, [r[0] for r in rows], texts, [r[2] for r in rows], vectors)

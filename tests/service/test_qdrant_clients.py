@@ -157,6 +157,9 @@ def test_qdrant_ids_payloads_and_errors(env, sts):
         with pytest.raises(UnexpectedResponse) as e:
             bad()
         assert e.value.status_code == status, e.value.content
+    bad_doc = {"batch": {"ids": [1, 2], "vectors": [[0.1] * 384, {"text": "x", "model": "another-model"}]}}
+    r = c.put("/qdrant/collections/ids/points", json=bad_doc)  # the error names the batch's field, not points[]
+    assert r.status_code == 422 and "batch.vectors[1]" in r.json()["status"]["error"], r.text
     r = c.post("/qdrant/collections/missing/points/count", json={})
     assert r.status_code == 404 and set(r.json()) == {"status", "time"} and "missing" in r.json()["status"]["error"]
     r = c.post("/qdrant/collections/ids/points/search", json={"vector": [1.0] * 384, "limit": 2, "with_payload": True})

@@ -129,6 +129,8 @@ def test_importance_is_mean_abs_gradient(base, sentences):
     assert all((h >= 0).all() and h.sum() > 0 for h in imp.heads)
     assert [p.requires_grad for p in model.parameters()] == req  # restored
     assert all(p.grad is None for p in model.parameters())  # no gradient left on the encoder
+    with pytest.raises(ValueError, match="batch_size must be >= 2"):  # one pair per batch has no negatives
+        compute_importance(model, embed, s1[:16], s2[:16], batch_size=1)
     # by hand for one batch: |dL/dξ| of batch 1 and batch 2, averaged
     masks = StructuredMasks.for_model(model)
     grads = []

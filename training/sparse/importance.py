@@ -162,10 +162,13 @@ def compute_importance(
         max_batches: stop after this many batches (CPU budget).
 
     Raises:
-        ValueError: ``sent1`` and ``sent2`` differ in length or are shorter than 2.
+        ValueError: ``sent1`` and ``sent2`` differ in length or are shorter than 2, or ``batch_size`` < 2 (a batch
+            of one pair has no negatives: no batch would be scored).
     """
     if len(sent1) != len(sent2) or len(sent1) < 2:
         raise ValueError("need two equally long lists of at least 2 positive pairs")
+    if batch_size < 2:
+        raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {batch_size}")
     masks = StructuredMasks.for_model(model)
     was_training = model.training
     req = {n: p.requires_grad for n, p in model.named_parameters()}
