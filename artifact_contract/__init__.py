@@ -118,6 +118,12 @@ class Manifest(BaseModel):
         description="floating-point precision of model.onnx's weights and arithmetic; inputs (int64) and the "
         "sentence_embedding output (float32) are the same for both. fp16 artifacts are for GPU serving",
     )
+    fusion: Literal["onnxruntime-bert"] | None = Field(
+        default=None,
+        description="graph rewritten by ONNX Runtime's transformer optimizer (model_type bert) into its fused "
+        "com.microsoft ops (Attention, SkipLayerNormalization, EmbedLayerNormalization, BiasGelu): it runs on ONNX "
+        "Runtime only; null for a plain ONNX graph",
+    )
     scores: dict[str, float] = Field(
         default_factory=dict,
         description="Spearman x100 per STS task (e.g. 'STS12', 'STSBenchmark', 'mean', 'STSBenchmark-dev')",

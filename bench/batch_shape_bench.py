@@ -111,34 +111,26 @@ class Bound:
         return self.output.numpy()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--artifact", default=str(REPO / "models" / "all-minilm-l6-v2"))
-    ap.add_argument("--providers", default="cpu", help="cpu or cuda (the service's --providers names)")
-    ap.add_argument("--shapes", help=f"n x L list; default {CPU_SHAPES} on the CPU, {GPU_SHAPES} on CUDA")
-    ap.add_argument("--modes", default="run,iobinding,cuda_graph", help="cuda_graph is skipped off CUDA")
-    ap.add_argument("--json", help="write the rows here")
-    a = ap.parse_args(argv)
-    providers = choose_providers(a.providers.split(","))
-    on_cuda = providers[0] == CUDA
-    if on_cuda:
-        preload_cuda_libraries()
-    device = "cuda" if on_cuda else "cpu"
-    shapes = [tuple(map(int, s.split("x"))) for s in (a.shapes or (GPU_SHAPES if on_cuda else CPU_SHAPES)).split(",")]
-    modes = [m for m in a.modes.split(",") if m != "cuda_graph" or on_cuda]
-    OnnxModel(a.artifact, providers=providers, intra_op_threads=a.threads).warm_up(batch_size=2)  # validates it
-    model_path = Path(a.artifact) / MODEL_FILE
-    feeds = {s: dict(zip(INPUT_NAMES, batch(*s))) for s in shapes}
-    base = session(model_path, providers, a.threads)
+def runners_for(
+    artifact: str,
+    modes: list[str],
+    providers: list[str],
+    shapes: list[tuple[int, int]],
+    feeds: dict,
+    threads: int,
+    device: str,
+) -> tuple[dict, dict]:
+    """``({mode: {shape: callable(feeds) -> (n, dimension) output}}, {mode: why it did not run})``, warmed up."""
+    OnnxModel(artifact, providers=providers, intra_op_threads=threads).warm_up(batch_size=2)  # validates it
+    path = Path(artifact) / MODEL_FILE
     runners, errors = {}, {}
     for mode in modes:
         try:
             if mode == "run":
-                runners[mode] = {s: (lambda f: base.run([OUTPUT_NAME], f)[0]) for s in shapes}
+                base = session(path, providers, threads)
+                runners[mode] = {s: (lambda f, b=base: b.run([OUTPUT_NAME], f)[0]) for s in shapes}
             else:
-                sess = session(model_path, providers, a.threads, cuda_graph=mode == "cuda_graph")
+                sess = session(path, providers, threads, cuda_graph=mode == "cuda_graph")
                 gid = (lambda i: i + 1) if mode == "cuda_graph" else (lambda i: None)
                 runners[mode] = {s: Bound(sess, feeds[s], device, gid(i)) for i, s in enumerate(shapes)}
             for s in shapes:  # warm-up (and, for CUDA graphs, the capture)
@@ -147,51 +139,81 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - reported in the table, the other modes still run
             errors[mode] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
             runners.pop(mode, None)
-    reference = {s: base.run([OUTPUT_NAME], feeds[s])[0].astype(np.float32) for s in shapes}
-    times: dict[tuple, list[float]] = {(m, s): [] for m in runners for s in shapes}
-    copies: dict[tuple, list[float]] = {s: [] for s in shapes}
+    return runners, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--artifact", action="append", help="an artifact directory (repeatable, interleaved; default: "
+                    "models/all-minilm-l6-v2); the first one's run mode is the reference")  # fmt: skip
+    ap.add_argument("--providers", default="cpu", help="cpu or cuda (the service's --providers names)")
+    ap.add_argument("--shapes", help=f"n x L list; default {CPU_SHAPES} on the CPU, {GPU_SHAPES} on CUDA")
+    ap.add_argument("--modes", default="run,iobinding,cuda_graph", help="cuda_graph is skipped off CUDA")
+    ap.add_argument("--json", help="write the rows here")
+    a = ap.parse_args(argv)
+    artifacts = a.artifact or [str(REPO / "models" / "all-minilm-l6-v2")]
+    providers = choose_providers(a.providers.split(","))
+    on_cuda = providers[0] == CUDA
+    if on_cuda:
+        preload_cuda_libraries()
+    device = "cuda" if on_cuda else "cpu"
+    shapes = [tuple(map(int, s.split("x"))) for s in (a.shapes or (GPU_SHAPES if on_cuda else CPU_SHAPES)).split(",")]
+    modes = [m for m in a.modes.split(",") if m != "cuda_graph" or on_cuda]
+    feeds = {s: dict(zip(INPUT_NAMES, batch(*s))) for s in shapes}
+    runners, errors = {}, {}
+    for art in artifacts:
+        got, why = runners_for(art, modes, providers, shapes, feeds, a.threads, device)
+        runners.update({(Path(art).name, m): r for m, r in got.items()})
+        errors.update({(Path(art).name, m): e for m, e in why.items()})
+    first = session(Path(artifacts[0]) / MODEL_FILE, providers, a.threads)
+    reference = {s: first.run([OUTPUT_NAME], feeds[s])[0].astype(np.float32) for s in shapes}
+    ref_key = (Path(artifacts[0]).name, "run")
+    times: dict[tuple, list[float]] = {(k, s): [] for k in runners for s in shapes}
+    copies: dict[tuple, list[float]] = {(k, s): [] for k in runners if k[1] == "iobinding" for s in shapes}
     diff: dict[tuple, float] = {}
     load0 = os.getloadavg()
     for _ in range(a.rounds):
         for s in shapes:
-            for m, run in runners.items():
+            for k, run in runners.items():
                 t0 = time.perf_counter()
                 out = run[s](feeds[s])
-                times[(m, s)].append(time.perf_counter() - t0)
-                diff[(m, s)] = max(diff.get((m, s), 0.0), float(np.abs(out.astype(np.float32) - reference[s]).max()))
-            if "iobinding" in runners:
-                t0 = time.perf_counter()
-                runners["iobinding"][s](feeds[s], run=False)
-                copies[s].append(time.perf_counter() - t0)
+                times[(k, s)].append(time.perf_counter() - t0)
+                diff[(k, s)] = max(diff.get((k, s), 0.0), float(np.abs(out.astype(np.float32) - reference[s]).max()))
+                if (k, s) in copies:
+                    t0 = time.perf_counter()
+                    run[s](feeds[s], run=False)
+                    copies[(k, s)].append(time.perf_counter() - t0)
     load1 = os.getloadavg()
     rows = []
     for s in shapes:
-        run_ms = statistics.median(times[("run", s)]) * 1000 if "run" in runners else None
-        for m in runners:
-            ms = statistics.median(times[(m, s)]) * 1000
+        ref_ms = statistics.median(times[(ref_key, s)]) * 1000 if ref_key in runners else None
+        for k in runners:
+            ms = statistics.median(times[(k, s)]) * 1000
             rows.append({
-                "shape": f"{s[0]}x{s[1]}", "padded_tokens": s[0] * s[1], "mode": m, "ms": ms,
-                "us_per_token": ms * 1000 / (s[0] * s[1]), "vs_run": run_ms / ms if run_ms else None,
-                "max_abs_diff": diff[(m, s)],
-                "copies_ms": statistics.median(copies[s]) * 1000 if m == "iobinding" else None,
+                "shape": f"{s[0]}x{s[1]}", "padded_tokens": s[0] * s[1], "artifact": k[0], "mode": k[1], "ms": ms,
+                "us_per_token": ms * 1000 / (s[0] * s[1]), "vs_reference": ref_ms / ms if ref_ms else None,
+                "max_abs_diff": diff[(k, s)],
+                "copies_ms": statistics.median(copies[(k, s)]) * 1000 if (k, s) in copies else None,
             })  # fmt: skip
-    print(f"{a.artifact}: providers {base.get_providers()}; onnxruntime {ort.__version__}; ORT threads {a.threads}; "
-          f"{a.rounds} rounds; CPU {cpu_model()}; load average {load0[0]:.2f} -> {load1[0]:.2f}\n")  # fmt: skip
-    for m, e in errors.items():
-        print(f"mode {m} did not run: {e}")
-    print(
-        "| batch | padded tokens | mode | ms per batch (median) | us per token | run / this | max abs diff | copies ms |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"providers {first.get_providers()}; onnxruntime {ort.__version__}; ORT threads {a.threads}; "
+          f"{a.rounds} rounds; CPU {cpu_model()}; load average {load0[0]:.2f} -> {load1[0]:.2f}; reference: "
+          f"{' '.join(ref_key)}\n")  # fmt: skip
+    for k, e in errors.items():
+        print(f"{' '.join(k)} did not run: {e}")
+    print("| batch | padded tokens | artifact | mode | ms per batch (median) | us per token | reference / this "
+          "| max abs diff | copies ms |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in rows:
-        vs = f"{r['vs_run']:.2f}" if r["vs_run"] else "-"
+        vs = f"{r['vs_reference']:.2f}" if r["vs_reference"] else "-"
         cp = f"{r['copies_ms']:.3f}" if r["copies_ms"] is not None else "-"
-        print(f"| {r['shape']} | {r['padded_tokens']} | {r['mode']} | {r['ms']:.3f} | {r['us_per_token']:.2f} | {vs} "
-              f"| {r['max_abs_diff']:.1e} | {cp} |")  # fmt: skip
+        print(f"| {r['shape']} | {r['padded_tokens']} | {r['artifact']} | {r['mode']} | {r['ms']:.3f} "
+              f"| {r['us_per_token']:.2f} | {vs} | {r['max_abs_diff']:.1e} | {cp} |")  # fmt: skip
     if a.json:
-        Path(a.json).write_text(json.dumps({"providers": base.get_providers(), "onnxruntime": ort.__version__,
-                                            "cpu": cpu_model(), "load": [load0[0], load1[0]], "errors": errors,
-                                            "rows": rows}, indent=1))  # fmt: skip
+        Path(a.json).write_text(json.dumps({"providers": first.get_providers(), "onnxruntime": ort.__version__,
+                                            "cpu": cpu_model(), "load": [load0[0], load1[0]],
+                                            "errors": {" ".join(k): e for k, e in errors.items()}, "rows": rows},
+                                           indent=1))  # fmt: skip
     return 0
 
 

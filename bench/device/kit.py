@@ -6,8 +6,8 @@ package index. A call carries at most 64 MiB, and the onnxruntime-gpu wheel alon
 
 1. downloads the cp312 manylinux wheels of what the service needs and the machine lacks (:func:`missing`: the
    dependency closure, minus the machine's package list :data:`DEVICE_HAS`; ``pip download --no-deps``; versions:
-   this environment's, onnxruntime-gpu ``--ort-gpu``) and packs the artifacts (default: the fp32 and fp16 default artifacts, ``make artifact`` and
-   ``python -m training export --dtype fp16``) and the shared data a GPU run reads (:data:`DATA`) as tars;
+   this environment's, onnxruntime-gpu ``--ort-gpu``) and packs the artifacts (default: :data:`ARTIFACTS`, the
+   default encoder in fp32, fp16 and fused fp16) and the shared data a GPU run reads (:data:`DATA`) as tars;
 2. splits every file into parts of at most ``--part-mib`` MiB and groups the parts into numbered loads
    ``.device/load-<k>/`` (each at most ``--part-mib`` MiB, so that load + repository < 64 MiB);
 3. writes ``.device/kit.json`` (each file's parts and sha256) into every load, and prints the device calls.
@@ -127,10 +127,25 @@ def download(dest: Path, ort_gpu: str) -> list[Path]:
     return sorted(dest.glob("*.whl"))
 
 
+#: the artifacts carried by default, and the command that makes each under models/
+ARTIFACTS = {
+    "all-minilm-l6-v2": "make artifact",
+    "all-minilm-l6-v2-fp16": "python -m training export --output models/all-minilm-l6-v2-fp16 "
+    "--name all-minilm-l6-v2-fp16 --dtype fp16",
+    "all-minilm-l6-v2-fp16-fused": "python -m training export --output models/all-minilm-l6-v2-fp16-fused "
+    "--name all-minilm-l6-v2-fp16-fused --dtype fp16 --fuse",
+}
+
+
 def pack_artifact(model_dir: Path, dest: Path) -> Path:
-    """``model_dir`` (an artifact: manifest.json, model.onnx, tokenizer files) as ``dest/<name>.tar``."""
+    """``model_dir`` (an artifact: manifest.json, model.onnx, tokenizer files) as ``dest/<name>.tar``.
+
+    Raises:
+        FileNotFoundError: no artifact there (the message says how to make it).
+    """
     if not (model_dir / "manifest.json").exists():
-        raise FileNotFoundError(f"{model_dir} holds no artifact; run `make artifact` first")
+        how = ARTIFACTS.get(model_dir.name, "python -m training export --output " + str(model_dir))
+        raise FileNotFoundError(f"{model_dir} holds no artifact; make it first: {how}")
     tar = dest / f"artifact-{model_dir.name}.tar"
     with tarfile.open(tar, "w") as t:
         t.add(model_dir, arcname=model_dir.name)
@@ -180,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--model",
         action="append",
-        help="an artifact under models/ to carry (repeatable; default: the fp32 and fp16 default artifacts)",
+        help="an artifact under models/ to carry (repeatable; default: ARTIFACTS)",
     )
     ap.add_argument("--part-mib", type=int, default=56, help="largest part and load (MiB); a call carries 64 MiB")
     a = ap.parse_args(argv)
@@ -189,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     src = OUT / "src"
     shutil.rmtree(src, ignore_errors=True)  # no wheel of an earlier kit rides along
     wheels = download(src, a.ort_gpu)
-    models = a.model or ["all-minilm-l6-v2", "all-minilm-l6-v2-fp16"]
+    models = a.model or list(ARTIFACTS)
     files = [*wheels, *(pack_artifact(REPO / "models" / m, src) for m in models), pack_data(src)]
     kit = split(files, OUT, a.part_mib)
     kit["models"] = models

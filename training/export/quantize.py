@@ -1,4 +1,4 @@
-"""Artifacts derived from an fp32 artifact: int8 dynamic quantisation and fp16.
+"""Artifacts derived from an fp32 artifact: int8 dynamic quantisation, fp16, and ONNX Runtime's fused graph.
 
 Each conversion copies the fp32 artifact's tokenizer files, writes a converted ``model.onnx``, measures parity
 against the fp32 graph on the parity sentences and STS-B dev Spearman of the converted graph (recorded beside the
@@ -12,6 +12,14 @@ fp32 one as ``STSBenchmark-dev-fp32``), both with ONNX Runtime on the CPU, and w
   :class:`~training.export.parity.ExportError` and no manifest. ONNX Runtime's CPU provider runs the fp16 ops it
   has no fp16 kernel for in float32 (it inserts casts), so these figures are not a measurement of fp16
   arithmetic on a GPU, which was not measured.
+* fused (:func:`fused_artifact`, fp32 or fp16): ONNX Runtime's transformer optimizer (``model_type="bert"``) rewrites
+  each encoder layer into its fused com.microsoft ops (Attention, SkipLayerNormalization, BiasGelu, and one
+  EmbedLayerNormalization), the kernels ONNX Runtime's CUDA provider has for BERT-style encoders (ONNX Runtime docs,
+  "Transformer Model Optimization Tool"); the attention keeps the raw 2-D ``attention_mask`` (``FusionOptions
+  .use_raw_attention_mask``), so any mask means what it means in the unfused graph (the default mask-index form
+  assumes right padding and answers differently for a left-padded row). Every layer must fuse, else
+  :class:`~training.export.parity.ExportError`; fp32 is held to the export tolerance against the unfused graph, fp16
+  to the fp16 one. The graph then runs on ONNX Runtime only (the manifest's ``fusion``).
 """
 
 from __future__ import annotations
@@ -19,10 +27,19 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from artifact_contract import MODEL_FILE, Canary, Manifest, Parity, load_manifest
-from training.export.parity import ExportError, measure_parity, parity_sentences, stsb_dev, write_artifact_manifest
+from training.export.parity import (
+    PARITY_MAX_ABS,
+    PARITY_MIN_COS,
+    ExportError,
+    measure_parity,
+    parity_sentences,
+    stsb_dev,
+    write_artifact_manifest,
+)
 from training.onnx_encoder import OnnxArtifactEncoder
 
 #: fp16 acceptance against the fp32 graph: min per-sentence cosine, max |STS-B dev Spearman x100 difference|
@@ -123,13 +140,14 @@ def quantize_artifact(src_dir: str | Path, output_dir: str | Path, *, name: str,
 
 
 def pooling_nodes(model) -> list[str]:
-    """Names of the nodes downstream of the encoder's last ``LayerNormalization`` (its last hidden state): the
-    pooling and any head kept at inference, which the fp16 conversion keeps in float32.
+    """Names of the nodes downstream of the encoder's last ``LayerNormalization`` (or fused
+    ``SkipLayerNormalization``; its last hidden state): the pooling and any head kept at inference, which the fp16
+    conversion keeps in float32.
 
     Raises:
         ExportError: the graph has no LayerNormalization node.
     """
-    norms = [n for n in model.graph.node if n.op_type == "LayerNormalization"]
+    norms = [n for n in model.graph.node if n.op_type in ("LayerNormalization", "SkipLayerNormalization")]
     if not norms:
         raise ExportError("no LayerNormalization node: cannot tell the encoder from the pooling")
     consumers: dict[str, list] = {}
@@ -146,18 +164,24 @@ def pooling_nodes(model) -> list[str]:
     return names
 
 
+def _fp16_options(model) -> dict:
+    """``convert_float_to_float16`` keywords for ``model`` (an ``onnx.ModelProto``): :data:`FP32_OPS`, the pooling and
+    the graph's inputs/outputs kept in float32."""
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+
+    return {
+        "keep_io_types": True,
+        "op_block_list": [*DEFAULT_OP_BLOCK_LIST, *FP32_OPS],
+        "node_block_list": pooling_nodes(model),
+    }
+
+
 def _convert_fp16(src: Path, dst: Path) -> None:
     import onnx
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+    from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = onnx.load(str(src))
-    fp16 = convert_float_to_float16(
-        model,
-        keep_io_types=True,
-        op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP32_OPS],
-        node_block_list=pooling_nodes(model),
-    )
-    onnx.save(fp16, str(dst))
+    onnx.save(convert_float_to_float16(model, **_fp16_options(model)), str(dst))
 
 
 def _fp16_acceptable(parity: Parity, scores: dict[str, float]) -> str | None:
@@ -188,6 +212,83 @@ def fp16_artifact(src_dir: str | Path, output_dir: str | Path, *, name: str, ver
         fields={"dtype": "fp16"},
         accept=_fp16_acceptable,
         canary_atol=FP16_CANARY_ATOL,
+    )
+
+
+def _fuse(src: Path, dst: Path, *, num_heads: int, hidden_size: int, num_layers: int, dtype: str) -> None:
+    """ONNX Runtime's transformer optimizer on ``src`` (module docstring), then float16 when ``dtype`` is fp16.
+
+    Raises:
+        ExportError: fewer than ``num_layers`` Attention or ``2 * num_layers`` SkipLayerNormalization nodes fused
+            (an encoder the optimizer does not recognise).
+    """
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    options = FusionOptions("bert")
+    options.use_raw_attention_mask(True)
+    opt = optimize_model(str(src), model_type="bert", num_heads=num_heads, hidden_size=hidden_size, opt_level=0,
+                         use_gpu=True, optimization_options=options)  # fmt: skip
+    fused = opt.get_fused_operator_statistics()
+    if fused.get("Attention", 0) < num_layers or fused.get("SkipLayerNormalization", 0) < 2 * num_layers:
+        raise ExportError(
+            f"ONNX Runtime's transformer optimizer fused {fused.get('Attention', 0)} Attention and "
+            f"{fused.get('SkipLayerNormalization', 0)} SkipLayerNormalization nodes, want {num_layers} and "
+            f"{2 * num_layers} ({num_layers} layers, {num_heads} heads, hidden size {hidden_size})"
+        )
+    if dtype == "fp16":  # the optimizer's own converter: its shape inference knows the com.microsoft ops
+        opt.convert_float_to_float16(**_fp16_options(opt.model))
+    opt.save_model_to_file(str(dst))
+
+
+def _fused_fp32_acceptable(parity: Parity, scores: dict[str, float]) -> str | None:
+    if parity.min_cosine < PARITY_MIN_COS or parity.max_abs_diff > PARITY_MAX_ABS:
+        return (
+            f"min cosine {parity.min_cosine:.7f} (limit {PARITY_MIN_COS}), max abs diff {parity.max_abs_diff:.1e} "
+            f"(limit {PARITY_MAX_ABS})"
+        )
+    return None
+
+
+def fused_artifact(
+    src_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    name: str,
+    version: str = "1",
+    num_heads: int,
+    hidden_size: int,
+    num_layers: int,
+    dtype: str = "fp32",
+) -> Manifest:
+    """The fp32 artifact in ``src_dir`` with ONNX Runtime's fused encoder layers (module docstring), fp32 or fp16.
+
+    Args:
+        num_heads, hidden_size, num_layers: the encoder's (its Hugging Face config's ``num_attention_heads``,
+            ``hidden_size``, ``num_hidden_layers``); the optimizer cannot read them from this graph.
+        dtype: ``fp32`` or ``fp16`` (then converted as :func:`fp16_artifact` does, after the fusion).
+
+    Returns:
+        The manifest: ``fusion: onnxruntime-bert``, parity against the unfused fp32 graph.
+
+    Raises:
+        ExportError: not every layer fused; parity against the unfused fp32 graph outside the export tolerance (fp32:
+            max abs diff <= 1e-4, cosine >= 0.9999) or the fp16 one (no manifest is written).
+    """
+    if dtype not in ("fp32", "fp16"):
+        raise ExportError(f"dtype must be fp32 or fp16, got {dtype!r}")
+    fp16 = dtype == "fp16"
+    return derive_artifact(
+        src_dir,
+        output_dir,
+        name=name,
+        version=version,
+        convert=partial(_fuse, num_heads=num_heads, hidden_size=hidden_size, num_layers=num_layers, dtype=dtype),
+        label=f"ONNX Runtime fused {dtype} vs unfused fp32 ONNX, both on ONNX Runtime's CPU provider"
+        + (", which runs fp16 ops it has no fp16 kernel for in float32 (GPU not measured)" if fp16 else ""),
+        fields={"dtype": dtype, "fusion": "onnxruntime-bert"},
+        accept=_fp16_acceptable if fp16 else _fused_fp32_acceptable,
+        canary_atol=FP16_CANARY_ATOL if fp16 else Canary.model_fields["atol"].default,
     )
 
 
