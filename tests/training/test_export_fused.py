@@ -27,7 +27,13 @@ def fused_fp16(default_artifact, tmp_path_factory) -> Path:
 def test_manifest_records_fusion_and_parity_against_unfused_fp32(fused_fp16, default_artifact):
     m = validate_artifact(fused_fp16)
     fp32 = load_manifest(default_artifact)
-    assert (m.dtype, m.fusion, m.quantization, m.dimension, m.pooling) == ("fp16", "onnxruntime-bert", None, 384, "mean")
+    assert (m.dtype, m.fusion, m.quantization, m.dimension, m.pooling) == (
+        "fp16",
+        "onnxruntime-bert",
+        None,
+        384,
+        "mean",
+    )
     assert m.parity.n_sentences >= 200 and "fused fp16 vs unfused fp32" in m.parity.source
     assert m.parity.min_cosine >= 0.999
     assert m.scores["STSBenchmark-dev-fp32"] == pytest.approx(fp32.scores["STSBenchmark-dev"], abs=1e-6)
