@@ -22,7 +22,7 @@ _DERIVED = ("min_train_points", "train_sample")
 class IVFPQType(IndexType):
     """Params: ``nlist`` (1..65536), ``nprobe`` (1..nlist), ``m`` (sub-quantizers; must divide the dimension),
     ``nbits`` (4..12), ``min_train_points`` (default ``max(39 * nlist, 39 * 2**nbits)``, at least
-    ``max(nlist, 2**nbits)``), ``train_sample`` (default ``max(min_train_points, 64 * nlist)`` capped at 200k),
+    ``max(nlist, 2**nbits)``), ``train_sample`` (default ``64 * nlist`` capped at 200k, and never below ``min_train_points``),
     ``rerank`` (1..100, default 4; 1 returns raw PQ scores)."""
 
     name = "ivf_pq"
@@ -48,7 +48,8 @@ class IVFPQType(IndexType):
         floor = max(nlist, 2**nbits)
         out.setdefault("min_train_points", max(39 * nlist, 39 * 2**nbits))
         int_param(out, "min_train_points", floor, 10**9)
-        out.setdefault("train_sample", min(max(out["min_train_points"], 64 * nlist), 200_000))
+        # 64 per centroid, capped at 200k, never below min_train_points (FAISS warns under 39 per centroid)
+        out.setdefault("train_sample", max(out["min_train_points"], min(64 * nlist, 200_000)))
         int_param(out, "train_sample", floor, 10**9)
         return out
 

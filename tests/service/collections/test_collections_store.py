@@ -187,6 +187,8 @@ def test_index_params_validated():
     with pytest.raises(IndexConfigError):
         normalize_params("hnsw", {"efSearch": 16}, 384)
     assert normalize_params("ivf_pq", {"nlist": 4}, 384)["nprobe"] == 4
+    for nlist, sample in ((1024, 65_536), (4096, 200_000), (16_384, 39 * 16_384)):  # k-means: >= 39 per centroid
+        assert normalize_params("ivf_pq", {"nlist": nlist}, 384)["train_sample"] == sample
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
