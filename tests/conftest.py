@@ -1,4 +1,4 @@
-"""Shared fixtures: the default fp32 and int8 artifacts, exported once if missing.
+"""Shared fixtures: the default artifact and its int8, fp16 and fused fp16 versions, made once if missing.
 
 Artifacts are cached in ``$EMBED_TEST_MODELS_DIR`` (default: the repository's
 ``models/``), so a developer's second run does not re-export. Real data comes
@@ -20,15 +20,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 DEFAULT_NAME = "all-minilm-l6-v2"
 INT8_NAME = "all-minilm-l6-v2-int8"
 FP16_NAME = "all-minilm-l6-v2-fp16"
+FUSED_FP16_NAME = "all-minilm-l6-v2-fp16-fused"
 
 
 def _models_dir() -> Path:
     return Path(os.environ.get("EMBED_TEST_MODELS_DIR", REPO_ROOT / "models"))
 
 
-def _ensure(name: str, quantize: str | None, dtype: str = "fp32") -> Path:
-    """The artifact ``name`` in the models dir, exported first if missing or invalid; one process exports it while
-    the others (``pytest -n`` workers) wait on a file lock, then validate."""
+def _ensure(name: str, quantize: str | None = None, dtype: str = "fp32", make=None) -> Path:
+    """The artifact ``name`` in the models dir, made first if missing or invalid (``make(out)``, default: exported
+    from the default encoder with ``quantize``/``dtype``); one process makes it while the others (``pytest -n``
+    workers) wait on a file lock, then validate."""
     from filelock import FileLock
 
     from artifact_contract import ArtifactError, validate_artifact
@@ -41,9 +43,12 @@ def _ensure(name: str, quantize: str | None, dtype: str = "fp32") -> Path:
             return out
         except ArtifactError:
             pass
-        from training.export import export_artifact
+        if make is None:
+            from training.export import export_artifact
 
-        export_artifact(_default_model_dir(), out, name=name, quantize=quantize, dtype=dtype)
+            export_artifact(_default_model_dir(), out, name=name, quantize=quantize, dtype=dtype)
+        else:
+            make(out)
         validate_artifact(out)
     return out
 
@@ -70,6 +75,21 @@ def int8_artifact(default_artifact: Path) -> Path:
 def fp16_artifact(default_artifact: Path) -> Path:
     """The fp16 export of the default encoder (for GPU serving; the CPU service refuses it)."""
     return _ensure(FP16_NAME, None, "fp16")
+
+
+@pytest.fixture(scope="session")
+def fused_fp16_artifact(default_artifact: Path) -> Path:
+    """The default artifact through ONNX Runtime's transformer optimizer, then fp16 (``export --fuse --dtype fp16``
+    from the exported fp32 graph: :func:`training.export.quantize.fused_artifact`)."""
+    import json
+
+    from training.export.quantize import fused_artifact
+
+    cfg = json.loads((_default_model_dir() / "config.json").read_text())
+    shape = {"num_heads": cfg["num_attention_heads"], "hidden_size": cfg["hidden_size"],
+             "num_layers": cfg["num_hidden_layers"]}  # fmt: skip
+    return _ensure(FUSED_FP16_NAME, make=lambda out: fused_artifact(default_artifact, out, name=out.name,
+                                                                      dtype="fp16", **shape))  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -18,10 +18,9 @@ MINILM = {"num_heads": 12, "hidden_size": 384, "num_layers": 6}  # the default e
 
 
 @pytest.fixture(scope="module")
-def fused_fp16(default_artifact, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fused") / "all-minilm-l6-v2-fp16-fused"
-    fused_artifact(default_artifact, out, name=out.name, dtype="fp16", **MINILM)
-    return out
+def fused_fp16(fused_fp16_artifact) -> Path:
+    """``fused_artifact(default, dtype="fp16")`` (the session's, made once; also what the GPU kit carries)."""
+    return fused_fp16_artifact
 
 
 def test_manifest_records_fusion_and_parity_against_unfused_fp32(fused_fp16, default_artifact):
