@@ -17,14 +17,8 @@ pytestmark = pytest.mark.timeout(900)
 MINILM = {"num_heads": 12, "hidden_size": 384, "num_layers": 6}  # the default encoder's config.json
 
 
-@pytest.fixture(scope="module")
-def fused_fp16(fused_fp16_artifact) -> Path:
-    """``fused_artifact(default, dtype="fp16")`` (the session's, made once; also what the GPU kit carries)."""
-    return fused_fp16_artifact
-
-
-def test_manifest_records_fusion_and_parity_against_unfused_fp32(fused_fp16, default_artifact):
-    m = validate_artifact(fused_fp16)
+def test_manifest_records_fusion_and_parity_against_unfused_fp32(fused_fp16_artifact, default_artifact):
+    m = validate_artifact(fused_fp16_artifact)
     fp32 = load_manifest(default_artifact)
     assert (m.dtype, m.fusion, m.quantization, m.dimension, m.pooling) == (
         "fp16",
@@ -40,11 +34,11 @@ def test_manifest_records_fusion_and_parity_against_unfused_fp32(fused_fp16, def
     assert m.canary.atol == 5e-3
 
 
-def test_every_layer_fused_and_contract_io_kept(fused_fp16):
+def test_every_layer_fused_and_contract_io_kept(fused_fp16_artifact):
     import onnx
     from onnx import TensorProto
 
-    g = onnx.load(str(fused_fp16 / MODEL_FILE)).graph
+    g = onnx.load(str(fused_fp16_artifact / MODEL_FILE)).graph
     ops = [n.op_type for n in g.node]
     counts = {op: ops.count(op) for op in ("Attention", "SkipLayerNormalization", "EmbedLayerNormalization")}
     assert counts == {"Attention": 6, "SkipLayerNormalization": 12, "EmbedLayerNormalization": 1}
@@ -56,7 +50,7 @@ def test_every_layer_fused_and_contract_io_kept(fused_fp16):
     assert all(weights[w] == TensorProto.FLOAT16 for w in qkv)  # the attention projections in float16
 
 
-def test_attention_mask_keeps_its_meaning(fused_fp16, default_artifact):
+def test_attention_mask_keeps_its_meaning(fused_fp16_artifact, default_artifact):
     """Left padding and a hole in the mask answer as in the unfused graph (a mask-index fusion assumes right
     padding and would not)."""
     import onnxruntime as ort
@@ -70,7 +64,7 @@ def test_attention_mask_keeps_its_meaning(fused_fp16, default_artifact):
     mask[3, 8:12] = 0  # a hole
     feeds = {"input_ids": ids, "attention_mask": mask}
     ref = ort.InferenceSession(str(default_artifact / MODEL_FILE), providers=["CPUExecutionProvider"])
-    got = ort.InferenceSession(str(fused_fp16 / MODEL_FILE), providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(str(fused_fp16_artifact / MODEL_FILE), providers=["CPUExecutionProvider"])
     a, b = ref.run([OUTPUT_NAME], feeds)[0], got.run([OUTPUT_NAME], feeds)[0]
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() >= 0.999, cos

@@ -20,9 +20,8 @@ from typing import Any, Literal
 from artifact_contract import MODEL_FILE, TOKENIZER_FILE, Manifest
 from training.export.graph import ONNX_OPSET, load_pooled_encoder, onnx_export, opset_of, torch_pooled
 from training.export.parity import (
-    PARITY_MAX_ABS,
-    PARITY_MIN_COS,
     ExportError,
+    fp32_parity_failure,
     measure_parity,
     parity_sentences,
     write_artifact_manifest,
@@ -109,12 +108,9 @@ def export_module(
         enc = OnnxArtifactEncoder(out, max_seq_length=spec.max_seq_length, model_file=tmp_model)
         got = enc.pooled(sents, batch_size=48)  # different batching/padding from the reference on purpose
         parity = measure_parity(ref, got, f"{source}, ONNX vs torch", enc.provider)
-        if parity.max_abs_diff <= PARITY_MAX_ABS and parity.min_cosine >= PARITY_MIN_COS:
+        if (why := fp32_parity_failure(parity)) is None:
             break
-        failures.append(
-            f"{exporter}: parity max |diff| {parity.max_abs_diff:.3g} (limit {PARITY_MAX_ABS}), "
-            f"min cosine {parity.min_cosine:.6f} (limit {PARITY_MIN_COS})"
-        )
+        failures.append(f"{exporter}: {why}")
     else:
         tmp_model.unlink(missing_ok=True)
         raise ExportError("ONNX export failed: " + "; ".join(failures))

@@ -72,6 +72,17 @@ def measure_parity(ref: np.ndarray, got: np.ndarray, source: str, provider: str 
     )
 
 
+def fp32_parity_failure(parity: Parity) -> str | None:
+    """Why ``parity`` misses the fp32 export tolerance (max |diff| <= :data:`PARITY_MAX_ABS`, min cosine >=
+    :data:`PARITY_MIN_COS`), or None when it holds."""
+    if parity.max_abs_diff <= PARITY_MAX_ABS and parity.min_cosine >= PARITY_MIN_COS:
+        return None
+    return (
+        f"parity max |diff| {parity.max_abs_diff:.3g} (limit {PARITY_MAX_ABS}), "
+        f"min cosine {parity.min_cosine:.6f} (limit {PARITY_MIN_COS})"
+    )
+
+
 def stsb_dev(encoder) -> float:
     """STS-B dev Spearman ×100 of an encoder with an ``encode(sentences) -> (n, dim)`` method."""
     from training.evaluation import evaluate_sts

@@ -32,9 +32,8 @@ from pathlib import Path
 
 from artifact_contract import MODEL_FILE, Canary, Manifest, Parity, load_manifest
 from training.export.parity import (
-    PARITY_MAX_ABS,
-    PARITY_MIN_COS,
     ExportError,
+    fp32_parity_failure,
     measure_parity,
     parity_sentences,
     stsb_dev,
@@ -241,15 +240,6 @@ def _fuse(src: Path, dst: Path, *, num_heads: int, hidden_size: int, num_layers:
     opt.save_model_to_file(str(dst))
 
 
-def _fused_fp32_acceptable(parity: Parity, scores: dict[str, float]) -> str | None:
-    if parity.min_cosine < PARITY_MIN_COS or parity.max_abs_diff > PARITY_MAX_ABS:
-        return (
-            f"min cosine {parity.min_cosine:.7f} (limit {PARITY_MIN_COS}), max abs diff {parity.max_abs_diff:.1e} "
-            f"(limit {PARITY_MAX_ABS})"
-        )
-    return None
-
-
 def fused_artifact(
     src_dir: str | Path,
     output_dir: str | Path,
@@ -287,7 +277,7 @@ def fused_artifact(
         label=f"ONNX Runtime fused {dtype} vs unfused fp32 ONNX, both on ONNX Runtime's CPU provider"
         + (", which runs fp16 ops it has no fp16 kernel for in float32 (GPU not measured)" if fp16 else ""),
         fields={"dtype": dtype, "fusion": "onnxruntime-bert"},
-        accept=_fp16_acceptable if fp16 else _fused_fp32_acceptable,
+        accept=_fp16_acceptable if fp16 else lambda parity, scores: fp32_parity_failure(parity),
         canary_atol=FP16_CANARY_ATOL if fp16 else Canary.model_fields["atol"].default,
     )
 
