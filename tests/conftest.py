@@ -121,14 +121,18 @@ def milvus_uri(milvus) -> str:
     return milvus.uri if milvus is not None else os.environ["EMBED_TEST_MILVUS_URI"]
 
 
-def backend_args(backend: str, milvus_uri: str | None, prefix: str) -> list[str]:
-    """Service flags selecting a collections backend (``prefix``: this test's own Milvus collections)."""
+def backend_args(backend: str, milvus_uri: str | None, prefix: str, write_timeout_s: float = 10.0) -> list[str]:
+    """Service flags selecting a collections backend (``prefix``: this test's own Milvus collections).
+
+    ``write_timeout_s``: the longest one Milvus call may take; the service's default (10 s), so that a slow machine's
+    Milvus (a restart's reload, a starved CPU) is not taken for an outage; the fault test passes a shorter one.
+    """
     if backend == "embedded":
         return []
     return [
         "--collections-backend", "milvus", "--collections-milvus-uri", milvus_uri,
         "--collections-milvus-prefix", prefix, "--collections-milvus-refresh-s", "0.5",
-        "--collections-milvus-claim-settle-s", "0.2", "--collections-milvus-write-timeout-s", "5",
+        "--collections-milvus-claim-settle-s", "0.2", "--collections-milvus-write-timeout-s", str(write_timeout_s),
     ]  # fmt: skip
 
 

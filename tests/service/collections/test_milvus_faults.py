@@ -27,7 +27,7 @@ from tests.server_utils import run_server
 # serial: make test runs it after the parallel part, alone on the machine (its recovery bounds are in seconds)
 pytestmark = [pytest.mark.timeout(900), pytest.mark.serial]
 
-WRITE_TIMEOUT_S = 5  # backend_args' --collections-milvus-write-timeout-s
+WRITE_TIMEOUT_S = 5  # --collections-milvus-write-timeout-s here (shorter than backend_args' default: a shorter test)
 
 
 class Prober(threading.Thread):
@@ -70,7 +70,7 @@ def _calls(c: httpx.Client, i: int) -> list[tuple[str, httpx.Response, float]]:
 def test_a_milvus_outage_gives_bounded_503s_and_the_service_recovers(milvus, default_artifact, tmp_path):
     if milvus is None:
         pytest.skip("needs the session's own Milvus server (EMBED_TEST_MILVUS_URI names an external one)")
-    args = [*backend_args("milvus", milvus.uri, f"x{uuid.uuid4().hex[:10]}_"), "--log-level", "info",
+    args = [*backend_args("milvus", milvus.uri, f"x{uuid.uuid4().hex[:10]}_", WRITE_TIMEOUT_S), "--log-level", "info",
             "--drain-s", "1", "--graceful-timeout-s", "5"]  # fmt: skip
     models = default_artifact.parent
     with (
