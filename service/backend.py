@@ -215,19 +215,20 @@ class OnnxModel:
         ``truncate=False`` it is not (the caller rejects over-long inputs).
 
         Bounded work: a text longer than :attr:`char_budget` characters is cut to that many before tokenizing
-        (no token of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first
-        ``max_seq_length`` tokens are unchanged but for whitespace runs longer than that), so a 2 MB string costs
-        what a max-length one does. With ``truncate=False`` a cut text that still fits is tokenized in full.
+        (no token of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first ``max_seq_length``
+        tokens are unchanged), so a 2 MB string of words costs what a max-length one does. A cut text that gave
+        fewer tokens than a full input (``truncate``) or that still fits (``truncate=False``) is tokenized in full:
+        characters that make no token (whitespace runs, zero-width and other format characters, combining marks)
+        may have filled the budget, and its embedding and token count must be the whole text's.
         """
         budget = self.char_budget
         cut = [t[:budget] if len(t) > budget else t for t in texts]
         tok = self._tok_trunc if truncate else self._tok_full
         ids = [np.asarray(e.ids, dtype=np.int64) for e in self._encode(tok, cut)]
-        if not truncate:
-            limit = self.info.max_seq_length
-            for i, t in enumerate(texts):
-                if len(t) > budget and len(ids[i]) <= limit:  # whitespace-heavy: count it properly
-                    ids[i] = np.asarray(self._encode(tok, [t])[0].ids, dtype=np.int64)
+        short = self.info.max_seq_length + (0 if truncate else 1)  # fewer ids than this: the cut may have lost some
+        for i, t in enumerate(texts):
+            if len(t) > budget and len(ids[i]) < short:
+                ids[i] = np.asarray(self._encode(tok, [t])[0].ids, dtype=np.int64)
         return Tokenized(ids)
 
     @property

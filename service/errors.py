@@ -191,9 +191,15 @@ def install_error_handlers(app: FastAPI, shapes: dict[str, ErrorShape] | None = 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
-            # FastAPI's "error parsing the body": invalid UTF-8 (UnicodeDecodeError) or JSON nested past the parser's
-            # recursion limit; a JSON syntax error is already a 422 (RequestValidationError)
-            reason = "is not valid UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError) else "is nested too deep"
+            # FastAPI's "error parsing the body": invalid UTF-8 (UnicodeDecodeError), JSON nested past the parser's
+            # recursion limit, or another ValueError of the parser; a JSON syntax error is already a 422
+            cause = exc.__cause__
+            if isinstance(cause, UnicodeDecodeError):
+                reason = "is not valid UTF-8"
+            elif isinstance(cause, RecursionError):
+                reason = "is nested too deep"
+            else:  # e.g. an integer literal past Python's int-string digit limit
+                reason = f"could not be read: {cause}"
             return render(request, APIError(422, f"the JSON body {reason}", code="invalid_value"))
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         return render(request, APIError(exc.status_code, str(exc.detail), code=code, headers=dict(exc.headers or {})))

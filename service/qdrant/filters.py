@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..collections.errors import InvalidCollectionRequest
+from ..collections.filters import MAX_DEPTH
 from .envelope import unsupported
 from .ids import canonical_id
 
@@ -46,14 +47,18 @@ def _bad(msg: str, param: str) -> InvalidCollectionRequest:
     return InvalidCollectionRequest(msg, param=param, code="invalid_filter")
 
 
-def translate(raw: Any, param: str = "filter") -> dict[str, Any] | None:
-    """The collections-grammar filter of a Qdrant ``Filter`` (None: matches every point).
+def translate(raw: Any, param: str = "filter", depth: int = 0) -> dict[str, Any] | None:
+    """The collections-grammar filter of a Qdrant ``Filter`` (None: matches every point); ``depth``: how many filters
+    enclose this one.
 
     Raises:
-        InvalidCollectionRequest: ``invalid_filter`` (malformed) or ``invalid_value`` (not mapped), naming ``param``.
+        InvalidCollectionRequest: ``invalid_filter`` (malformed, or filters nested more than the collections'
+            :data:`~service.collections.filters.MAX_DEPTH` deep) or ``invalid_value`` (not mapped), naming ``param``.
     """
     if raw is None:
         return None
+    if depth > MAX_DEPTH:
+        raise _bad(f"{param}: filters nested more than {MAX_DEPTH} deep", param)
     if not isinstance(raw, dict):
         raise _bad(f"{param} must be an object with must/should/must_not", param)
     unknown = set(raw) - set(_CLAUSES)
@@ -64,7 +69,8 @@ def translate(raw: Any, param: str = "filter") -> dict[str, Any] | None:
     parts: list[dict[str, Any]] = []
     for clause in ("must", "should", "must_not"):
         conds = [
-            c for c in (_condition(c, f"{param}.{clause}[{i}]") for i, c in enumerate(_listed(raw, clause, param)))
+            c
+            for c in (_condition(c, f"{param}.{clause}[{i}]", depth) for i, c in enumerate(_listed(raw, clause, param)))
         ]
         if not conds:
             continue
@@ -93,14 +99,14 @@ def _listed(raw: dict[str, Any], clause: str, param: str) -> list[Any]:
     return v
 
 
-def _condition(c: Any, param: str) -> dict[str, Any] | None:
-    """One condition (None: matches every point)."""
+def _condition(c: Any, param: str, depth: int) -> dict[str, Any] | None:
+    """One condition of a filter ``depth`` filters deep (None: matches every point)."""
     if not isinstance(c, dict) or not c:
         raise _bad(f"{param} must be a condition object", param)
     if "key" in c:
         return _field(c, param)
     if set(c) <= set(_CLAUSES):
-        return translate(c, param)
+        return translate(c, param, depth + 1)
     if len(c) != 1:
         raise _bad(
             f"{param}: a condition has one of key, is_empty, is_null, has_id, has_vector, nested, or a filter", param

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from ..collections.api import check_payload_values
 from .ids import QdrantId
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
@@ -17,6 +18,15 @@ Limit = Annotated[StrictInt, Field(ge=1)]
 #: payload selection: true/false, a list of keys to include, or {"include": [...]} / {"exclude": [...]}
 WithPayload = StrictBool | list[StrictStr] | dict[Literal["include", "exclude"], list[StrictStr]]
 WithVector = StrictBool | list[StrictStr]
+
+
+def _plain_json(v: dict[str, Any]) -> dict[str, Any]:
+    check_payload_values(v)  # the native API's rule: finite numbers, 64-bit integers, bounded nesting
+    return v
+
+
+#: a point's payload, held to the same rules as the native API's (a 422 names the offending path)
+Payload = Annotated[dict[str, Any], AfterValidator(_plain_json)]
 
 
 class _Body(BaseModel):
@@ -72,7 +82,7 @@ class PointStruct(_Body):
 
     id: QdrantId
     vector: VectorInput
-    payload: dict[str, Any] | None = None
+    payload: Payload | None = None
 
 
 class Batch(_Body):
@@ -81,7 +91,7 @@ class Batch(_Body):
 
     ids: list[QdrantId] = Field(min_length=1)
     vectors: list[Vector | Document] | dict[StrictStr, list[Vector | Document]]
-    payloads: list[dict[str, Any] | None] | None = None
+    payloads: list[Payload | None] | None = None
 
 
 class UpsertPoints(_Body):
@@ -114,7 +124,7 @@ class DeletePoints(_Body):
 class SetPayload(_Body):
     """Body of ``POST`` (merge) and ``PUT`` (replace) ``/collections/{collection_name}/points/payload``."""
 
-    payload: dict[str, Any]
+    payload: Payload
     points: list[QdrantId] | None = None
     filter: dict[str, Any] | None = None
     key: StrictStr | None = None

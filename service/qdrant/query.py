@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from pydantic import TypeAdapter, ValidationError
 
 from ..collections.api import SearchRequest
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
@@ -30,6 +31,7 @@ from ..collections.service import CollectionService
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
+from .ids import QdrantId
 from .models import Document, NamedVector, QueryBatch, QueryRequest, SearchBatch
 from .models import SearchRequest as LegacySearch
 from .points import check_model, fetch, no_shard_key
@@ -37,6 +39,9 @@ from .results import record, scored, shown_vector
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_LIMIT = 10
+
+
+_POINT_ID = TypeAdapter(QdrantId)
 
 
 @dataclass
@@ -63,8 +68,13 @@ async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -
             raise unsupported(f"the query {sorted(q)}", param)
         q = q["nearest"]
         param = f"{param}.nearest"
-        if isinstance(q, dict):  # {"nearest": Document}
-            q = Document.model_validate(q)
+        try:  # what QueryRequest's own fields do for a top-level query
+            if isinstance(q, dict):  # {"nearest": Document}
+                q = Document.model_validate(q)
+            elif isinstance(q, (int, str)):  # {"nearest": point id}: validated and canonicalised
+                q = _POINT_ID.validate_python(q)
+        except ValidationError as e:
+            raise InvalidCollectionRequest(f"{param}: {e.errors()[0]['msg']}", param=param) from None
     if isinstance(q, Document):
         return check_model(q, (await svc.collection(name)).model, name, param), None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)

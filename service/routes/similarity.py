@@ -13,7 +13,9 @@ router = APIRouter(route_class=JSONRoute)
 
 @router.post("/similarity")
 async def similarity(body: SimilarityRequest, request: Request) -> Response:
-    """``{"scores": [float]}``: cosine of ``sentences[i]`` with ``source_sentence``, or of ``pairs[i]``.
+    """``{"scores": [float], "model": str}``: cosine of ``sentences[i]`` with ``source_sentence``, or of ``pairs[i]``;
+    TEI's form (``{"inputs": {"source_sentence", "sentences"}}``) gets TEI's answer, the bare ``[float]`` (TEI API
+    reference, ``POST /similarity``).
 
     Each distinct text is embedded once. The input count checked against
     ``max_client_batch_size`` is the number of texts sent (1 + len(sentences), or 2 x len(pairs)).
@@ -33,4 +35,6 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     a = e[[pos[t] for t in left]]
     b = e[[pos[t] for t in right]]
     scores = np.einsum("ij,ij->i", a, b).astype(np.float64)
+    if body.inputs is not None:
+        return json_response(scores.tolist())
     return json_response({"scores": scores.tolist(), "model": res.model.name})

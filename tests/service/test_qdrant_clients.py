@@ -14,6 +14,7 @@ One server per backend for the module; every test uses its own collections.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -157,6 +158,27 @@ def test_qdrant_ids_payloads_and_errors(env, sts):
         with pytest.raises(UnexpectedResponse) as e:
             bad()
         assert e.value.status_code == status, e.value.content
+    # payloads follow the native API's rules (an acknowledged point must stay readable): 422, nothing written
+    for payload in ({"n": 2**70}, {"n": float("nan")}):
+        raw = json.dumps({"points": [{"id": 99, "vector": [0.1] * 384, "payload": payload}]})  # NaN: json's extension
+        r = c.put("/qdrant/collections/ids/points", content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        r = c.post("/qdrant/collections/ids/points/payload", content=json.dumps({"payload": payload, "points": [7]}),
+                   headers={"Content-Type": "application/json"})  # fmt: skip
+        assert r.status_code == 422, r.text
+    assert c.get("/qdrant/collections/ids/points/99").status_code == 404
+    assert c.post("/qdrant/collections/ids/points/scroll", json={"limit": 10}).status_code == 200
+    # {"nearest": ...} takes what a top-level query takes: a UUID in any form, a Document; else a 422, not a 500
+    r = c.post("/qdrant/collections/ids/points/query", json={"query": {"nearest": u.hex.upper()}, "limit": 1})
+    assert r.status_code == 200 and r.json()["result"]["points"][0]["id"] == 7, r.text  # the point itself left out
+    for bad in ({"text": ""}, {"foo": 1}, "not-a-uuid", -1):
+        r = c.post("/qdrant/collections/ids/points/query", json={"query": {"nearest": bad}})
+        assert r.status_code == 422 and "query.nearest" in r.text, (bad, r.text)
+    deep: dict = {"key": "n", "match": {"value": 1}}
+    for _ in range(300):  # a filter nested past the collections' limit: 422, not a RecursionError
+        deep = {"must": deep}
+    r = c.post("/qdrant/collections/ids/points/scroll", json={"filter": deep})
+    assert r.status_code == 422 and "nested more than" in r.json()["status"]["error"], r.text
     bad_doc = {"batch": {"ids": [1, 2], "vectors": [[0.1] * 384, {"text": "x", "model": "another-model"}]}}
     r = c.put("/qdrant/collections/ids/points", json=bad_doc)  # the error names the batch's field, not points[]
     assert r.status_code == 422 and "batch.vectors[1]" in r.json()["status"]["error"], r.text

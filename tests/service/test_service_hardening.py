@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from service.middleware import unpaired_surrogate
@@ -64,6 +65,31 @@ def test_unpaired_surrogates_are_422_everywhere(client, method, path, raw):
     err = r.json()["error"]
     assert err["code"] == "invalid_text" and "surrogate" in err["message"]
     assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (b'{"input": "a\xed\xa0\x80b"}', "not valid UTF-8"),  # a lone surrogate as bytes (CESU-8)
+        (b'{"input": "caf\xe9"}', "not valid UTF-8"),  # Latin-1
+        ('{"inputs": "\\ud800"}'.encode("utf-16-le"), "JSON decode error"),  # UTF-16: json.loads(bytes) took it
+    ],
+)
+def test_a_body_that_is_not_utf8_is_422(client, body, says):
+    for path in ("/v1/embeddings", "/embed"):
+        r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and says in r.json()["error"]["message"], (path, r.text)
+    assert client.get("/health").status_code == 200
+
+
+def test_characters_that_make_no_token_do_not_hide_the_text(client):
+    """A text whose first 25,600 characters (100 per token of the budget) make no token is embedded whole."""
+    plain = "the quick brown fox jumps over the lazy dog"
+    for pad in ("\u200b", " ", "\u0301"):  # zero-width space, whitespace, a combining accent
+        r = client.post("/v1/embeddings", json={"input": [pad * 26_000 + plain, plain]})
+        assert r.status_code == 200, r.text
+        a, b = (np.asarray(d["embedding"]) for d in r.json()["data"])
+        assert a @ b > 0.99, repr(pad)
 
 
 def test_paired_surrogates_are_text(client):
