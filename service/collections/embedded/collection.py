@@ -272,11 +272,14 @@ class Collection:
             )
             built = time.monotonic() - t0
             with self._rw.write():
+                # the old vectors' snapshots go first: the promote keeps the sequence number, so after a crash
+                # between the two one of them would load as if it held the new model's vectors; without one, an
+                # open rebuilds from SQLite, whichever side of the promote the crash fell
+                remove_snapshots(self.path)
                 config = {"index": spec.kind, "metric": spec.metric, "params": spec.params}
                 target.table.promote(target.model, spec.dimension, config)
                 self.index, self.spec, self.model = index, spec, dict(target.model)
                 self._target = None
-                remove_snapshots(self.path)  # snapshots of the old vectors: never load them again
                 self._snapshot_seq, self._snapshot_time = 0, time.monotonic()
         log.info(
             "collection %s: switched to %s (%d points, dimension %d; index built in %.2fs)",

@@ -9,6 +9,8 @@ import re
 import time
 from pathlib import Path
 
+from artifact_contract.fsio import fsync_dir
+
 from ..index import IndexSpec, VectorIndex, get_type
 from .store import Store
 
@@ -33,10 +35,13 @@ def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
 
 
 def remove_snapshots(directory: Path, below: int | None = None) -> None:
-    """Delete the snapshots older than sequence ``below`` (all of them when None)."""
+    """Delete the snapshots older than sequence ``below`` (all of them when None, durably: the directory is
+    fsynced, so a crash after this returns never finds one of them again)."""
     for s, p in list_snapshots(directory):
         if below is None or s < below:
             p.unlink(missing_ok=True)
+    if below is None:
+        fsync_dir(directory)
 
 
 def build_index(store: Store, spec: IndexSpec, count: int) -> VectorIndex:

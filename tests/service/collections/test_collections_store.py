@@ -269,3 +269,35 @@ def test_payload_filters_scan_the_covering_index_not_the_vectors(tmp_path):
         assert "COVERING INDEX points_filter" in plan, (f, plan)
     assert len(st.matching_iids(parse_filter({"g": 1}))) == 10
     st.close()
+
+
+def test_a_crash_right_after_a_model_switch_never_loads_the_old_vectors(tmp_path, monkeypatch):
+    """The switch keeps the sequence number: a snapshot of the old model's vectors left on disk would load as if it
+    held the new ones. The switch removes them before it commits, so a crash just after the commit rebuilds."""
+    from service.collections.embedded.store.shadow import ShadowTable
+
+    rng = np.random.default_rng(0)
+    c = make(tmp_path, "flat")
+    old = unit(rng, 20)
+    c.upsert(list(range(20)), ["t"] * 20, [None] * 20, old, model=MODEL)
+    assert c.snapshot() is not None
+    new_model = {**MODEL, "version": "2", "sha256": "b" * 64}
+    target = c.begin_reembed(new_model, D)
+    rows, _ = target.pending(None, 100)
+    new = -old  # the new model's vectors, far from the old ones
+    assert len(rows) == 20  # by internal id, in the order the points were written
+    target.write([r[0] for r in rows], new)
+    promote = ShadowTable.promote
+
+    def promote_then_crash(self, *a, **kw):
+        promote(self, *a, **kw)
+        raise SystemExit("crash right after the switch committed")
+
+    monkeypatch.setattr(ShadowTable, "promote", promote_then_crash)
+    with pytest.raises(SystemExit):
+        target.complete()
+    reopened = Collection.open(c.path)
+    assert reopened.model["version"] == "2" and reopened.count == 20
+    hits = reopened.search(new[:3], 1)
+    assert [h[0].id for h in hits] == [0, 1, 2]  # the index holds the new vectors
+    assert [round(h[0].score, 4) for h in hits] == [1.0, 1.0, 1.0]
