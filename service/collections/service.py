@@ -162,6 +162,7 @@ class CollectionService:
         texts: list[str],
         payloads: list[dict[str, Any] | None],
         vectors: Sequence[Sequence[float] | None] | None = None,
+        vectors_model: dict[str, Any] | None = None,
     ) -> tuple[int, int]:
         """Embed and upsert points; returns ``(distinct ids written, sequence)`` once durable and searchable.
 
@@ -171,6 +172,8 @@ class CollectionService:
                 None (or a None entry): the text is embedded. A point given as a vector may have an empty text; such
                 a point cannot follow a model switch (the re-embedding fails, naming it) nor be written while one
                 runs.
+            vectors_model: the model the given vectors were made by (stored vectors written back); a write under
+                any other model raises ModelChanged at once, so that the caller reads them again.
 
         Raises:
             CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts);
@@ -185,6 +188,8 @@ class CollectionService:
         given = {i: v for i, v in enumerate(vectors or []) if v is not None}
         for attempt in range(RETRIES):
             model, smodel = dict(c.model), c.reembed_model
+            if vectors_model is not None and vectors_model != model:
+                raise ModelChanged(f"collection {name!r} switched model since its vectors were read")
             vecs = await self._point_vectors(c, texts, given, model)
             if smodel and not all(texts):
                 raise ReembeddingInProgress(
@@ -253,19 +258,22 @@ class CollectionService:
         where = {"$ids": list(dict.fromkeys(ids))} if ids is not None else raw_filter
         if ids is not None and not ids:
             return 0
-        seq, start, page = 0, None, min(self.settings.max_points_per_request, self.settings.max_top_k)
+        seq, start, page, stale = 0, None, min(self.settings.max_points_per_request, self.settings.max_top_k), 0
         while True:
-            points, start = await self.scroll(name, start, page, where, with_vector=True)
+            model = dict((await self.collection(name)).model)  # the stored vectors below are this model's
+            points, after = await self.scroll(name, start, page, where, with_vector=True)
             if points:
                 payloads = [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
-                _, seq = await self.upsert(
-                    name,
-                    [p["id"] for p in points],
-                    [p["text"] for p in points],
-                    payloads,
-                    [p["vector"] for p in points],
-                )
-            if start is None:
+                ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
+                try:
+                    vecs = [p["vector"] for p in points]
+                    _, seq = await self.upsert(name, ids_, texts, payloads, vecs, vectors_model=model)
+                except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
+                    stale += 1
+                    if stale == RETRIES:
+                        raise
+                    continue
+            if (start := after) is None:
                 return seq
 
     async def count(self, name: str, raw_filter: Any) -> int:

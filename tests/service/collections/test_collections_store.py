@@ -301,3 +301,40 @@ def test_a_crash_right_after_a_model_switch_never_loads_the_old_vectors(tmp_path
     hits = reopened.search(new[:3], 1)
     assert [h[0].id for h in hits] == [0, 1, 2]  # the index holds the new vectors
     assert [round(h[0].score, 4) for h in hits] == [1.0, 1.0, 1.0]
+
+
+def test_set_payload_never_writes_back_vectors_of_a_model_switched_away(tmp_path):
+    """set_payload writes each page back with its stored vectors; a switch that completes between the read and the
+    write makes it read the page again (the new model's vectors), not store the old ones under the new model."""
+    import asyncio
+
+    from service.collections.backend import CollectionSettings
+    from service.collections.embedded.backend import EmbeddedBackend
+    from service.collections.service import CollectionService
+    from service.settings import Settings
+
+    async def run() -> tuple[list[float], dict]:
+        backend = EmbeddedBackend(tmp_path / "root", CollectionSettings(Settings()))
+        backend.root.mkdir(parents=True, exist_ok=True)
+        svc = CollectionService(backend, lambda: None)
+        c = await backend.create("c", "flat", None, "cosine", MODEL, 4)
+        eye = np.eye(4, dtype=np.float32)
+        await svc.upsert("c", [1, 2, 3, 4], ["a", "b", "c", "d"], [None] * 4, eye.tolist())
+        target = c.begin_reembed({**MODEL, "version": "2", "sha256": "b" * 64}, 4)
+        rows, _ = target.pending(None, 100)
+        target.write([r[0] for r in rows], -eye)  # the new model's vectors
+        read, switched = svc.scroll, []
+
+        async def scroll_then_switch(*a, **kw):  # the switch completes right after the first page was read
+            page = await read(*a, **kw)
+            if not switched:
+                switched.append(await backend.run(target.complete))
+            return page
+
+        svc.scroll = scroll_then_switch
+        await svc.set_payload("c", [1], None, {"w": 1}, True)
+        return c.get(1, True)["vector"], c.get(1)["payload"], c.model
+
+    vector, payload, model = asyncio.run(run())
+    assert model["version"] == "2" and payload == {"w": 1}
+    assert vector == [-1.0, 0.0, 0.0, 0.0]  # the new model's vector, not the old [1, 0, 0, 0]
