@@ -72,7 +72,7 @@ async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_ve
     """The stored points among ``ids``, in the order asked (missing ones left out, repeats once)."""
     ids = list(dict.fromkeys(ids))
     found: dict[Any, dict[str, Any]] = {}
-    step = svc.settings.max_top_k
+    step = min(svc.settings.max_top_k, svc.settings.max_filter_values)  # one scroll page, one $ids filter
     for i in range(0, len(ids), step):
         part = ids[i : i + step]
         points, _ = await svc.scroll(name, None, len(part), {"$ids": part}, with_vector)
@@ -157,8 +157,10 @@ async def _set_payload(name: str, body: SetPayload, request: Request, svc: Colle
     if body.key is not None:
         raise unsupported("setting a payload under a nested key", "key")
     exactly_one(body, "points", "filter")
-    if body.points is not None:
-        seq = await svc.set_payload(name, body.points, None, body.payload, merge)
+    if body.points is not None:  # the service takes ids as an $ids filter: at most max_filter_values at a time
+        ids, step, seq = list(dict.fromkeys(body.points)), svc.settings.max_filter_values, 0
+        for i in range(0, len(ids), step):
+            seq = await svc.set_payload(name, ids[i : i + step], None, body.payload, merge) or seq
     else:
         seq = await svc.set_payload(name, None, translate(body.filter) or ALWAYS, body.payload, merge)
     return ok(request, update_result(seq))

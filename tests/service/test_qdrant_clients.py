@@ -167,6 +167,9 @@ def test_qdrant_ids_payloads_and_errors(env, sts):
                    headers={"Content-Type": "application/json"})  # fmt: skip
         assert r.status_code == 422, r.text
     assert c.get("/qdrant/collections/ids/points/99").status_code == 404
+    many = {"payload": {"bulk": True}, "points": [*range(1000, 3000), 7]}  # more ids than one filter may hold
+    assert c.post("/qdrant/collections/ids/points/payload", json=many).status_code == 200
+    assert c.get("/qdrant/collections/ids/points/7").json()["result"]["payload"]["bulk"] is True
     assert c.post("/qdrant/collections/ids/points/scroll", json={"limit": 10}).status_code == 200
     # {"nearest": ...} takes what a top-level query takes: a UUID in any form, a Document; else a 422, not a 500
     r = c.post("/qdrant/collections/ids/points/query", json={"query": {"nearest": u.hex.upper()}, "limit": 1})
