@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from service.backend import ModelLoadError, OnnxModel
-from service.batcher import Batcher, BatchFailed, InputTooLong, QueueFull, _Job
+from service.batcher import Batcher, BatcherClosed, BatchFailed, InputTooLong, QueueFull, _Job
 from service.metrics import Metrics
 from tests.server_utils import REPO_ROOT
 
@@ -206,6 +206,24 @@ def test_queue_full(model):
             assert (await b.submit(SENTENCES[:1])).pooled.shape == (1, 384)
         finally:
             await b.close()
+
+    asyncio.run(go())
+
+
+def test_close_past_its_drain_timeout_answers_every_request(model):
+    """close() waits up to its timeout, then cancels the running batches: their requests get BatcherClosed, never
+    wait forever; a request after close() is refused."""
+
+    async def go():
+        b = Batcher(model, Metrics(), max_batch_tokens=1 << 20, max_batch_size=256, max_queue_size=8)
+        b.start()
+        long = asyncio.ensure_future(b.submit(["word " * 250] * 256))  # one batch of ~64k tokens: seconds on a CPU
+        await asyncio.sleep(0.3)  # tokenized and running
+        await asyncio.wait_for(b.close(timeout=0.1), 10)
+        with pytest.raises(BatcherClosed):
+            await asyncio.wait_for(long, 10)
+        with pytest.raises(BatcherClosed):
+            await b.submit(SENTENCES[:1])
 
     asyncio.run(go())
 
