@@ -36,6 +36,7 @@ from .errors import (
     TooManyItems,
 )
 from .filters import Filter, FilterError, parse_filter
+from .payload_update import check_payload_sizes, set_payload
 from .vectors import query_problem
 
 RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
@@ -248,33 +249,13 @@ class CollectionService:
         self, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any], merge: bool
     ) -> int:
         """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or
-        matching the filter; returns the last write's sequence (0 when no point matched). The points are read and
-        written back with their stored vectors and texts, a page at a time: not atomic with concurrent writes to
-        the same points.
+        matching the filter; returns the last write's sequence (0 when no point matched): :func:`.payload_update.
+        set_payload`.
 
         Raises:
             CollectionNotFound, InvalidCollectionRequest (bad filter, payload too large), ReembeddingInProgress.
         """
-        where = {"$ids": list(dict.fromkeys(ids))} if ids is not None else raw_filter
-        if ids is not None and not ids:
-            return 0
-        seq, start, page, stale = 0, None, min(self.settings.max_points_per_request, self.settings.max_top_k), 0
-        while True:
-            model = dict((await self.collection(name)).model)  # the stored vectors below are this model's
-            points, after = await self.scroll(name, start, page, where, with_vector=True)
-            if points:
-                payloads = [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
-                ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
-                try:
-                    vecs = [p["vector"] for p in points]
-                    _, seq = await self.upsert(name, ids_, texts, payloads, vecs, vectors_model=model)
-                except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
-                    stale += 1
-                    if stale == RETRIES:
-                        raise
-                    continue
-            if (start := after) is None:
-                return seq
+        return await set_payload(self, name, ids, raw_filter, payload, merge)
 
     async def count(self, name: str, raw_filter: Any) -> int:
         """How many points match the filter (None: all), counted exactly.
@@ -286,13 +267,7 @@ class CollectionService:
         return await self.backend.run(c.count_matching, self.parse_filter(raw_filter, "filter"))
 
     def _check_payload_sizes(self, payloads: list[dict[str, Any] | None]) -> None:
-        cap = self.settings.max_payload_bytes
-        for i, p in enumerate(payloads):
-            if p and (n := len(json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode())) > cap:
-                raise InvalidCollectionRequest(
-                    f"points[{i}].payload is {n} bytes as JSON; the maximum is {cap} (collections_max_payload_bytes)",
-                    f"points[{i}].payload",
-                )
+        check_payload_sizes(payloads, self.settings.max_payload_bytes)
 
     async def delete_points(self, name: str, ids: list[int | str] | None, raw_filter: Any) -> tuple[int, int]:
         """Delete by ids or by filter; returns ``(deleted, sequence)`` once durable.

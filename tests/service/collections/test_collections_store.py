@@ -338,3 +338,34 @@ def test_set_payload_never_writes_back_vectors_of_a_model_switched_away(tmp_path
     vector, payload, model = asyncio.run(run())
     assert model["version"] == "2" and payload == {"w": 1}
     assert vector == [-1.0, 0.0, 0.0, 0.0]  # the new model's vector, not the old [1, 0, 0, 0]
+
+
+def test_a_set_payload_refused_for_size_changes_nothing(tmp_path):
+    """Every merged payload is size-checked before the first write: a later page over the limit used to leave the
+    earlier pages updated behind a 422."""
+    import asyncio
+
+    from service.collections.backend import CollectionSettings
+    from service.collections.embedded.backend import EmbeddedBackend
+    from service.collections.errors import InvalidCollectionRequest
+    from service.collections.service import CollectionService
+    from service.settings import Settings
+
+    async def run() -> list:
+        small = Settings(
+            collections_max_payload_bytes=100, collections_max_top_k=2, collections_max_points_per_request=2
+        )
+        backend = EmbeddedBackend(tmp_path / "root", CollectionSettings(small))
+        backend.root.mkdir(parents=True, exist_ok=True)
+        svc = CollectionService(backend, lambda: None)
+        c = await backend.create("c", "flat", None, "cosine", MODEL, 4)
+        payloads = [{"x": 1}, {"x": 2}, {"x": 3}, {"x": "y" * 80}]  # the last one has room for little more
+        for i in (0, 2):
+            await svc.upsert("c", [i + 1, i + 2], ["a", "b"], payloads[i : i + 2], np.eye(4)[i : i + 2].tolist())
+        with pytest.raises(InvalidCollectionRequest, match="merged into point 4") as e:
+            await svc.set_payload("c", None, None, {"z": "q" * 15}, True)  # pages of 2 points: 1-2, then 3-4
+        assert e.value.param == "payload"
+        await svc.set_payload("c", [1, 2], None, {"z": "ok"}, True)  # within the limit: applied
+        return [c.get(i)["payload"] for i in (1, 2, 3, 4)]
+
+    assert asyncio.run(run()) == [{"x": 1, "z": "ok"}, {"x": 2, "z": "ok"}, {"x": 3}, {"x": "y" * 80}]

@@ -1,0 +1,86 @@
+"""Payload updates of stored points (Qdrant API reference: ``POST``/``PUT /collections/{collection_name}/points/
+payload``, set and overwrite): the points are read and written back, a page at a time, with their stored texts and
+vectors and the new payloads.
+
+* Every payload the request would write is checked against ``collections_max_payload_bytes`` before the first write
+  (a merge reads the matching points once more for that), so a refused request changes nothing.
+* A page's vectors are written back under the model that made them: a re-embedding switch that completes between
+  the read and the write makes the page be read again (:class:`~.errors.ModelChanged`).
+* Not atomic with concurrent writes to the same points.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidCollectionRequest, ModelChanged
+
+if TYPE_CHECKING:
+    from .service import CollectionService
+
+#: page re-reads after model switches before a set_payload gives up (ModelChanged)
+RETRIES = 3
+
+
+def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: list[str] | None = None) -> None:
+    """Refuse a payload over ``cap`` bytes as compact UTF-8 JSON; ``what[i]`` names payload ``i`` (default:
+    ``points[i].payload``).
+
+    Raises:
+        InvalidCollectionRequest: naming the first one too large.
+    """
+    for i, p in enumerate(payloads):
+        if p and (n := len(json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode())) > cap:
+            field = what[i] if what else f"points[{i}].payload"
+            raise InvalidCollectionRequest(
+                f"{field} is {n} bytes as JSON; the maximum is {cap} (collections_max_payload_bytes)",
+                "payload" if what else field,
+            )
+
+
+async def set_payload(
+    svc: CollectionService, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any],
+    merge: bool,
+) -> int:  # fmt: skip
+    """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or matching
+    ``raw_filter`` (module docstring); returns the last write's sequence (0 when no point matched).
+
+    Raises:
+        CollectionNotFound, InvalidCollectionRequest (bad filter, a resulting payload too large: nothing written),
+        ReembeddingInProgress, ModelChanged (the collection switched models :data:`RETRIES` times meanwhile).
+    """
+    where = {"$ids": list(dict.fromkeys(ids))} if ids is not None else raw_filter
+    if ids is not None and not ids:
+        return 0
+    cap, page = svc.settings.max_payload_bytes, min(svc.settings.max_points_per_request, svc.settings.max_top_k)
+
+    def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
+
+    check_payload_sizes([payload], cap, ["payload"])
+    start = None
+    while merge:  # the merged payloads, all checked before the first write
+        points, start = await svc.scroll(name, start, page, where)
+        check_payload_sizes(updated(points), cap, [f"the payload merged into point {p['id']!r}" for p in points])
+        if start is None:
+            break
+    seq, stale = 0, 0
+    while True:
+        model = dict((await svc.collection(name)).model)  # the stored vectors read below are this model's
+        points, after = await svc.scroll(name, start, page, where, with_vector=True)
+        if points:
+            try:
+                ids_, texts, vecs = (
+                    [p["id"] for p in points],
+                    [p["text"] for p in points],
+                    [p["vector"] for p in points],
+                )
+                _, seq = await svc.upsert(name, ids_, texts, updated(points), vecs, vectors_model=model)
+            except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
+                stale += 1
+                if stale == RETRIES:
+                    raise
+                continue
+        if (start := after) is None:
+            return seq
