@@ -12,12 +12,9 @@ vectors and the new payloads.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import InvalidCollectionRequest, ModelChanged
-
-if TYPE_CHECKING:
-    from .service import CollectionService
 
 #: page re-reads after model switches before a set_payload gives up (ModelChanged)
 RETRIES = 3
@@ -40,11 +37,13 @@ def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: l
 
 
 async def set_payload(
-    svc: CollectionService, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any],
+    svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any],
     merge: bool,
 ) -> int:  # fmt: skip
     """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or matching
-    ``raw_filter`` (module docstring); returns the last write's sequence (0 when no point matched).
+    ``raw_filter`` (module docstring) of ``svc``'s collection ``name`` (``svc``: the
+    :class:`~.service.CollectionService`, which this module must not import); returns the last write's sequence (0
+    when no point matched).
 
     Raises:
         CollectionNotFound, InvalidCollectionRequest (bad filter, a resulting payload too large: nothing written),
