@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO))
 
 from artifact_contract import INPUT_NAMES, MODEL_FILE, OUTPUT_NAME  # noqa: E402
 from bench.machine import cpu_model  # noqa: E402
-from service.backend import OnnxModel  # noqa: E402
+from service.backend import OnnxModel, session_options  # noqa: E402
 from service.providers import CUDA, choose_providers, preload_cuda_libraries  # noqa: E402
 
 CPU_SHAPES = "2x256,4x256,8x256,16x256,16x128,16x64,16x32"
@@ -68,11 +68,7 @@ def session(path: Path, providers: list[str], threads: int, cuda_graph: bool = F
     Raises:
         RuntimeError: a named provider was dropped by onnxruntime (the session would run elsewhere).
     """
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
+    opts = session_options(threads)
     chosen: list = list(providers)
     if cuda_graph:
         chosen = [(CUDA, {"enable_cuda_graph": "1"}) if p == CUDA else p for p in providers]

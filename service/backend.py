@@ -51,6 +51,20 @@ class PrecisionUnsupported(ModelLoadError):
     """
 
 
+def session_options(intra_op_threads: int = 0, inter_op_threads: int = 0, spinning: bool = False) -> ort.SessionOptions:
+    """The service's ONNX Runtime session options: every graph optimisation, sequential execution, the thread counts
+    (0: ORT's default), busy-waiting between ops only with ``spinning`` (ORT docs, "Thread management")."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.intra_op_num_threads = intra_op_threads
+    opts.inter_op_num_threads = inter_op_threads
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    return opts
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """Identity of a loaded model, as reported to clients and to collections.
@@ -151,16 +165,8 @@ class OnnxModel:
 
     # ---------------------------------------------------------------- loading
     def _open_session(self, providers: list[str], intra: int, inter: int, spinning: bool) -> ort.InferenceSession:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.intra_op_num_threads = intra
-        opts.inter_op_num_threads = inter
-        opts.log_severity_level = 3
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
         try:
-            return open_session(self.path / MODEL_FILE, opts, providers)
+            return open_session(self.path / MODEL_FILE, session_options(intra, inter, spinning), providers)
         except ProviderError as e:
             raise ModelLoadError(f"{self.path}: {e}") from e
 

@@ -90,4 +90,7 @@ class ReembeddingInProgress(CollectionError):
 
 class ModelChanged(CollectionError):
     """The collection's model, or its re-embedding target, changed since the caller embedded; embed again and
-    retry."""
+    retry (up to :data:`RETRIES` times)."""
+
+
+RETRIES = 3  # attempts of an operation that a re-embedding swap interrupts (ModelChanged), each with the new model

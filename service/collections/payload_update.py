@@ -6,6 +6,7 @@ vectors and the new payloads.
   (a merge reads the matching points once more for that), so a refused request changes nothing.
 * A page's vectors are written back under the model that made them: a re-embedding switch that completes between
   the read and the write makes the page be read again (:class:`~.errors.ModelChanged`).
+* A list of ids is read as ``$ids`` filters of at most ``collections_max_filter_values`` ids each.
 * Not atomic with concurrent writes to the same points.
 """
 
@@ -14,10 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import InvalidCollectionRequest, ModelChanged
-
-#: page re-reads after model switches before a set_payload gives up (ModelChanged)
-RETRIES = 3
+from .errors import RETRIES, InvalidCollectionRequest, ModelChanged
 
 
 def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: list[str] | None = None) -> None:
@@ -47,39 +45,42 @@ async def set_payload(
 
     Raises:
         CollectionNotFound, InvalidCollectionRequest (bad filter, a resulting payload too large: nothing written),
-        ReembeddingInProgress, ModelChanged (the collection switched models :data:`RETRIES` times meanwhile).
+        ReembeddingInProgress, ModelChanged (the collection switched models :data:`~.errors.RETRIES` times meanwhile).
     """
-    where = {"$ids": list(dict.fromkeys(ids))} if ids is not None else raw_filter
-    if ids is not None and not ids:
-        return 0
+    if ids is None:
+        wheres = [raw_filter]
+    else:  # one $ids filter may hold at most max_filter_values ids
+        ids, step = list(dict.fromkeys(ids)), svc.settings.max_filter_values
+        wheres = [{"$ids": ids[i : i + step]} for i in range(0, len(ids), step)]
     cap, page = svc.settings.max_payload_bytes, min(svc.settings.max_points_per_request, svc.settings.max_top_k)
 
     def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
 
     check_payload_sizes([payload], cap, ["payload"])
-    start = None
-    while merge:  # the merged payloads, all checked before the first write
-        points, start = await svc.scroll(name, start, page, where)
-        check_payload_sizes(updated(points), cap, [f"the payload merged into point {p['id']!r}" for p in points])
-        if start is None:
-            break
+    for where in wheres if merge else ():  # the merged payloads, all checked before the first write
+        start = None
+        while True:
+            points, start = await svc.scroll(name, start, page, where)
+            check_payload_sizes(updated(points), cap, [f"the payload merged into point {p['id']!r}" for p in points])
+            if start is None:
+                break
     seq, stale = 0, 0
-    while True:
-        model = dict((await svc.collection(name)).model)  # the stored vectors read below are this model's
-        points, after = await svc.scroll(name, start, page, where, with_vector=True)
-        if points:
-            try:
-                ids_, texts, vecs = (
-                    [p["id"] for p in points],
-                    [p["text"] for p in points],
-                    [p["vector"] for p in points],
-                )
-                _, seq = await svc.upsert(name, ids_, texts, updated(points), vecs, vectors_model=model)
-            except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
-                stale += 1
-                if stale == RETRIES:
-                    raise
-                continue
-        if (start := after) is None:
-            return seq
+    for where in wheres:
+        start = None
+        while True:
+            model = dict((await svc.collection(name)).model)  # the stored vectors read below are this model's
+            points, after = await svc.scroll(name, start, page, where, with_vector=True)
+            if points:
+                ids_, texts, vecs = zip(*((p["id"], p["text"], p["vector"]) for p in points))
+                try:
+                    _, seq = await svc.upsert(name, list(ids_), list(texts), updated(points), list(vecs),
+                                              vectors_model=model)  # fmt: skip
+                except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
+                    stale += 1
+                    if stale == RETRIES:
+                        raise
+                    continue
+            if (start := after) is None:
+                break
+    return seq

@@ -6,7 +6,7 @@
   embedded by both models and written to both (``Collection.upsert`` checks both under its write lock).
 * **Retries on a model change**: a re-embedding may swap the collection's model between embedding and writing
   (or searching); the collection then raises :class:`~.errors.ModelChanged` and the operation is redone with the
-  new model, up to :data:`RETRIES` times.
+  new model, up to :data:`~.errors.RETRIES` times.
 * **Search planning**: text queries are embedded together, vector queries are checked (dimension, magnitude),
   filters parsed; searches that differ only in their query run as multi-query backend calls of at most
   :data:`HITS_PER_CALL` hits each.
@@ -27,6 +27,7 @@ from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
 from .backend import CollectionHandle, Hit, ReadConsistency, ResponseBudget, VectorBackend
 from .errors import (
+    RETRIES,
     CollectionNotFound,
     InvalidCollectionRequest,
     ModelChanged,
@@ -39,7 +40,6 @@ from .filters import Filter, FilterError, parse_filter
 from .payload_update import check_payload_sizes, set_payload
 from .vectors import query_problem
 
-RETRIES = 3  # embeddings made just before a re-embedding swap are redone with the new model
 HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
 
 
@@ -177,7 +177,7 @@ class CollectionService:
                 any other model raises ModelChanged at once, so that the caller reads them again.
 
         Raises:
-            CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`RETRIES` attempts);
+            CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`~.errors.RETRIES` attempts);
             InvalidCollectionRequest: a given vector of the wrong dimension, not finite, or zero for cosine;
             ReembeddingInProgress: a point without text while the collection is being re-embedded.
         """

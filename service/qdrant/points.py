@@ -157,10 +157,8 @@ async def _set_payload(name: str, body: SetPayload, request: Request, svc: Colle
     if body.key is not None:
         raise unsupported("setting a payload under a nested key", "key")
     exactly_one(body, "points", "filter")
-    if body.points is not None:  # the service takes ids as an $ids filter: at most max_filter_values at a time
-        ids, step, seq = list(dict.fromkeys(body.points)), svc.settings.max_filter_values, 0
-        for i in range(0, len(ids), step):
-            seq = await svc.set_payload(name, ids[i : i + step], None, body.payload, merge) or seq
+    if body.points is not None:
+        seq = await svc.set_payload(name, body.points, None, body.payload, merge)
     else:
         seq = await svc.set_payload(name, None, translate(body.filter) or ALWAYS, body.payload, merge)
     return ok(request, update_result(seq))

@@ -68,7 +68,7 @@ def _loads(body: bytes) -> Any:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(body.decode("utf-8") if isinstance(body, bytes | bytearray) else body)
+    return json.loads(body.decode("utf-8"))
 
 
 class JSONRoute(APIRoute):
