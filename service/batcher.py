@@ -136,6 +136,7 @@ class Batcher:
         )
         self._admitted = 0
         self._closing = False
+        self._closed = False  # the worker and the pools are gone: nothing admitted may be queued any more
         self._worker: asyncio.Task | None = None
         self._tok_pool = ThreadPoolExecutor(tokenizer_threads, thread_name_prefix=f"tok-{model.info.name}")
         self._infer_pool = ThreadPoolExecutor(inference_workers, thread_name_prefix=f"infer-{model.info.name}")
@@ -194,7 +195,8 @@ class Batcher:
             self._g_queue.set(self._admitted)
 
     async def close(self, timeout: float = 30.0) -> None:
-        """Stop admitting, let queued work finish (up to ``timeout`` s), stop the worker and thread pools."""
+        """Stop admitting, let queued work finish (up to ``timeout`` s), stop the worker and thread pools; every request
+        not answered by then (queued, in a batch, or still tokenizing) gets :class:`BatcherClosed`."""
         self._closing = True
         deadline = time.monotonic() + timeout
         while self._admitted > 0 and time.monotonic() < deadline:
@@ -203,10 +205,12 @@ class Batcher:
         self._worker = None
         for t in list(self._running):
             t.cancel()
+        self._closed = True  # requests still tokenizing stop at their next chunk (_tokenize_fairly)
         for job in self._fair.clear() + _drain(self._queue):
             if job.future is not None and not job.future.done():
                 job.future.set_exception(BatcherClosed("model is shutting down"))
-        self._tok_pool.shutdown(wait=False, cancel_futures=True)
+        # the chunks already in the tokenizer pool (one per request) finish; their requests then stop
+        self._tok_pool.shutdown(wait=False)
         self._infer_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ requests
@@ -214,12 +218,18 @@ class Batcher:
         """Tokenize ``texts`` in chunks of about :data:`TOKENIZE_CHUNK_CHARS` characters, one chunk of this request
         in the tokenizer pool at a time: the pool's queue then holds at most one chunk per request and serves them
         in turn, so a one-sentence request waits for about one chunk per request ahead of it, not for whole
-        2 MB requests (round-robin, as the batches are formed)."""
+        2 MB requests (round-robin, as the batches are formed).
+
+        Raises:
+            BatcherClosed: close() gave up waiting before this request was tokenized.
+        """
         loop = asyncio.get_running_loop()
         budget = self.model.char_budget
         ids: list[np.ndarray] = []
         start = 0
         while start < len(texts):
+            if self._closed:
+                raise BatcherClosed("model is shutting down")
             end, chars = start, 0
             while end < len(texts) and (end == start or chars < TOKENIZE_CHUNK_CHARS):
                 chars += min(len(texts[end]), budget)
@@ -227,6 +237,8 @@ class Batcher:
             part = await loop.run_in_executor(self._tok_pool, self._tokenize, texts[start:end], truncate)
             ids.extend(part.ids)
             start = end
+        if self._closed:
+            raise BatcherClosed("model is shutting down")
         return Tokenized(ids)
 
     def _tokenize(self, texts: list[str], truncate: bool) -> Tokenized:

@@ -228,6 +228,24 @@ def test_close_past_its_drain_timeout_answers_every_request(model):
     asyncio.run(go())
 
 
+def test_close_answers_a_request_still_tokenizing(model):
+    """A request whose tokenization outlasts close()'s drain timeout is answered BatcherClosed, not left waiting on a
+    worker that is gone (nor failed by a thread pool that was shut down)."""
+
+    async def go():
+        b = Batcher(model, Metrics(), max_batch_tokens=4096, max_batch_size=16, max_queue_size=8, tokenizer_threads=1)
+        b.start()
+        texts = [f"{i} " + "a sentence of several words to tokenize " * 10 for i in range(10_000)]  # 4M characters
+        slow = asyncio.ensure_future(b.submit(texts))  # ~500 chunks (~0.7 s), one in the pool at a time
+        await asyncio.sleep(0.05)
+        assert not slow.done()
+        await asyncio.wait_for(b.close(timeout=0.01), 10)
+        with pytest.raises(BatcherClosed):
+            await asyncio.wait_for(slow, 10)
+
+    asyncio.run(go())
+
+
 def test_flags_override_env(monkeypatch):
     from service.__main__ import settings_from_args
 
