@@ -48,7 +48,7 @@ def trained(tmp_path_factory):
             "artifact_version": "1",
             "export_evaluate": "none",
             "progress": False,
-            "threads": 2,
+            "threads": 1,  # as the suite's other worker runs beside it (two threads were slower there)
         },
     )
     results = Trainer(cfg).run()

@@ -7,7 +7,6 @@ The reference eval (7 tasks + STS-B dev, max 128 tokens) runs once per module, t
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -53,14 +52,15 @@ def test_sts_loader_counts(task, n):
 def reference_scores(tmp_path_factory, default_artifact):
     """The reference eval through ``python -m training eval`` on the exported default artifact (ONNX Runtime,
     fp32): the artifact is held to torch by the export's parity check (cosine >= 0.9999, |diff| <= 1e-4), and
-    ONNX Runtime encodes the ~38k distinct sentences ~3x faster than torch on these CPUs."""
+    ONNX Runtime encodes the ~38k distinct sentences ~3x faster than torch on these CPUs. One intra-op thread: the
+    suite's other worker keeps the second core busy, and two spinning threads beside it were slower (50 s -> 47 s
+    for this fixture, the objectives' smoke trainings beside it 57 s -> 41 s)."""
     from training.cli.eval import main
 
     out = tmp_path_factory.mktemp("ref") / "scores.json"
     tasks = ",".join(REFERENCE_TASKS)
-    threads = str(os.cpu_count() or 1)
     args = ["--model", str(default_artifact), "--tasks", tasks, "--max-seq-length", "128", "--json", str(out),
-            "--threads", threads]  # fmt: skip
+            "--threads", "1"]  # fmt: skip
     assert main(args) == 0
     return json.loads(out.read_text())
 
