@@ -160,7 +160,7 @@ class OnnxModel:
                 "(models/README.md)"
             )
         self._check_signature()
-        self._tok_trunc, self._tok_full = self._load_tokenizers()
+        self._tok_trunc, self._tok_left, self._tok_full = self._load_tokenizers()
         self.pad_id = self._pad_id()
 
     # ---------------------------------------------------------------- loading
@@ -193,18 +193,20 @@ class OnnxModel:
                 f"{self.manifest.dimension}"
             )
 
-    def _load_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+    def _load_tokenizers(self) -> tuple[Tokenizer, Tokenizer, Tokenizer]:
+        """Three tokenizers (a tokenizer's truncation is its state, and threads share them): truncating on the right,
+        truncating on the left (keeps the end of a text; special tokens stay in place), not truncating."""
         try:
-            trunc = Tokenizer.from_file(str(self.path / TOKENIZER_FILE))
-            full = Tokenizer.from_file(str(self.path / TOKENIZER_FILE))
+            trunc, left, full = (Tokenizer.from_file(str(self.path / TOKENIZER_FILE)) for _ in range(3))
         except Exception as e:
             raise ModelLoadError(f"{self.path}: cannot load {TOKENIZER_FILE}: {e}") from e
         # Padding is done by the batcher (to the batch's longest input), never here.
-        trunc.no_padding()
-        full.no_padding()
+        for tok in (trunc, left, full):
+            tok.no_padding()
         trunc.enable_truncation(max_length=self.manifest.max_seq_length)
+        left.enable_truncation(max_length=self.manifest.max_seq_length, direction="left")
         full.no_truncation()
-        return trunc, full
+        return trunc, left, full
 
     def _pad_id(self) -> int:
         for tok in ("[PAD]", "<pad>"):
@@ -214,22 +216,25 @@ class OnnxModel:
         return 0
 
     # ---------------------------------------------------------------- inference
-    def tokenize(self, texts: list[str], truncate: bool = True) -> Tokenized:
+    def tokenize(self, texts: list[str], truncate: bool = True, direction: str = "right") -> Tokenized:
         """Token ids for ``texts`` (no padding).
 
-        With ``truncate=True`` each input is cut to ``max_seq_length`` tokens; with
-        ``truncate=False`` it is not (the caller rejects over-long inputs).
+        With ``truncate=True`` each input is cut to ``max_seq_length`` tokens, keeping its start (``direction=
+        "right"``) or its end (``"left"``; TEI's ``truncation_direction``); with ``truncate=False`` it is not (the
+        caller rejects over-long inputs).
 
         Bounded work: a text longer than :attr:`char_budget` characters is cut to that many before tokenizing
         (no token of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first ``max_seq_length``
-        tokens are unchanged), so a 2 MB string of words costs what a max-length one does. A cut text that gave
+        tokens are unchanged; with ``"left"`` the last characters are kept), so a 2 MB string of words costs what a
+        max-length one does. A cut text that gave
         fewer tokens than a full input (``truncate``) or that still fits (``truncate=False``) is tokenized in full:
         characters that make no token (whitespace runs, zero-width and other format characters, combining marks)
         may have filled the budget, and its embedding and token count must be the whole text's.
         """
         budget = self.char_budget
-        cut = [t[:budget] if len(t) > budget else t for t in texts]
-        tok = self._tok_trunc if truncate else self._tok_full
+        left = truncate and direction == "left"
+        cut = [t if len(t) <= budget else t[-budget:] if left else t[:budget] for t in texts]
+        tok = (self._tok_left if left else self._tok_trunc) if truncate else self._tok_full
         ids = [np.asarray(e.ids, dtype=np.int64) for e in self._encode(tok, cut)]
         short = self.info.max_seq_length + (0 if truncate else 1)  # fewer ids than this: the cut may have lost some
         for i, t in enumerate(texts):

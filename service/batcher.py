@@ -156,8 +156,9 @@ class Batcher:
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"batcher-{self._label}")
 
-    async def submit(self, texts: list[str], *, truncate: bool = True) -> SubmitResult:
+    async def submit(self, texts: list[str], *, truncate: bool = True, direction: str = "right") -> SubmitResult:
         """Embed ``texts`` (non-empty list of strings); returns pooled, unnormalised rows in input order.
+        ``direction``: which end of an over-long input is cut (:meth:`OnnxModel.tokenize`).
 
         Raises:
             QueueFull: ``max_queue_size`` requests are already waiting (answer 429).
@@ -175,7 +176,7 @@ class Batcher:
         self._g_queue.set(self._admitted)
         try:
             loop = asyncio.get_running_loop()
-            tokens = await self._tokenize_fairly(texts, truncate)
+            tokens = await self._tokenize_fairly(texts, truncate, direction)
             self._check(tokens, texts, truncate)
             job = _Job(
                 tokens,
@@ -214,7 +215,7 @@ class Batcher:
         self._infer_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ requests
-    async def _tokenize_fairly(self, texts: list[str], truncate: bool) -> Tokenized:
+    async def _tokenize_fairly(self, texts: list[str], truncate: bool, direction: str = "right") -> Tokenized:
         """Tokenize ``texts`` in chunks of about :data:`TOKENIZE_CHUNK_CHARS` characters, one chunk of this request
         in the tokenizer pool at a time: the pool's queue then holds at most one chunk per request and serves them
         in turn, so a one-sentence request waits for about one chunk per request ahead of it, not for whole
@@ -234,16 +235,16 @@ class Batcher:
             while end < len(texts) and (end == start or chars < TOKENIZE_CHUNK_CHARS):
                 chars += min(len(texts[end]), budget)
                 end += 1
-            part = await loop.run_in_executor(self._tok_pool, self._tokenize, texts[start:end], truncate)
+            part = await loop.run_in_executor(self._tok_pool, self._tokenize, texts[start:end], truncate, direction)
             ids.extend(part.ids)
             start = end
         if self._closed:
             raise BatcherClosed("model is shutting down")
         return Tokenized(ids)
 
-    def _tokenize(self, texts: list[str], truncate: bool) -> Tokenized:
+    def _tokenize(self, texts: list[str], truncate: bool, direction: str = "right") -> Tokenized:
         t0 = time.perf_counter()
-        tok = self.model.tokenize(texts, truncate=truncate)
+        tok = self.model.tokenize(texts, truncate=truncate, direction=direction)
         self.metrics.tokenization_duration.labels(self._label).observe(time.perf_counter() - t0)
         return tok
 

@@ -79,6 +79,7 @@ class Embedder:
         *,
         model: str | None | LoadedModel = None,
         truncate: bool = True,
+        truncation_direction: str = "right",
         normalize: bool = True,
         dimensions: int | None = None,
         param: str = "input",
@@ -90,6 +91,7 @@ class Embedder:
             model: a loaded model's ``name`` or ``name:version`` (or the :class:`LoadedModel`); None: the active one.
             truncate: cut inputs to ``max_seq_length`` tokens; if False, an over-long input is a 413. More than
                 ``max_request_tokens`` tokens in all (after truncation) is a 413 as well.
+            truncation_direction: ``"right"`` keeps an over-long input's start, ``"left"`` its end (TEI's field).
             normalize: L2-normalise rows (``dimensions`` always renormalises).
             dimensions: keep the first ``dimensions`` columns, in ``[1, dimension]``.
             param: the request field named in errors about the inputs.
@@ -106,7 +108,7 @@ class Embedder:
                 f"dimensions must be between 1 and {dim} for model {lm.info.name}, got {dimensions}", "dimensions"
             )
         try:
-            res = await lm.batcher.submit(texts, truncate=truncate)
+            res = await lm.batcher.submit(texts, truncate=truncate, direction=truncation_direction)
         except InputTooLong as e:
             e.param, e.model = param, lm.info.name
             raise

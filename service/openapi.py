@@ -208,7 +208,9 @@ ADMIN = (*COMMON, 403, 404, 409)
 #: (method, path) -> (success status, success body schema (None: plain text), error statuses)
 OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", "/v1/embeddings"): (200, EmbeddingsResponse, EMBED),
+    ("POST", "/embeddings"): (200, EmbeddingsResponse, EMBED),
     ("POST", "/embed"): (200, list[list[float]], EMBED),
+    ("POST", "/"): (200, list[list[float]], EMBED),
     ("POST", "/similarity"): (200, SimilarityResponse | list[float], EMBED),  # TEI's form: the bare list
     ("GET", "/v1/models"): (200, ModelList, (401, 503)),
     ("GET", "/info"): (200, _Open, (401, 503)),

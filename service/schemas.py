@@ -86,13 +86,23 @@ class EmbeddingsRequest(BaseModel):
     user: str | None = None
 
 
+#: TEI's ``truncation_direction``: which end of an over-long input is cut; TEI also takes the capitalised names
+TruncationDirection = Annotated[
+    Literal["left", "right"], BeforeValidator(lambda v: v.lower() if v in ("Left", "Right") else v)
+]
+
+
 class EmbedRequest(BaseModel):
-    """``POST /embed`` (TEI). Returns ``[[float]]``."""
+    """``POST /embed`` and ``POST /`` (TEI's ``EmbedRequest``, text-embeddings-inference OpenAPI). Returns
+    ``[[float]]``. ``truncate`` null means true; ``prompt_name`` names a prompt of the model's, and the artifact
+    contract defines none, so any value is refused (422) rather than ignored."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
     inputs: Texts
     normalize: bool = Field(True, strict=True)
-    truncate: bool = Field(True, strict=True)
+    truncate: Annotated[bool, Field(strict=True)] | None = None
+    truncation_direction: TruncationDirection = "right"
+    prompt_name: str | None = None
     dimensions: int | None = Field(None, ge=1, strict=True)
     model: str | None = None
 
@@ -103,6 +113,15 @@ class SimilarityInputs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     source_sentence: Sentence
     sentences: Annotated[list[Sentence], Field(min_length=1)]
+
+
+class SimilarityParameters(BaseModel):
+    """TEI's ``parameters`` of ``POST /similarity`` (its ``SimilarityParameters``): as in :class:`EmbedRequest`."""
+
+    model_config = ConfigDict(extra="ignore")
+    truncate: Annotated[bool, Field(strict=True)] | None = None
+    truncation_direction: TruncationDirection = "right"
+    prompt_name: str | None = None
 
 
 class SimilarityRequest(BaseModel):
@@ -119,6 +138,7 @@ class SimilarityRequest(BaseModel):
         None
     )
     inputs: SimilarityInputs | None = None
+    parameters: SimilarityParameters | None = None
     model: str | None = None
     truncate: bool = Field(True, strict=True)
 

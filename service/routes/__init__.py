@@ -108,3 +108,19 @@ def check_client_batch(n: int, settings: Settings, param: str) -> None:
             param=param,
             code="too_many_inputs",
         )
+
+
+def refuse_prompt_name(prompt_name: str | None) -> None:
+    """TEI's ``prompt_name`` picks one of the model's sentence-transformers prompts; the artifact contract carries
+    none, so a name is refused rather than silently ignored.
+
+    Raises:
+        APIError: 422 ``invalid_value`` on ``prompt_name`` when one is given.
+    """
+    if prompt_name is not None:
+        raise APIError(
+            422,
+            f"prompt_name {prompt_name!r}: this service's models define no prompts; prepend the text yourself",
+            param="prompt_name",
+            code="invalid_value",
+        )

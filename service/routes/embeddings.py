@@ -1,4 +1,4 @@
-"""``POST /v1/embeddings`` (OpenAI shape) and ``POST /embed`` (TEI shape)."""
+"""``POST /v1/embeddings`` = ``POST /embeddings`` (OpenAI shape) and ``POST /embed`` = ``POST /`` (TEI shape)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 
 from ..errors import APIError
 from ..schemas import TOKEN_IDS_REFUSED, EmbeddingsRequest, EmbedRequest, as_list
-from . import JSONRoute, check_client_batch, embedder_of, json_response
+from . import JSONRoute, check_client_batch, embedder_of, json_response, refuse_prompt_name
 
 router = APIRouter(route_class=JSONRoute)
 
@@ -25,6 +25,7 @@ def b64_row(row: np.ndarray) -> str:
 
 
 @router.post("/v1/embeddings")
+@router.post("/embeddings")  # the same without the version prefix, as TEI and Infinity serve it
 async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Response:
     """OpenAI embeddings: ``{object:"list", data:[{object:"embedding", embedding, index}], model, model_version, usage}``.
 
@@ -60,18 +61,22 @@ async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Respon
 
 
 @router.post("/embed")
+@router.post("/")  # TEI's route for an embedding model: where a TEI client given the server's URL posts
 async def embed(body: EmbedRequest, request: Request) -> Response:
     """TEI embed: ``[[float]]``, one row per input in order.
 
     ``normalize=false`` returns the pooled vectors; ``truncate=false`` makes an input over
-    ``max_seq_length`` tokens a 413 naming its token count.
+    ``max_seq_length`` tokens a 413 naming its token count; ``truncation_direction="left"`` keeps the end of an
+    over-long input instead of its start. A ``prompt_name`` is a 422: artifacts carry no prompts.
     """
+    refuse_prompt_name(body.prompt_name)
     texts = as_list(body.inputs)
     check_client_batch(len(texts), request.app.state.settings, "inputs")
     res = await embedder_of(request).encode(
         texts,
         model=body.model,
-        truncate=body.truncate,
+        truncate=body.truncate is not False,
+        truncation_direction=body.truncation_direction,
         normalize=body.normalize,
         dimensions=body.dimensions,
         param="inputs",

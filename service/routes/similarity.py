@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from ..schemas import SimilarityRequest
-from . import JSONRoute, check_client_batch, embedder_of, json_response
+from ..schemas import SimilarityParameters, SimilarityRequest
+from . import JSONRoute, check_client_batch, embedder_of, json_response, refuse_prompt_name
 
 router = APIRouter(route_class=JSONRoute)
 
@@ -15,7 +15,8 @@ router = APIRouter(route_class=JSONRoute)
 async def similarity(body: SimilarityRequest, request: Request) -> Response:
     """``{"scores": [float], "model": str}``: cosine of ``sentences[i]`` with ``source_sentence``, or of ``pairs[i]``;
     TEI's form (``{"inputs": {"source_sentence", "sentences"}}``) gets TEI's answer, the bare ``[float]`` (TEI API
-    reference, ``POST /similarity``).
+    reference, ``POST /similarity``), and its ``parameters`` (``truncate``, ``truncation_direction``; a
+    ``prompt_name`` is a 422).
 
     Each distinct text is embedded once. The input count checked against
     ``max_client_batch_size`` is the number of texts sent (1 + len(sentences), or 2 x len(pairs)).
@@ -30,7 +31,12 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     check_client_batch(n_sent, request.app.state.settings, param)
     uniq = list(dict.fromkeys(left + right))
     pos = {t: i for i, t in enumerate(uniq)}
-    res = await embedder_of(request).encode(uniq, model=body.model, truncate=body.truncate, param=param)
+    opts = body.parameters or SimilarityParameters()
+    refuse_prompt_name(opts.prompt_name)
+    truncate = body.truncate if opts.truncate is None else opts.truncate
+    res = await embedder_of(request).encode(
+        uniq, model=body.model, truncate=truncate, truncation_direction=opts.truncation_direction, param=param
+    )
     e = res.embeddings
     a = e[[pos[t] for t in left]]
     b = e[[pos[t] for t in right]]

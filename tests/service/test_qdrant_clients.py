@@ -312,8 +312,8 @@ def test_native_vectors_scroll_and_count(env, sts):
 
 
 def test_openai_sdk_and_tei_client(env, sts, monkeypatch):
-    """``/v1/embeddings`` through the OpenAI SDK and ``/embed`` through huggingface_hub's TEI client give the same
-    vectors. The suite sets HF_HUB_OFFLINE=1 (no hub downloads), which huggingface_hub applies to every URL: it is
+    """``/v1/embeddings`` through the OpenAI SDK and TEI's ``POST /`` through huggingface_hub's TEI client give the
+    same vectors, and its ``sentence_similarity`` their cosines. The suite sets HF_HUB_OFFLINE=1 (no hub downloads), which huggingface_hub applies to every URL: it is
     lifted for this test, whose only URL is the loopback server."""
     import huggingface_hub.constants
     import numpy as np
@@ -331,7 +331,10 @@ def test_openai_sdk_and_tei_client(env, sts, monkeypatch):
     # --- snippet: TEI client
     from huggingface_hub import InferenceClient
 
-    tei = InferenceClient(model=f"{url}/embed")
+    tei = InferenceClient(model=url)  # TEI's POST / (or f"{url}/embed")
     vector = tei.feature_extraction(sentences[0])  # numpy array, shape (1, 384)
+    scores = InferenceClient(model=f"{url}/similarity").sentence_similarity(sentences[0], sentences[1:])
     # --- end snippet
     assert len(vectors) == 8 and np.allclose(np.asarray(vector).reshape(-1), vectors[0], atol=1e-5)
+    v = np.asarray(vectors)
+    np.testing.assert_allclose(scores, v[1:] @ v[0], atol=1e-5)  # cosine of unit vectors

@@ -267,6 +267,42 @@ def test_truncate_false_long_input_413(client, default_artifact):
     _good(client)
 
 
+def test_tei_routes_and_options(client, stsb):
+    """TEI's ``POST /`` and the unversioned OpenAI ``POST /embeddings`` answer as ``/embed`` and ``/v1/embeddings``;
+    ``truncate: null`` is the default; ``truncation_direction: "left"`` keeps an over-long input's end (also past
+    the characters the tokenizer reads); a ``prompt_name`` is refused, not ignored."""
+    texts = list(dict.fromkeys(stsb.sent1))[:8]
+    want = client.post("/embed", json={"inputs": texts}).json()
+    assert client.post("/", json={"inputs": texts, "truncate": None}).json() == want
+    openai = client.post("/v1/embeddings", json={"input": texts}).json()
+    assert client.post("/embeddings", json={"input": texts}).json()["data"] == openai["data"]
+
+    tail = " ".join(list(dict.fromkeys(stsb.sent2))[:60])  # > 256 tokens by itself
+    head = " ".join(list(dict.fromkeys(stsb.sent1))[100:160])
+    pad = "filler " * 4000  # 28,000 characters: more than the 25,600 (100 x 256) the tokenizer reads of a text
+
+    def emb(text: str, **kw) -> np.ndarray:
+        r = client.post("/embed", json={"inputs": text, **kw})
+        assert r.status_code == 200, r.text
+        return np.asarray(r.json()[0], np.float32)
+
+    left = emb(tail, truncation_direction="left")
+    np.testing.assert_allclose(emb(head + " " + tail, truncation_direction="left"), left, atol=1e-5)
+    np.testing.assert_allclose(emb(pad + head + " " + tail, truncation_direction="Left"), left, atol=1e-5)
+    assert float(emb(head + " " + tail) @ left) < 0.99  # right truncation keeps the head instead
+    np.testing.assert_allclose(emb(texts[0], truncation_direction="left"), np.asarray(want[0]), atol=1e-6)
+
+    _err(client.post("/embed", json={"inputs": "x", "prompt_name": "query"}), 422, "prompt_name", "invalid_value")
+    # /similarity takes the same options as TEI's "parameters"
+    inputs = {"source_sentence": tail, "sentences": [head + " " + tail, head]}
+    r = client.post("/similarity", json={"inputs": inputs, "parameters": {"truncation_direction": "left"}})
+    assert r.status_code == 200 and r.json()[0] == pytest.approx(1.0, abs=1e-5), r.text
+    assert client.post("/similarity", json={"inputs": inputs}).json()[0] < 0.99
+    _err(client.post("/similarity", json={"inputs": inputs, "parameters": {"prompt_name": "q"}}), 422, "prompt_name")
+    _err(client.post("/", json={"inputs": "x", "truncation_direction": "middle"}), 422, "truncation_direction")
+    _good(client)
+
+
 def test_unknown_model_404(client):
     _err(
         client.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"}),
