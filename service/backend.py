@@ -242,6 +242,20 @@ class OnnxModel:
                 ids[i] = np.asarray(self._encode(tok, [t])[0].ids, dtype=np.int64)
         return Tokenized(ids)
 
+    def encodings(self, texts: list[str], add_special_tokens: bool = True) -> list:
+        """The untruncated ``tokenizers.Encoding`` of each text (``ids``, ``tokens``, ``offsets`` in characters,
+        ``special_tokens_mask``), special tokens added or not."""
+        return self._tok_full.encode_batch(texts, add_special_tokens=add_special_tokens)  # with offsets: not _fast
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """The text of each id list (``ids`` within :attr:`vocab_size`)."""
+        return self._tok_full.decode_batch(ids, skip_special_tokens=skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to ``vocab_size - 1``."""
+        return self._tok_full.get_vocab_size()
+
     @property
     def char_budget(self) -> int:
         """Characters of a text read by the tokenizer: ``CHARS_PER_TOKEN * max_seq_length``."""

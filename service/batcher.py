@@ -216,37 +216,66 @@ class Batcher:
 
     # ------------------------------------------------------------------ requests
     async def _tokenize_fairly(self, texts: list[str], truncate: bool, direction: str = "right") -> Tokenized:
-        """Tokenize ``texts`` in chunks of about :data:`TOKENIZE_CHUNK_CHARS` characters, one chunk of this request
-        in the tokenizer pool at a time: the pool's queue then holds at most one chunk per request and serves them
-        in turn, so a one-sentence request waits for about one chunk per request ahead of it, not for whole
-        2 MB requests (round-robin, as the batches are formed).
+        """Token ids of ``texts`` (:meth:`OnnxModel.tokenize`), made by :meth:`_in_turns`.
 
         Raises:
             BatcherClosed: close() gave up waiting before this request was tokenized.
         """
+        return Tokenized(await self._in_turns(texts, self.model.char_budget, self._tokenize, truncate, direction))
+
+    async def encodings(self, texts: list[str], add_special_tokens: bool = True) -> list:
+        """The tokenizer's untruncated ``tokenizers.Encoding`` of each of ``texts`` (ids, tokens, character offsets,
+        special-token mask), made by :meth:`_in_turns`: what TEI's ``/tokenize`` shows.
+
+        Raises:
+            BatcherClosed: shutting down.
+        """
+        if self._closing:
+            raise BatcherClosed("model is shutting down")
+        return await self._in_turns(texts, None, self.model.encodings, add_special_tokens)
+
+    async def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """:meth:`OnnxModel.decode` in the tokenizer pool (TEI's ``/decode``).
+
+        Raises:
+            BatcherClosed: shutting down.
+        """
+        if self._closing:
+            raise BatcherClosed("model is shutting down")
         loop = asyncio.get_running_loop()
-        budget = self.model.char_budget
-        ids: list[np.ndarray] = []
+        return await loop.run_in_executor(self._tok_pool, self.model.decode, ids, skip_special_tokens)
+
+    async def _in_turns(self, texts: list[str], budget: int | None, fn, *args) -> list:
+        """``fn(chunk, *args)`` (a list per text) over chunks of ``texts`` of about :data:`TOKENIZE_CHUNK_CHARS`
+        characters (a text counted up to ``budget``, the characters the tokenizer reads of it), one chunk of this
+        request in the tokenizer pool at a time: the pool's queue then holds at most one chunk per request and serves
+        them in turn, so a one-sentence request waits for about one chunk per request ahead of it, not for whole
+        2 MB requests (round-robin, as the batches are formed).
+
+        Raises:
+            BatcherClosed: close() gave up waiting before this request was done.
+        """
+        loop = asyncio.get_running_loop()
+        out: list = []
         start = 0
         while start < len(texts):
             if self._closed:
                 raise BatcherClosed("model is shutting down")
             end, chars = start, 0
             while end < len(texts) and (end == start or chars < TOKENIZE_CHUNK_CHARS):
-                chars += min(len(texts[end]), budget)
+                chars += len(texts[end]) if budget is None else min(len(texts[end]), budget)
                 end += 1
-            part = await loop.run_in_executor(self._tok_pool, self._tokenize, texts[start:end], truncate, direction)
-            ids.extend(part.ids)
+            out.extend(await loop.run_in_executor(self._tok_pool, fn, texts[start:end], *args))
             start = end
         if self._closed:
             raise BatcherClosed("model is shutting down")
-        return Tokenized(ids)
+        return out
 
-    def _tokenize(self, texts: list[str], truncate: bool, direction: str = "right") -> Tokenized:
+    def _tokenize(self, texts: list[str], truncate: bool, direction: str = "right") -> list[np.ndarray]:
         t0 = time.perf_counter()
-        tok = self.model.tokenize(texts, truncate=truncate, direction=direction)
+        ids = self.model.tokenize(texts, truncate=truncate, direction=direction).ids
         self.metrics.tokenization_duration.labels(self._label).observe(time.perf_counter() - t0)
-        return tok
+        return ids
 
     def _check(self, tokens: Tokenized, texts: list[str], truncate: bool) -> None:
         if not truncate:

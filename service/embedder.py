@@ -117,3 +117,36 @@ class Embedder:
             raise
         emb = postprocess(res.pooled, normalize=normalize, dimensions=dimensions)
         return EmbedResult(emb, lm.info, res.prompt_tokens)
+
+    async def tokens(
+        self, texts: list[str], *, model: str | None = None, add_special_tokens: bool = True, param: str = "inputs"
+    ) -> tuple[list, ModelInfo]:
+        """The model's tokenization of each text, untruncated: ``tokenizers.Encoding`` objects (``ids``, ``tokens``,
+        character ``offsets``, ``special_tokens_mask``) and the model's identity (TEI's ``/tokenize``).
+
+        Raises:
+            InvalidInput, ModelNotFound, ModelNotReady, BatcherClosed.
+        """
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise InvalidInput("texts must be a non-empty list of strings", param)
+        lm = self.resolve(model)
+        return await lm.batcher.encodings(texts, add_special_tokens), lm.info
+
+    async def decode(
+        self, ids: list[list[int]], *, model: str | None = None, skip_special_tokens: bool = True, param: str = "ids"
+    ) -> tuple[list[str], ModelInfo]:
+        """The text of each token-id list (TEI's ``/decode``) and the model's identity.
+
+        Raises:
+            InvalidInput: an id outside the model's vocabulary (the tokenizer would drop it silently).
+            ModelNotFound, ModelNotReady, BatcherClosed.
+        """
+        lm = self.resolve(model)
+        vocab = lm.model.vocab_size
+        for i, row in enumerate(ids):
+            bad = next((t for t in row if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise InvalidInput(
+                    f"{param}[{i}] holds token id {bad}, outside the vocabulary (0 to {vocab - 1})", param
+                )
+        return await lm.batcher.decode(ids, skip_special_tokens), lm.info

@@ -52,6 +52,17 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class TeiToken(BaseModel):
+    """One token of ``POST /tokenize`` (TEI API reference, ``SimpleToken``): a special token's own string with no
+    offsets, else the input's characters ``[start, stop)``."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
 class EmbeddingsResponse(BaseModel):
     """Answer of ``POST /v1/embeddings`` (OpenAI API reference, "Create embeddings"): one L2-normalised
     embedding per input; ``model`` and ``model_version`` name the model that made them."""
@@ -204,6 +215,7 @@ COMMON = (400, 401, 413, 415, 422, 503)
 EMBED = (*COMMON, 404, 429)
 COLLECTION = (*COMMON, 404, 409, 429)
 ADMIN = (*COMMON, 403, 404, 409)
+TOKENIZE = (*COMMON, 404)
 
 #: (method, path) -> (success status, success body schema (None: plain text), error statuses)
 OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
@@ -211,6 +223,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", "/embeddings"): (200, EmbeddingsResponse, EMBED),
     ("POST", "/embed"): (200, list[list[float]], EMBED),
     ("POST", "/"): (200, list[list[float]], EMBED),
+    ("POST", "/tokenize"): (200, list[list[TeiToken]], TOKENIZE),
+    ("POST", "/decode"): (200, list[str], TOKENIZE),
     ("POST", "/similarity"): (200, SimilarityResponse | list[float], EMBED),  # TEI's form: the bare list
     ("GET", "/v1/models"): (200, ModelList, (401, 503)),
     ("GET", "/info"): (200, _Open, (401, 503)),

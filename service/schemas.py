@@ -107,6 +107,28 @@ class EmbedRequest(BaseModel):
     model: str | None = None
 
 
+class TokenizeRequest(BaseModel):
+    """``POST /tokenize`` (TEI's ``TokenizeRequest``): ``[[{id, text, special, start, stop}]]``, untruncated."""
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    inputs: Texts
+    add_special_tokens: bool = Field(True, strict=True)
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+TokenIds = list[Annotated[int, Field(ge=0, strict=True)]]
+
+
+class DecodeRequest(BaseModel):
+    """``POST /decode`` (TEI's ``DecodeRequest``): ``ids`` one list of token ids or a non-empty list of them."""
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    ids: Annotated[TokenIds, Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)]
+    skip_special_tokens: bool = Field(True, strict=True)
+    model: str | None = None
+
+
 class SimilarityInputs(BaseModel):
     """TEI's nested form ``{"inputs": {"source_sentence", "sentences"}}``."""
 

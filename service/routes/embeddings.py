@@ -6,9 +6,10 @@ import base64
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from ..errors import APIError
-from ..schemas import TOKEN_IDS_REFUSED, EmbeddingsRequest, EmbedRequest, as_list
+from ..schemas import TOKEN_IDS_REFUSED, DecodeRequest, EmbeddingsRequest, EmbedRequest, TokenizeRequest, as_list
 from . import JSONRoute, check_client_batch, embedder_of, json_response, refuse_prompt_name
 
 router = APIRouter(route_class=JSONRoute)
@@ -82,3 +83,36 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
         param="inputs",
     )
     return json_response(np.ascontiguousarray(res.embeddings, dtype=np.float32), headers=model_headers(res.model))
+
+
+def _tei_tokens(text: str, enc) -> list[dict]:
+    """TEI's ``SimpleToken`` list of one encoding: a special token's own string and no offsets, any other token the
+    input's characters ``[start, stop)`` (character offsets, as TEI gives them)."""
+    return [
+        {"id": i, "text": tok, "special": True, "start": None, "stop": None}
+        if special
+        else {"id": i, "text": text[a:z], "special": False, "start": a, "stop": z}
+        for i, tok, (a, z), special in zip(enc.ids, enc.tokens, enc.offsets, enc.special_tokens_mask)
+    ]
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    """TEI tokenize: ``[[{id, text, special, start, stop}]]``, one list per input, untruncated (the tokens the model
+    would see before ``max_seq_length`` cuts them). A ``prompt_name`` is a 422: artifacts carry no prompts."""
+    refuse_prompt_name(body.prompt_name)
+    texts = as_list(body.inputs)
+    check_client_batch(len(texts), request.app.state.settings, "inputs")
+    encs, info = await embedder_of(request).tokens(texts, model=body.model, add_special_tokens=body.add_special_tokens)
+    out = await run_in_threadpool(lambda: [_tei_tokens(t, e) for t, e in zip(texts, encs)])
+    return json_response(out, headers=model_headers(info))
+
+
+@router.post("/decode")
+async def decode(body: DecodeRequest, request: Request) -> Response:
+    """TEI decode: ``[str]``, the text of each token-id list (``ids`` one list or a list of lists); special tokens
+    dropped unless ``skip_special_tokens=false``; an id outside the vocabulary is a 422."""
+    ids = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
+    check_client_batch(len(ids), request.app.state.settings, "ids")
+    texts, info = await embedder_of(request).decode(ids, model=body.model, skip_special_tokens=body.skip_special_tokens)
+    return json_response(texts, headers=model_headers(info))

@@ -303,6 +303,36 @@ def test_tei_routes_and_options(client, stsb):
     _good(client)
 
 
+def test_tei_tokenize_and_decode(client, default_artifact):
+    """``/tokenize`` gives the model's own tokens (the artifact's tokenizer.json), untruncated, with TEI's shape:
+    special tokens without offsets, others with the input's characters at their offsets; ``/decode`` inverts it."""
+    text = "Héllo wörld, a naïve café 😀 " + "word " * 300  # non-ASCII, an unknown token, > max_seq_length tokens
+    tok = Tokenizer.from_file(str(default_artifact / "tokenizer.json"))
+    tok.no_truncation()
+    want = tok.encode(text)
+    r = client.post("/tokenize", json={"inputs": text})
+    assert r.status_code == 200, r.text
+    (got,) = r.json()
+    assert [t["id"] for t in got] == want.ids and len(got) > 300  # not cut to 256
+    assert got[0] == {"id": 101, "text": "[CLS]", "special": True, "start": None, "stop": None}
+    assert got[-1]["special"] and got[-1]["text"] == "[SEP]"
+    for t in got[1:-1]:
+        assert not t["special"] and text[t["start"] : t["stop"]] == t["text"]
+    assert [t["text"] for t in got[1:4]] == ["Héllo", "wörld", ","]
+    r = client.post("/tokenize", json={"inputs": ["a b", "c"], "add_special_tokens": False})
+    assert [[t["text"] for t in x] for x in r.json()] == [["a", "b"], ["c"]]
+    _err(client.post("/tokenize", json={"inputs": "x", "prompt_name": "query"}), 422, "prompt_name")
+
+    r = client.post("/decode", json={"ids": want.ids[:8]})
+    assert r.status_code == 200 and r.json() == [tok.decode(want.ids[:8])], r.text
+    r = client.post("/decode", json={"ids": [want.ids[:4], [101, 102]], "skip_special_tokens": False})
+    assert r.json() == [tok.decode(want.ids[:4], skip_special_tokens=False), "[CLS] [SEP]"]
+    _err(client.post("/decode", json={"ids": [101, 10**6]}), 422, "ids")  # the tokenizer would drop it silently
+    _err(client.post("/decode", json={"ids": []}), 422)
+    _err(client.post("/decode", json={"ids": [-1]}), 422)
+    _good(client)
+
+
 def test_unknown_model_404(client):
     _err(
         client.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"}),
