@@ -206,7 +206,7 @@ class Batcher:
         self._worker = None
         for t in list(self._running):
             t.cancel()
-        self._closed = True  # requests still tokenizing stop at their next chunk (_tokenize_fairly)
+        self._closed = True  # requests still tokenizing stop at their next chunk (_in_turns)
         for job in self._fair.clear() + _drain(self._queue):
             if job.future is not None and not job.future.done():
                 job.future.set_exception(BatcherClosed("model is shutting down"))

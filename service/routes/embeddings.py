@@ -1,4 +1,5 @@
-"""``POST /v1/embeddings`` = ``POST /embeddings`` (OpenAI shape) and ``POST /embed`` = ``POST /`` (TEI shape)."""
+"""``POST /v1/embeddings`` = ``POST /embeddings`` (OpenAI shape); ``POST /embed`` = ``POST /``, ``POST /tokenize`` and
+``POST /decode`` (TEI shapes)."""
 
 from __future__ import annotations
 
