@@ -229,10 +229,16 @@ class Batcher:
 
         Raises:
             BatcherClosed: shutting down.
+            RequestTooLarge: more than ``max_request_tokens`` tokens in all (the answer would be ~60 bytes a token).
         """
         if self._closing:
             raise BatcherClosed("model is shutting down")
-        return await self._in_turns(texts, None, self.model.encodings, add_special_tokens)
+        encs = await self._in_turns(texts, None, self.model.encodings, add_special_tokens)
+        total = sum(len(e.ids) for e in encs)
+        if self.max_request_tokens is not None and total > self.max_request_tokens:
+            self.metrics.rejected.labels(self._label, "request_too_large").inc()
+            raise RequestTooLarge(total, self.max_request_tokens)
+        return encs
 
     async def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """:meth:`OnnxModel.decode` in the tokenizer pool (TEI's ``/decode``).

@@ -125,12 +125,16 @@ class Embedder:
         character ``offsets``, ``special_tokens_mask``) and the model's identity (TEI's ``/tokenize``).
 
         Raises:
-            InvalidInput, ModelNotFound, ModelNotReady, BatcherClosed.
+            InvalidInput, ModelNotFound, ModelNotReady, BatcherClosed, RequestTooLarge (``max_request_tokens``).
         """
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             raise InvalidInput("texts must be a non-empty list of strings", param)
         lm = self.resolve(model)
-        return await lm.batcher.encodings(texts, add_special_tokens), lm.info
+        try:
+            return await lm.batcher.encodings(texts, add_special_tokens), lm.info
+        except RequestTooLarge as e:
+            e.param = param
+            raise
 
     async def decode(
         self, ids: list[list[int]], *, model: str | None = None, skip_special_tokens: bool = True, param: str = "ids"

@@ -322,6 +322,8 @@ def test_tei_tokenize_and_decode(client, default_artifact):
     r = client.post("/tokenize", json={"inputs": ["a b", "c"], "add_special_tokens": False})
     assert [[t["text"] for t in x] for x in r.json()] == [["a", "b"], ["c"]]
     _err(client.post("/tokenize", json={"inputs": "x", "prompt_name": "query"}), 422, "prompt_name")
+    e = _err(client.post("/tokenize", json={"inputs": "a," * 70_000}), 413, "inputs", "request_too_large")
+    assert "140002 tokens" in e["message"]  # max_request_tokens (131072) bounds the answer as it does embeddings
 
     r = client.post("/decode", json={"ids": want.ids[:8]})
     assert r.status_code == 200 and r.json() == [tok.decode(want.ids[:8])], r.text
