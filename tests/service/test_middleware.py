@@ -92,6 +92,9 @@ def test_api_keys(service, default_artifact):
         assert r.status_code == 200 and "<html" in r.text.lower()
         assert (await c.post("/console/", content=b"{}", headers=JSON)).status_code == 401  # only GET/HEAD open
         assert (await c.options("/v1/embeddings")).status_code == 405  # preflight: not asked for a key
+        for path in ("/", "/embed", "/embeddings", "/tokenize", "/decode"):  # TEI's routes too: never open
+            r = await c.post(path, json={"inputs": "x", "ids": [1]}, headers=JSON)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", path
 
     call(service, scenario)
     assert count(metrics, "other", "GET", 401) == 5  # refused before routing: no route template
