@@ -41,6 +41,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+#: liveness aliases that TEI serves (its ``GET /`` and SageMaker's ``GET /ping``): open to GET only, since
+#: ``POST /`` is TEI's embed route and needs a key
+OPEN_GETS = frozenset({"/", "/ping"})
 CONSOLE = "/console"  # the console's static files hold no data (the page sends the user's key to the API)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 WRITE_FLAG = "writes_data"  # set in scope["state"] by routes that change stored data (service.routes.mark_write)
@@ -220,6 +223,8 @@ class ServiceMiddleware:
     def _check_auth(self, scope: Scope) -> APIError | None:
         path = scope.get("path", "")
         if not self.api_keys or path in OPEN_PATHS or scope.get("method") == "OPTIONS":
+            return None
+        if path in OPEN_GETS and scope.get("method") == "GET":
             return None
         if (path == CONSOLE or path.startswith(CONSOLE + "/")) and scope.get("method") in ("GET", "HEAD"):
             return None

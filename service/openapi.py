@@ -229,6 +229,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", "/v1/models"): (200, ModelList, (401, 503)),
     ("GET", "/info"): (200, _Open, (401, 503)),
     ("GET", "/health"): (200, Status, ()),
+    ("GET", "/"): (200, Status, ()),
+    ("GET", "/ping"): (200, Status, ()),
     ("GET", "/ready"): (200, Status, (503,)),
     ("GET", "/metrics"): (200, None, ()),
     ("POST", "/admin/models/reload"): (200, _Open, ADMIN),

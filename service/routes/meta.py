@@ -74,8 +74,10 @@ async def info(request: Request) -> Response:
 
 
 @router.get("/health")
+@router.get("/")  # TEI's liveness routes, for probes written for it
+@router.get("/ping")
 async def health() -> Response:
-    """Liveness: 200 while the process serves HTTP."""
+    """Liveness: 200 while the process serves HTTP (also ``GET /`` and ``GET /ping``, as TEI answers them)."""
     return json_response({"status": "ok"})
 
 

@@ -92,6 +92,8 @@ def test_api_keys(service, default_artifact):
         assert r.status_code == 200 and "<html" in r.text.lower()
         assert (await c.post("/console/", content=b"{}", headers=JSON)).status_code == 401  # only GET/HEAD open
         assert (await c.options("/v1/embeddings")).status_code == 405  # preflight: not asked for a key
+        for path in ("/", "/ping"):  # TEI's liveness aliases: open to GET only
+            assert (await c.get(path)).json() == {"status": "ok"}
         for path in ("/", "/embed", "/embeddings", "/tokenize", "/decode"):  # TEI's routes too: never open
             r = await c.post(path, json={"inputs": "x", "ids": [1]}, headers=JSON)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", path
