@@ -234,10 +234,7 @@ class Batcher:
         if self._closing:
             raise BatcherClosed("model is shutting down")
         encs = await self._in_turns(texts, None, self.model.encodings, add_special_tokens)
-        total = sum(len(e.ids) for e in encs)
-        if self.max_request_tokens is not None and total > self.max_request_tokens:
-            self.metrics.rejected.labels(self._label, "request_too_large").inc()
-            raise RequestTooLarge(total, self.max_request_tokens)
+        self._check_total(sum(len(e.ids) for e in encs))
         return encs
 
     async def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
@@ -291,7 +288,10 @@ class Batcher:
                 i = int(over[0])
                 self.metrics.rejected.labels(self._label, "input_too_long").inc()
                 raise InputTooLong(i, int(tokens.lengths[i]), limit, len(texts[i]) > self.model.char_budget)
-        total = int(tokens.lengths.sum())
+        self._check_total(int(tokens.lengths.sum()))
+
+    def _check_total(self, total: int) -> None:
+        """Refuse a request of more than ``max_request_tokens`` tokens in all (RequestTooLarge)."""
         if self.max_request_tokens is not None and total > self.max_request_tokens:
             self.metrics.rejected.labels(self._label, "request_too_large").inc()
             raise RequestTooLarge(total, self.max_request_tokens)

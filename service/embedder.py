@@ -99,8 +99,7 @@ class Embedder:
         Raises:
             see the module docstring.
         """
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise InvalidInput("texts must be a non-empty list of strings", param)
+        _check_texts(texts, param)
         lm = model if isinstance(model, LoadedModel) else self.resolve(model)
         dim = lm.info.dimension
         if dimensions is not None and not 1 <= dimensions <= dim:
@@ -127,8 +126,7 @@ class Embedder:
         Raises:
             InvalidInput, ModelNotFound, ModelNotReady, BatcherClosed, RequestTooLarge (``max_request_tokens``).
         """
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise InvalidInput("texts must be a non-empty list of strings", param)
+        _check_texts(texts, param)
         lm = self.resolve(model)
         try:
             return await lm.batcher.encodings(texts, add_special_tokens), lm.info
@@ -153,3 +151,9 @@ class Embedder:
                     f"{param}[{i}] holds token id {bad}, outside the vocabulary (0 to {vocab - 1})", param
                 )
         return await lm.batcher.decode(ids, skip_special_tokens), lm.info
+
+
+def _check_texts(texts: list[str], param: str) -> None:
+    """Raises InvalidInput unless ``texts`` is a non-empty list of strings."""
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise InvalidInput("texts must be a non-empty list of strings", param)

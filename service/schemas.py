@@ -92,17 +92,23 @@ TruncationDirection = Annotated[
 ]
 
 
-class EmbedRequest(BaseModel):
-    """``POST /embed`` and ``POST /`` (TEI's ``EmbedRequest``, text-embeddings-inference OpenAPI). Returns
-    ``[[float]]``. ``truncate`` null means true; ``prompt_name`` names a prompt of the model's, and the artifact
-    contract defines none, so any value is refused (422) rather than ignored."""
+class TeiOptions(BaseModel):
+    """TEI's encoding options (text-embeddings-inference OpenAPI: ``EmbedRequest``, ``SimilarityParameters``):
+    ``truncate`` null means the default; ``prompt_name`` names a prompt of the model's, and the artifact contract
+    defines none, so the routes refuse any value (422) rather than ignore it."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
-    inputs: Texts
-    normalize: bool = Field(True, strict=True)
     truncate: Annotated[bool, Field(strict=True)] | None = None
     truncation_direction: TruncationDirection = "right"
     prompt_name: str | None = None
+
+
+class EmbedRequest(TeiOptions):
+    """``POST /embed`` and ``POST /`` (TEI's ``EmbedRequest``). Returns ``[[float]]``; ``truncate`` null means
+    true."""
+
+    inputs: Texts
+    normalize: bool = Field(True, strict=True)
     dimensions: int | None = Field(None, ge=1, strict=True)
     model: str | None = None
 
@@ -137,15 +143,6 @@ class SimilarityInputs(BaseModel):
     sentences: Annotated[list[Sentence], Field(min_length=1)]
 
 
-class SimilarityParameters(BaseModel):
-    """TEI's ``parameters`` of ``POST /similarity`` (its ``SimilarityParameters``): as in :class:`EmbedRequest`."""
-
-    model_config = ConfigDict(extra="ignore")
-    truncate: Annotated[bool, Field(strict=True)] | None = None
-    truncation_direction: TruncationDirection = "right"
-    prompt_name: str | None = None
-
-
 class SimilarityRequest(BaseModel):
     """``POST /similarity``: exactly one of ``source_sentence`` + ``sentences``, ``pairs``, or TEI's ``inputs``.
 
@@ -160,7 +157,7 @@ class SimilarityRequest(BaseModel):
         None
     )
     inputs: SimilarityInputs | None = None
-    parameters: SimilarityParameters | None = None
+    parameters: TeiOptions | None = None  # TEI's SimilarityParameters
     model: str | None = None
     truncate: bool = Field(True, strict=True)
 

@@ -113,7 +113,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
 async def decode(body: DecodeRequest, request: Request) -> Response:
     """TEI decode: ``[str]``, the text of each token-id list (``ids`` one list or a list of lists); special tokens
     dropped unless ``skip_special_tokens=false``; an id outside the vocabulary is a 422."""
-    ids = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
+    ids = body.ids if isinstance(body.ids[0], list) else [body.ids]
     check_client_batch(len(ids), request.app.state.settings, "ids")
     texts, info = await embedder_of(request).decode(ids, model=body.model, skip_special_tokens=body.skip_special_tokens)
     return json_response(texts, headers=model_headers(info))

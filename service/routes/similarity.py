@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from ..schemas import SimilarityParameters, SimilarityRequest
+from ..schemas import SimilarityRequest, TeiOptions
 from . import JSONRoute, check_client_batch, embedder_of, json_response, refuse_prompt_name
 
 router = APIRouter(route_class=JSONRoute)
@@ -31,7 +31,7 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     check_client_batch(n_sent, request.app.state.settings, param)
     uniq = list(dict.fromkeys(left + right))
     pos = {t: i for i, t in enumerate(uniq)}
-    opts = body.parameters or SimilarityParameters()
+    opts = body.parameters or TeiOptions()
     refuse_prompt_name(opts.prompt_name)
     truncate = body.truncate if opts.truncate is None else opts.truncate
     res = await embedder_of(request).encode(

@@ -33,7 +33,7 @@ TINY = {
     "max_steps": 2,
     "batch_size": 8,
     "data": {"max_train_samples": 64},
-    "threads": 1,  # the suite's other worker has the second core: two torch threads beside it ran 1.4x slower
+    "threads": 1,  # the suite's other worker has the second core: two torch threads beside it ran 1.4-1.8x slower
     "eval_every": 0,
     "final_eval": False,
     "save_every": 0,
