@@ -48,8 +48,8 @@ class InvalidCollectionRequest(CollectionError):
 
 
 class TooManyItems(CollectionError):
-    """More points or searches in one request than the configured maximum. ``code``: ``too_many_points`` or
-    ``too_many_searches``."""
+    """More points, searches or examples in one request than the configured maximum. ``code``: ``too_many_points``,
+    ``too_many_searches`` or ``too_many_examples``."""
 
     def __init__(self, message: str, param: str, code: str) -> None:
         super().__init__(message, param)

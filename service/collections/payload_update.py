@@ -1,6 +1,6 @@
 """Payload updates of stored points (Qdrant API reference: ``POST``/``PUT /collections/{collection_name}/points/
-payload``, set and overwrite): the points are read and written back, a page at a time, with their stored texts and
-vectors and the new payloads.
+payload``, set and overwrite; ``POST .../points/payload/delete``, delete keys): the points are read and written back,
+a page at a time, with their stored texts and vectors and the new payloads.
 
 * Every payload the request would write is checked against ``collections_max_payload_bytes`` before the first write
   (a merge reads the matching points once more for that), so a refused request changes nothing.
@@ -12,7 +12,9 @@ vectors and the new payloads.
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged
@@ -47,12 +49,7 @@ async def set_payload(
         CollectionNotFound, InvalidCollectionRequest (bad filter, a resulting payload too large: nothing written),
         ReembeddingInProgress, ModelChanged (the collection switched models :data:`~.errors.RETRIES` times meanwhile).
     """
-    if ids is None:
-        wheres = [raw_filter]
-    else:  # one $ids filter may hold at most max_filter_values ids
-        ids, step = list(dict.fromkeys(ids)), svc.settings.max_filter_values
-        wheres = [{"$ids": ids[i : i + step]} for i in range(0, len(ids), step)]
-    cap, page = svc.settings.max_payload_bytes, min(svc.settings.max_points_per_request, svc.settings.max_top_k)
+    wheres, cap, page = _wheres(svc, ids, raw_filter), svc.settings.max_payload_bytes, _page(svc)
 
     def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
@@ -65,7 +62,53 @@ async def set_payload(
             check_payload_sizes(updated(points), cap, [f"the payload merged into point {p['id']!r}" for p in points])
             if start is None:
                 break
-    seq, stale = 0, 0
+    return await _rewrite(svc, name, wheres, updated)
+
+
+def without_keys(payload: dict[str, Any] | None, keys: list[str]) -> dict[str, Any]:
+    """A copy of ``payload`` without ``keys``; a dotted key (``"meta.lang"``) removes a key of a nested object, as in
+    Qdrant's payload key paths (and this service's filter keys). A key absent from the payload changes nothing."""
+    out = copy.deepcopy(payload or {})
+    for key in keys:
+        *path, last = key.split(".")
+        cur: Any = out
+        for part in path:
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if isinstance(cur, dict):
+            cur.pop(last, None)
+    return out
+
+
+async def delete_payload_keys(
+    svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, keys: list[str]
+) -> int:
+    """Remove ``keys`` (:func:`without_keys`) from the payload of the points among ``ids`` or matching
+    ``raw_filter`` of ``svc``'s collection ``name``; returns the last write's sequence (0 when no point matched).
+
+    Raises:
+        as :func:`set_payload` (a payload only shrinks: no size check).
+    """
+    return await _rewrite(svc, name, _wheres(svc, ids, raw_filter),
+                          lambda points: [without_keys(p["payload"], keys) for p in points])  # fmt: skip
+
+
+def _wheres(svc: Any, ids: list[int | str] | None, raw_filter: Any) -> list[Any]:
+    """The filters to page through: ``raw_filter``, or ``$ids`` filters of at most ``max_filter_values`` ids each."""
+    if ids is None:
+        return [raw_filter]
+    ids, step = list(dict.fromkeys(ids)), svc.settings.max_filter_values
+    return [{"$ids": ids[i : i + step]} for i in range(0, len(ids), step)]
+
+
+def _page(svc: Any) -> int:
+    return min(svc.settings.max_points_per_request, svc.settings.max_top_k)
+
+
+async def _rewrite(
+    svc: Any, name: str, wheres: list[Any], updated: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> int:
+    """Write back every point matching one of ``wheres`` with the payloads ``updated`` makes of a page of points."""
+    page, seq, stale = _page(svc), 0, 0
     for where in wheres:
         start = None
         while True:

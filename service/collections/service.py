@@ -37,7 +37,7 @@ from .errors import (
     TooManyItems,
 )
 from .filters import Filter, FilterError, parse_filter
-from .payload_update import check_payload_sizes, set_payload
+from .payload_update import check_payload_sizes, delete_payload_keys, set_payload
 from .vectors import query_problem
 
 HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
@@ -256,6 +256,15 @@ class CollectionService:
             CollectionNotFound, InvalidCollectionRequest (bad filter, payload too large), ReembeddingInProgress.
         """
         return await set_payload(self, name, ids, raw_filter, payload, merge)
+
+    async def delete_payload(self, name: str, ids: list[int | str] | None, raw_filter: Any, keys: list[str]) -> int:
+        """Remove ``keys`` (dotted: nested) from the payload of the points among ``ids`` or matching the filter;
+        returns the last write's sequence (0 when no point matched): :func:`.payload_update.delete_payload_keys`.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter), ReembeddingInProgress.
+        """
+        return await delete_payload_keys(self, name, ids, raw_filter, keys)
 
     async def count(self, name: str, raw_filter: Any) -> int:
         """How many points match the filter (None: all), counted exactly.

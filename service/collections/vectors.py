@@ -32,3 +32,22 @@ def query_problem(v: np.ndarray, metric: str) -> str | None:
     if metric != "cosine" and float(np.linalg.norm(np.asarray(v, dtype=np.float64))) > MAX_NORM:
         return f"query vector norm must be at most {MAX_NORM:g} for {metric} (float32 scores would overflow)"
     return None
+
+
+def average_vector(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """The query of a recommendation by Qdrant's ``average_vector`` strategy (Qdrant documentation, "Explore the data":
+    Recommendation API): ``avg(positive)`` without negatives, else ``avg(positive) + (avg(positive) - avg(negative))``.
+
+    Args:
+        positive: ``(p, d)``, ``p >= 1`` examples to move towards.
+        negative: ``(n, d)``, ``n >= 0`` examples to move away from.
+
+    Returns:
+        float32 ``(d,)``, computed in float64 (an overflow shows as a non-finite value, which :func:`query_problem`
+        refuses).
+    """
+    avg = np.asarray(positive, dtype=np.float64).mean(axis=0)
+    if len(negative):
+        avg = 2 * avg - np.asarray(negative, dtype=np.float64).mean(axis=0)
+    with np.errstate(over="ignore"):
+        return avg.astype(np.float32)

@@ -5,8 +5,8 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 * ``GET /`` (root): name and version of the API (qdrant-client checks compatibility with it);
 * ``GET /collections``, ``GET /collections/{collection_name}``, ``GET /collections/{collection_name}/exists``;
 * ``PUT /collections/{collection_name}`` (create), ``DELETE /collections/{collection_name}``;
-* ``PUT /collections/{collection_name}/index`` (create a payload index): accepted, no effect (every payload key is
-  filterable here).
+* ``PUT /collections/{collection_name}/index`` (create a payload index) and ``DELETE .../index/{field_name}``
+  (delete one): accepted, no effect (every payload key is filterable here).
 
 A collection holds one dense vector made by the service's active model when it is created (its model record:
 ``config.metadata.embedding_model``). Creation maps ``vectors: {size, distance}`` -> the collection's metric
@@ -160,5 +160,13 @@ async def delete_collection(collection_name: str, request: Request, svc: Service
 async def create_field_index(collection_name: str, body: CreateFieldIndex, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``PUT /collections/{collection_name}/index`` -> ``UpdateResult``: accepted with no
     effect (every payload key is filterable without an index). Errors: 404."""
+    await svc.collection(collection_name)
+    return ok(request, update_result(0))
+
+
+@router.delete("/collections/{collection_name}/index/{field_name}", dependencies=WRITES)
+async def delete_field_index(collection_name: str, field_name: str, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``DELETE /collections/{collection_name}/index/{field_name}`` -> ``UpdateResult``:
+    accepted with no effect (no payload index is kept; the key stays filterable). Errors: 404."""
     await svc.collection(collection_name)
     return ok(request, update_result(0))

@@ -114,7 +114,8 @@ class PointRequest(_Body):
 
 
 class DeletePoints(_Body):
-    """Body of ``POST /collections/{collection_name}/points/delete``: ``points`` (ids) or ``filter``."""
+    """Qdrant's ``PointsSelector``: ``points`` (ids) or ``filter``; the body of ``POST /collections/{collection_name}/
+    points/delete`` and ``.../points/payload/clear``."""
 
     points: list[QdrantId] | None = None
     filter: dict[str, Any] | None = None
@@ -128,6 +129,16 @@ class SetPayload(_Body):
     points: list[QdrantId] | None = None
     filter: dict[str, Any] | None = None
     key: StrictStr | None = None
+    shard_key: Any = None
+
+
+class DeletePayload(_Body):
+    """Body of ``POST /collections/{collection_name}/points/payload/delete``: ``keys`` (dotted paths into nested
+    objects), from the ``points`` (ids) or those matching ``filter``."""
+
+    keys: list[StrictStr]
+    points: list[QdrantId] | None = None
+    filter: dict[str, Any] | None = None
     shard_key: Any = None
 
 
@@ -167,6 +178,19 @@ class QueryRequest(_Body):
     prefetch: Any = None
     lookup_from: Any = None
     shard_key: Any = None
+
+
+#: one example of a recommendation: a vector, a point id (its stored vector) or a ``Document``
+Example = Vector | QdrantId | Document
+
+
+class RecommendInput(_Body):
+    """Qdrant's ``RecommendInput`` (``{"recommend": ...}`` of a universal query): ``positive`` and ``negative``
+    examples and the ``strategy`` (only ``average_vector``, Qdrant's default, is served)."""
+
+    positive: list[Example] | None = None
+    negative: list[Example] | None = None
+    strategy: Literal["average_vector", "best_score", "sum_scores"] | None = None
 
 
 class QueryBatch(_Body):

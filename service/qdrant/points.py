@@ -10,9 +10,10 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points":
   ``{name: vector}`` with one name is the same vector (the name is not checked).
 * ``POST /collections/{collection_name}/points`` (retrieve by ids), ``GET .../points/{id}``;
 * ``POST .../points/delete`` (``points`` ids or ``filter``);
-* ``POST .../points/payload`` (merge into the payload) and ``PUT .../points/payload`` (replace it), by ids or
-  filter: the points are read and written back with their vectors and texts (not atomic with concurrent writes to
-  the same points);
+* ``POST .../points/payload`` (merge into the payload), ``PUT .../points/payload`` (replace it),
+  ``POST .../points/payload/delete`` (remove keys; a dotted key removes a key of a nested object, array paths
+  ``a[]`` are refused) and ``POST .../points/payload/clear`` (empty it), by ids or filter: the points are read and
+  written back with their vectors and texts (not atomic with concurrent writes to the same points);
 * ``POST .../points/scroll``: pages in the order of the stored ids (their JSON text, byte order: UUIDs, as strings,
   before integers; integers in decimal-text order, ``10`` before ``9``), ``offset`` the first id of a page;
 * ``POST .../points/count`` (always exact).
@@ -32,7 +33,16 @@ from ..routes import JSONRoute
 from .envelope import PREFIX, WRITES, Service, ok, unsupported, update_result
 from .filters import ALWAYS, translate
 from .ids import path_id
-from .models import CountRequest, DeletePoints, Document, PointRequest, ScrollRequest, SetPayload, UpsertPoints
+from .models import (
+    CountRequest,
+    DeletePayload,
+    DeletePoints,
+    Document,
+    PointRequest,
+    ScrollRequest,
+    SetPayload,
+    UpsertPoints,
+)
 from .results import record
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
@@ -176,6 +186,31 @@ async def overwrite_payload(collection_name: str, body: SetPayload, request: Req
     """Qdrant API reference: ``PUT /collections/{collection_name}/points/payload`` (overwrite: replace each point's
     payload) -> ``UpdateResult``. Errors: as for set."""
     return await _set_payload(collection_name, body, request, svc, merge=False)
+
+
+@router.post("/collections/{collection_name}/points/payload/delete", dependencies=WRITES)
+async def delete_payload(collection_name: str, body: DeletePayload, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload/delete`` (remove ``keys`` from each
+    point's payload) -> ``UpdateResult``. Errors: 404, 409 (as for set), 422 (an array path, an empty key part)."""
+    no_shard_key(body)
+    for i, key in enumerate(body.keys):
+        if "[" in key:
+            raise unsupported("an array path in a payload key", f"keys[{i}]")
+        if not all(key.split(".")):
+            raise InvalidCollectionRequest(f"keys[{i}] {key!r} has an empty part", param=f"keys[{i}]")
+    exactly_one(body, "points", "filter")
+    where = None if body.points is not None else translate(body.filter) or ALWAYS
+    return ok(request, update_result(await svc.delete_payload(collection_name, body.points, where, body.keys)))
+
+
+@router.post("/collections/{collection_name}/points/payload/clear", dependencies=WRITES)
+async def clear_payload(collection_name: str, body: DeletePoints, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload/clear`` (a ``PointsSelector``:
+    empty each point's payload) -> ``UpdateResult``. Errors: as for overwrite."""
+    no_shard_key(body)
+    exactly_one(body, "points", "filter")
+    where = None if body.points is not None else translate(body.filter) or ALWAYS
+    return ok(request, update_result(await svc.set_payload(collection_name, body.points, where, {}, merge=False)))
 
 
 @router.post("/collections/{collection_name}/points/scroll")

@@ -5,11 +5,14 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
 
 * ``POST /collections/{collection_name}/points/query`` and ``.../points/query/batch``: ``query`` is a vector, a
   point id (its stored vector; the point itself is left out of the hits, as in Qdrant), a ``Document``
-  ``{text, model}`` (embedded here by the collection's model; another model is 422 ``model_mismatch``), or
-  ``{"nearest": one of those}``; no ``query`` pages through the points in id order (score 0). ``filter``,
-  ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false), ``with_vector``.
-  ``using`` may name any vector (a collection has one). Refused with 422: ``prefetch``, ``lookup_from``, and the
-  other query kinds (recommend, discover, context, order_by, fusion, rrf, formula, sample, mmr).
+  ``{text, model}`` (embedded here by the collection's model; another model is 422 ``model_mismatch``),
+  ``{"nearest": one of those}``, or ``{"recommend": {positive, negative, strategy}}`` with examples of those three
+  kinds, by the ``average_vector`` strategy (Qdrant's default; the example points are left out of the hits); no
+  ``query`` pages through the points in id order (score 0). ``filter``, ``limit`` (default 10), ``offset``,
+  ``score_threshold``, ``with_payload`` (default false), ``with_vector``. ``using`` may name any vector (a
+  collection has one). Refused with 422: ``prefetch``, ``lookup_from``, the recommend strategies ``best_score`` and
+  ``sum_scores`` (each scores every candidate against every example: no index search), and the other query kinds
+  (discover, context, order_by, fusion, rrf, formula, sample, mmr).
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats or ``{name, vector}``),
   with the same options; ``limit`` required.
 
@@ -22,17 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
 from ..collections.api import SearchRequest
-from ..collections.errors import InvalidCollectionRequest, PointNotFound
+from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound, TooManyItems
 from ..collections.service import CollectionService
+from ..collections.vectors import average_vector, unit_rows
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
 from .ids import QdrantId
-from .models import Document, NamedVector, QueryBatch, QueryRequest, SearchBatch
+from .models import Document, NamedVector, QueryBatch, QueryRequest, RecommendInput, SearchBatch
 from .models import SearchRequest as LegacySearch
 from .points import check_model, fetch, no_shard_key
 from .results import record, scored, shown_vector
@@ -53,6 +58,7 @@ class Spec:
     offset: int
     payload_sel: Any
     vector_sel: Any
+    pinned: bool = False  # its query vector was read or made here with the collection's model of the moment
 
 
 def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
@@ -61,9 +67,13 @@ def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: i
     return Spec(search, offset, payload, vector)
 
 
-async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[str | list[float], Any]:
-    """The native query (text or vector) of a Qdrant query, and a filter leaving out the point it names, if any."""
+async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[str | list[float], Any, bool]:
+    """The native query (text or vector) of a Qdrant query, a filter leaving out the points it names (or None), and
+    whether the vector was read or made here with the collection's current model (then a model switch before the
+    search makes it stale: :func:`_queries` runs it again)."""
     if isinstance(q, dict):
+        if set(q) == {"recommend"}:
+            return await _recommend(svc, name, q["recommend"], f"{param}.recommend")
         if set(q) != {"nearest"}:
             raise unsupported(f"the query {sorted(q)}", param)
         q = q["nearest"]
@@ -76,15 +86,72 @@ async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -
         except ValidationError as e:
             raise InvalidCollectionRequest(f"{param}: {e.errors()[0]['msg']}", param=param) from None
     if isinstance(q, Document):
-        return check_model(q, (await svc.collection(name)).model, name, param), None
+        return check_model(q, (await svc.collection(name)).model, name, param), None, False
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
         points = await fetch(svc, name, [q], True)
         if not points:
             raise PointNotFound(f"No point with id {q} found")
-        return points[0]["vector"], {"$not": {"$ids": [q]}}
+        return points[0]["vector"], {"$not": {"$ids": [q]}}, True
     if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
-        return [float(x) for x in q], None
-    raise InvalidCollectionRequest("query must be a vector, a point id, a Document or {nearest: ...}", param=param)
+        return [float(x) for x in q], None, False
+    raise InvalidCollectionRequest(
+        "query must be a vector, a point id, a Document, {nearest: ...} or {recommend: ...}", param=param
+    )
+
+
+async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) -> tuple[list[float], Any, bool]:
+    """The query vector of ``{"recommend": RecommendInput}`` by the ``average_vector`` strategy
+    (:func:`~service.collections.vectors.average_vector`), and the filter leaving out the example points. Examples
+    are vectors (unit-normalised first on a cosine collection, as Qdrant preprocesses them and as the stored vectors
+    are), point ids (their stored vectors) or ``Document`` texts (embedded by the collection's model).
+
+    Raises:
+        InvalidCollectionRequest: malformed input, no positive example, another strategy (``best_score``,
+            ``sum_scores``), a vector of the wrong dimension, a ``Document`` of another model.
+        TooManyItems: more examples than ``collections_max_filter_values``.
+        PointNotFound: an example id that is not stored.
+    """
+    try:
+        rec = RecommendInput.model_validate(raw)
+    except ValidationError as e:
+        where = ".".join([param, *(str(x) for x in e.errors()[0]["loc"])])
+        raise InvalidCollectionRequest(f"{where}: {e.errors()[0]['msg']}", param=where) from None
+    if rec.strategy not in (None, "average_vector"):
+        raise unsupported(f"the recommend strategy {rec.strategy!r}", f"{param}.strategy")
+    sides = {"positive": rec.positive or [], "negative": rec.negative or []}
+    if not sides["positive"]:
+        raise InvalidCollectionRequest("the average_vector strategy needs a positive example", f"{param}.positive")
+    if (n := len(sides["positive"]) + len(sides["negative"])) > (cap := svc.settings.max_filter_values):
+        raise TooManyItems(f"{n} examples; the maximum is {cap} (collections_max_filter_values)", param,
+                           "too_many_examples")  # fmt: skip
+    c = await svc.collection(name)
+    texts: list[str] = []
+    ids: list[int | str] = []
+    for side, examples in sides.items():
+        for i, x in enumerate(examples):
+            if isinstance(x, Document):
+                texts.append(check_model(x, c.model, name, f"{param}.{side}[{i}]"))
+            elif isinstance(x, list) and len(x) != c.spec.dimension:
+                raise InvalidCollectionRequest(
+                    f"{param}.{side}[{i}] has dimension {len(x)}; collection {name!r} has {c.spec.dimension}",
+                    f"{param}.{side}[{i}]", "wrong_dimension",
+                )  # fmt: skip
+            elif not isinstance(x, list):
+                ids.append(x)
+    stored = {(type(p["id"]), p["id"]): p["vector"] for p in await fetch(svc, name, ids, True)} if ids else {}
+    if missing := [x for x in ids if (type(x), x) not in stored]:
+        raise PointNotFound(f"No point with id {missing[0]} found")
+    embedded = iter(await svc.embed(c, texts)) if texts else iter(())
+
+    def vector(x: Any) -> Any:  # in the order the texts were gathered: positives, then negatives
+        return x if isinstance(x, list) else next(embedded) if isinstance(x, Document) else stored[(type(x), x)]
+
+    d = c.spec.dimension
+    rows = {side: np.array([vector(x) for x in xs], dtype=np.float64).reshape(-1, d) for side, xs in sides.items()}
+    if c.spec.metric == "cosine":
+        rows = {side: unit_rows(r) for side, r in rows.items()}
+    exclude = {"$not": {"$ids": list(dict.fromkeys(ids))}} if ids else None
+    return average_vector(rows["positive"], rows["negative"]).tolist(), exclude, bool(ids or texts)
 
 
 def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:
@@ -103,12 +170,14 @@ async def _plan(svc: CollectionService, name: str, r: QueryRequest, param: str) 
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
-    query, exclude = await _query_vector(svc, name, r.query, f"{param}query")
+    query, exclude, pinned = await _query_vector(svc, name, r.query, f"{param}query")
     if exclude is not None:
         where = {"$and": [where, exclude]} if where else exclude
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
-    return _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+    spec.pinned = pinned
+    return spec
 
 
 async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str) -> list[list[dict[str, Any]]]:
@@ -134,9 +203,20 @@ async def _scroll_query(svc: CollectionService, name: str, r: QueryRequest) -> l
 
 
 async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], batch: bool) -> list[list[dict]]:
-    plans = [await _plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
-    found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
-    return [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)]
+    """The hits of each query; planned and run again when the collection switched models (a re-embedding completed)
+    between reading or making a query vector here and searching with it, up to :data:`RETRIES` times.
+
+    Raises:
+        ModelChanged: it switched every time.
+    """
+    for _ in range(RETRIES):
+        model = (await svc.collection(name)).model
+        plans = [await _plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
+        found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
+        out = [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)]
+        if not any(p is not None and p.pinned for p in plans) or (await svc.collection(name)).model == model:
+            return out
+    raise ModelChanged(f"collection {name!r} changed model {RETRIES} times during the query; retry")
 
 
 @router.post("/collections/{collection_name}/points/query")

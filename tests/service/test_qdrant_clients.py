@@ -194,6 +194,86 @@ def test_qdrant_ids_payloads_and_errors(env, sts):
     client.delete_collection("ids")
 
 
+def test_qdrant_payload_keys_clear_index_and_recommend(env, sts):
+    """qdrant-client's delete_payload (dotted keys reach nested objects), clear_payload, delete_payload_index, and
+    recommendations (``average_vector``: ``avg(pos) + (avg(pos) - avg(neg))``, examples as ids, vectors and
+    Documents, the example points left out) against the native search with that vector computed here."""
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    url, c = env["server"].url, env["client"]
+    sentences, genres, questions = sts[0][:60], sts[1][:60], sts[2]
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client.create_collection("reco", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    client.upsert("reco", points=[
+        models.PointStruct(id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"),
+                           payload={"row": i, "genre": g, "tmp": 1, "meta": {"lang": "en", "src": "sts"}})
+        for i, (s, g) in enumerate(zip(sentences, genres))])  # fmt: skip
+    client.delete_payload("reco", keys=["tmp", "meta.src", "absent"], points=[0, 1])
+    got = {p.id: p.payload for p in client.retrieve("reco", ids=[0, 1, 2])}
+    assert got[0] == {"row": 0, "genre": genres[0], "meta": {"lang": "en"}} and "tmp" not in got[1]
+    assert got[2] == {"row": 2, "genre": genres[2], "tmp": 1, "meta": {"lang": "en", "src": "sts"}}
+    news = models.Filter(must=[models.FieldCondition(key="genre", match=models.MatchValue(value="news"))])
+    client.delete_payload("reco", keys=["genre"], points=news)
+    no_genre = models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key="genre"))])
+    assert client.count("reco", count_filter=no_genre).count == genres.count("news")
+    client.clear_payload("reco", points_selector=models.PointIdsList(points=[3]))
+    late = models.Filter(must=[models.FieldCondition(key="row", range=models.Range(gte=50))])
+    client.clear_payload("reco", points_selector=models.FilterSelector(filter=late))
+    assert client.retrieve("reco", ids=[3])[0].payload == {} and client.count("reco", count_filter=late).count == 0
+    assert client.count("reco").count == 60  # payloads cleared, points and vectors kept
+    client.create_payload_index("reco", field_name="row", field_schema=models.PayloadSchemaType.INTEGER)
+    client.delete_payload_index("reco", field_name="row")
+
+    stored = {p.id: np.asarray(p.vector) for p in client.retrieve("reco", ids=list(range(60)), with_vectors=True)}
+    question = c.post("/v1/embeddings", json={"input": questions[1]}).json()["data"][0]["embedding"]
+
+    def unit(v):
+        return v / np.linalg.norm(v)
+
+    cases = [  # (positive, negative, the vector average_vector makes of them)
+        ([10, 11], [12], 2 * (stored[10] + stored[11]) / 2 - stored[12]),
+        ([models.Document(text=questions[1], model="all-minilm-l6-v2")], [5, [0.5] * 384],
+         2 * unit(np.asarray(question)) - (stored[5] + unit(np.full(384, 0.5))) / 2),
+        ([20], [], stored[20]),
+    ]  # fmt: skip
+    first = None
+    for pos, neg, target in cases:
+        hits = client.query_points("reco", query=models.RecommendQuery(
+            recommend=models.RecommendInput(positive=pos, negative=neg)), limit=K).points  # fmt: skip
+        examples = [x for x in pos + neg if isinstance(x, int)]
+        r = c.post("/collections/reco/search", json={"query": target.tolist(), "top_k": K,
+                                                     "filter": {"$not": {"$ids": examples}}})  # fmt: skip
+        assert [h.id for h in hits] == [h["id"] for h in r.json()] and not set(examples) & {h.id for h in hits}
+        assert abs(hits[0].score - float(unit(target) @ stored[hits[0].id])) < 1e-4
+        first = first or [h.id for h in hits]
+    batch = client.query_batch_points("reco", requests=[
+        models.QueryRequest(query=models.RecommendQuery(recommend=models.RecommendInput(positive=[10, 11], negative=[12])),
+                            limit=K),
+        models.QueryRequest(query=10, limit=K)])  # fmt: skip
+    assert [h.id for h in batch[0].points] == first
+    assert 10 not in [h.id for h in batch[1].points] and len(batch[1].points) == K
+    for rec, status, words in [
+        ({"positive": [10], "strategy": "best_score"}, 422, "best_score"),
+        ({"negative": [10]}, 422, "positive"),
+        ({"positive": [999]}, 404, "999"),
+        ({"positive": [[0.1] * 3]}, 422, "dimension"),
+        ({"positive": [{"text": "x", "model": "another-model"}]}, 422, "recommend.positive[0].model"),
+        ({"positive": [10], "shuffle": True}, 422, "recommend"),
+        ({"positive": list(range(1025))}, 413, "collections_max_filter_values"),
+    ]:
+        r = c.post("/qdrant/collections/reco/points/query", json={"query": {"recommend": rec}})
+        assert r.status_code == status and words in r.json()["status"]["error"], (rec, r.text)
+    for body in ({"keys": ["a[].b"], "points": [1]}, {"keys": ["a..b"], "points": [1]}, {"keys": ["tmp"]}):
+        r = c.post("/qdrant/collections/reco/points/payload/delete", json=body)
+        assert r.status_code == 422, (body, r.text)
+    with pytest.raises(UnexpectedResponse) as e:
+        client.delete_payload_index("missing", field_name="row")
+    assert e.value.status_code == 404
+    client.delete_collection("reco")
+
+
 def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
     url, c = env["server"].url, env["client"]
     sentences, _, questions = sts
