@@ -9,8 +9,8 @@ are the collections', on either backend); the native ``/collections`` API is unc
 * :mod:`.ids`: Qdrant point ids (unsigned integers, UUIDs) onto the collections' ids;
 * :mod:`.filters`: Qdrant filters onto the collections' filter grammar;
 * :mod:`.models`: request bodies; :mod:`.results`: ``Record`` and ``ScoredPoint``;
-* :mod:`.collections`, :mod:`.points`, :mod:`.query`: the routes, each citing the Qdrant API reference route it
-  follows (https://api.qdrant.tech/api-reference).
+* :mod:`.collections`, :mod:`.points`, :mod:`.batch`, :mod:`.query`: the routes, each citing the Qdrant API
+  reference route it follows (https://api.qdrant.tech/api-reference).
 
 Clients: ``QdrantClient(url="http://host:port/qdrant", prefer_grpc=False)`` (the URL's path is the prefix; gRPC is
 not served), with ``cloud_inference=True`` to send ``Document`` objects for embedding here.
@@ -18,11 +18,12 @@ not served), with ``cloud_inference=True`` to send ``Document`` objects for embe
 
 from __future__ import annotations
 
+from .batch import router as batch_router
 from .collections import router as collections_router
 from .envelope import PREFIX, error_body
 from .points import router as points_router
 from .query import router as query_router
 
-ROUTERS = (collections_router, points_router, query_router)
+ROUTERS = (collections_router, points_router, batch_router, query_router)
 
 __all__ = ["PREFIX", "ROUTERS", "error_body"]

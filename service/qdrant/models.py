@@ -142,6 +142,13 @@ class DeletePayload(_Body):
     shard_key: Any = None
 
 
+class UpdateOperations(_Body):
+    """Body of ``POST /collections/{collection_name}/points/batch`` (Qdrant's ``UpdateOperations``): each operation
+    is ``{name: body}``, validated by ``service.qdrant.batch`` against the body of that single operation."""
+
+    operations: list[dict[StrictStr, Any]] = Field(min_length=1)
+
+
 class ScrollRequest(_Body):
     """Body of ``POST /collections/{collection_name}/points/scroll``."""
 

@@ -90,10 +90,8 @@ async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_ve
     return [found[(type(i), i)] for i in ids if (type(i), i) in found]
 
 
-@router.put("/collections/{collection_name}/points", dependencies=WRITES)
-async def upsert_points(collection_name: str, body: UpsertPoints, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``PUT /collections/{collection_name}/points`` -> ``UpdateResult``. Errors: 404, 409
-    (the collection's model is not loaded), 413 too many points, 422 (module docstring)."""
+async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoints) -> int:
+    """Upsert a ``PointsList`` or ``PointsBatch``; returns the write's sequence. Errors: as the route's."""
     no_shard_key(body)
     if body.update_filter is not None:
         raise unsupported("update_filter", "update_filter")
@@ -123,7 +121,14 @@ async def upsert_points(collection_name: str, body: UpsertPoints, request: Reque
         texts.append(check_model(v, model, collection_name, param) if isinstance(v, Document) else "")
         vectors.append(None if isinstance(v, Document) else v)
     _, seq = await svc.upsert(collection_name, [r[0] for r in rows], texts, [r[2] for r in rows], vectors)
-    return ok(request, update_result(seq))
+    return seq
+
+
+@router.put("/collections/{collection_name}/points", dependencies=WRITES)
+async def upsert_points(collection_name: str, body: UpsertPoints, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/points`` -> ``UpdateResult``. Errors: 404, 409
+    (the collection's model is not loaded), 413 too many points, 422 (module docstring)."""
+    return ok(request, update_result(await upsert(svc, collection_name, body)))
 
 
 @router.post("/collections/{collection_name}/points")
@@ -149,68 +154,81 @@ async def get_point(collection_name: str, point_id: str, request: Request, svc: 
     return ok(request, record(points[0], True, True))
 
 
-@router.post("/collections/{collection_name}/points/delete", dependencies=WRITES)
-async def delete_points(collection_name: str, body: DeletePoints, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``POST /collections/{collection_name}/points/delete`` (``points`` or ``filter``) ->
-    ``UpdateResult``. Errors: 404, 422."""
+def _selected(body: Any) -> tuple[list[int | str] | None, Any]:
+    """``(ids, None)`` or ``(None, native filter)`` of a body selecting points by ``points`` or ``filter``."""
     no_shard_key(body)
     exactly_one(body, "points", "filter")
-    if body.points is not None:
-        _, seq = await svc.delete_points(collection_name, body.points, None)
-    else:
-        _, seq = await svc.delete_points(collection_name, None, translate(body.filter) or ALWAYS)
-    return ok(request, update_result(seq))
+    return (body.points, None) if body.points is not None else (None, translate(body.filter) or ALWAYS)
 
 
-async def _set_payload(name: str, body: SetPayload, request: Request, svc: CollectionService, merge: bool) -> Response:
-    no_shard_key(body)
+async def delete(svc: CollectionService, name: str, body: DeletePoints) -> int:
+    """Delete the selected points; returns the write's sequence."""
+    return (await svc.delete_points(name, *_selected(body)))[1]
+
+
+async def set_payload(svc: CollectionService, name: str, body: SetPayload, merge: bool = True) -> int:
+    """Merge ``body.payload`` into (``merge``) or put it in place of the selected points' payloads."""
     if body.key is not None:
         raise unsupported("setting a payload under a nested key", "key")
-    exactly_one(body, "points", "filter")
-    if body.points is not None:
-        seq = await svc.set_payload(name, body.points, None, body.payload, merge)
-    else:
-        seq = await svc.set_payload(name, None, translate(body.filter) or ALWAYS, body.payload, merge)
-    return ok(request, update_result(seq))
+    ids, where = _selected(body)
+    return await svc.set_payload(name, ids, where, body.payload, merge)
 
 
-@router.post("/collections/{collection_name}/points/payload", dependencies=WRITES)
-async def set_payload(collection_name: str, body: SetPayload, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload`` (set: merge the given keys into
-    each point's payload) -> ``UpdateResult``. Errors: 404, 409 (during a re-embedding, a point without text), 422."""
-    return await _set_payload(collection_name, body, request, svc, merge=True)
+async def overwrite_payload(svc: CollectionService, name: str, body: SetPayload) -> int:
+    """Put ``body.payload`` in place of the selected points' payloads."""
+    return await set_payload(svc, name, body, merge=False)
 
 
-@router.put("/collections/{collection_name}/points/payload", dependencies=WRITES)
-async def overwrite_payload(collection_name: str, body: SetPayload, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``PUT /collections/{collection_name}/points/payload`` (overwrite: replace each point's
-    payload) -> ``UpdateResult``. Errors: as for set."""
-    return await _set_payload(collection_name, body, request, svc, merge=False)
-
-
-@router.post("/collections/{collection_name}/points/payload/delete", dependencies=WRITES)
-async def delete_payload(collection_name: str, body: DeletePayload, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload/delete`` (remove ``keys`` from each
-    point's payload) -> ``UpdateResult``. Errors: 404, 409 (as for set), 422 (an array path, an empty key part)."""
-    no_shard_key(body)
+async def delete_payload(svc: CollectionService, name: str, body: DeletePayload) -> int:
+    """Remove ``body.keys`` from the selected points' payloads (422: an array path, an empty key part)."""
     for i, key in enumerate(body.keys):
         if "[" in key:
             raise unsupported("an array path in a payload key", f"keys[{i}]")
         if not all(key.split(".")):
             raise InvalidCollectionRequest(f"keys[{i}] {key!r} has an empty part", param=f"keys[{i}]")
-    exactly_one(body, "points", "filter")
-    where = None if body.points is not None else translate(body.filter) or ALWAYS
-    return ok(request, update_result(await svc.delete_payload(collection_name, body.points, where, body.keys)))
+    ids, where = _selected(body)
+    return await svc.delete_payload(name, ids, where, body.keys)
+
+
+async def clear_payload(svc: CollectionService, name: str, body: DeletePoints) -> int:
+    """Empty the selected points' payloads."""
+    ids, where = _selected(body)
+    return await svc.set_payload(name, ids, where, {}, merge=False)
+
+
+@router.post("/collections/{collection_name}/points/delete", dependencies=WRITES)
+async def delete_points(collection_name: str, body: DeletePoints, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/delete`` (``points`` or ``filter``) ->
+    ``UpdateResult``. Errors: 404, 422."""
+    return ok(request, update_result(await delete(svc, collection_name, body)))
+
+
+@router.post("/collections/{collection_name}/points/payload", dependencies=WRITES)
+async def set_payload_route(collection_name: str, body: SetPayload, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload`` (set: merge the given keys into
+    each point's payload) -> ``UpdateResult``. Errors: 404, 409 (during a re-embedding, a point without text), 422."""
+    return ok(request, update_result(await set_payload(svc, collection_name, body)))
+
+
+@router.put("/collections/{collection_name}/points/payload", dependencies=WRITES)
+async def overwrite_payload_route(collection_name: str, body: SetPayload, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/points/payload`` (overwrite: replace each point's
+    payload) -> ``UpdateResult``. Errors: as for set."""
+    return ok(request, update_result(await overwrite_payload(svc, collection_name, body)))
+
+
+@router.post("/collections/{collection_name}/points/payload/delete", dependencies=WRITES)
+async def delete_payload_route(collection_name: str, body: DeletePayload, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/payload/delete`` (remove ``keys`` from each
+    point's payload) -> ``UpdateResult``. Errors: 404, 409 (as for set), 422 (an array path, an empty key part)."""
+    return ok(request, update_result(await delete_payload(svc, collection_name, body)))
 
 
 @router.post("/collections/{collection_name}/points/payload/clear", dependencies=WRITES)
-async def clear_payload(collection_name: str, body: DeletePoints, request: Request, svc: Service) -> Response:
+async def clear_payload_route(collection_name: str, body: DeletePoints, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``POST /collections/{collection_name}/points/payload/clear`` (a ``PointsSelector``:
     empty each point's payload) -> ``UpdateResult``. Errors: as for overwrite."""
-    no_shard_key(body)
-    exactly_one(body, "points", "filter")
-    where = None if body.points is not None else translate(body.filter) or ALWAYS
-    return ok(request, update_result(await svc.set_payload(collection_name, body.points, where, {}, merge=False)))
+    return ok(request, update_result(await clear_payload(svc, collection_name, body)))
 
 
 @router.post("/collections/{collection_name}/points/scroll")

@@ -274,6 +274,50 @@ def test_qdrant_payload_keys_clear_index_and_recommend(env, sts):
     client.delete_collection("reco")
 
 
+def test_qdrant_batch_update_points(env, sts):
+    """qdrant-client's batch_update_points: the operations run in order, one UpdateResult each; a malformed
+    operation changes nothing, one refused while running names itself and leaves the ones before it applied."""
+    from qdrant_client import QdrantClient, models
+
+    url, c = env["server"].url, env["client"]
+    sentences = sts[0][:10]
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client.create_collection("batch", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    client.upsert("batch", points=[models.PointStruct(id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"),
+                                                      payload={"row": i, "keep": True}) for i, s in enumerate(sentences)])  # fmt: skip
+    doc = models.Document(text="A new sentence about a cat.", model="all-minilm-l6-v2")
+    results = client.batch_update_points("batch", update_operations=[
+        models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=100, vector=doc, payload={"row": 100})])),
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"tag": "x"}, points=[100, 4])),
+        models.DeletePayloadOperation(delete_payload=models.DeletePayload(keys=["row"], points=[4])),
+        models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"o": 1}, points=[5])),
+        models.ClearPayloadOperation(clear_payload=models.PointIdsList(points=[6])),
+        models.DeleteOperation(delete=models.FilterSelector(filter=models.Filter(must=[
+            models.FieldCondition(key="row", match=models.MatchAny(any=[7, 8]))]))),
+    ])  # fmt: skip
+    assert len(results) == 6 and all(r.status == models.UpdateStatus.COMPLETED for r in results)
+    got = {p.id: p.payload for p in client.retrieve("batch", ids=[100, 4, 5, 6, 7, 8, 9])}
+    assert got == {100: {"row": 100, "tag": "x"}, 4: {"keep": True, "tag": "x"}, 5: {"o": 1}, 6: {},
+                   9: {"row": 9, "keep": True}}  # fmt: skip
+    hit = client.query_points("batch", query=doc, limit=1).points[0]
+    assert hit.id == 100 and hit.score > 0.999
+    up = {"upsert": {"points": [{"id": 200, "vector": [0.1] * 384}]}}
+    for ops, status, words in [
+        ([up, {"delete": {"points": ["not-a-uuid"]}}], 422, "operations[1].delete.points"),
+        ([up, {"update_vectors": {"points": []}}], 422, "update_vectors is not supported"),
+        ([up, {"upsert": {}, "delete": {}}], 422, "exactly one"),
+        ([up, {"rename": {}}], 422, "unknown operation"),
+    ]:  # refused before the first operation runs: point 200 is not written
+        r = c.post("/qdrant/collections/batch/points/batch", json={"operations": ops})
+        assert r.status_code == status and words in r.json()["status"]["error"], (ops, r.text)
+        assert c.get("/qdrant/collections/batch/points/200").status_code == 404
+    other = {"upsert": {"points": [{"id": 201, "vector": {"text": "x", "model": "another-model"}}]}}
+    r = c.post("/qdrant/collections/batch/points/batch", json={"operations": [up, other]})
+    assert r.status_code == 422 and r.json()["status"]["error"].startswith("operations[1].upsert: "), r.text
+    assert c.get("/qdrant/collections/batch/points/200").status_code == 200  # the operation before it stayed applied
+    client.delete_collection("batch")
+
+
 def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
     url, c = env["server"].url, env["client"]
     sentences, _, questions = sts
