@@ -199,6 +199,21 @@ class QdrantPoints(BaseModel):
     points: list[QdrantScored]
 
 
+class QdrantGroup(BaseModel):
+    """Qdrant's ``PointGroup`` (Qdrant API reference): the group's payload value ``id``, its ``hits`` best first, and
+    ``lookup`` (always null here: ``with_lookup`` is not served)."""
+
+    id: int | str
+    hits: list[QdrantScored]
+    lookup: None = None
+
+
+class QdrantGroups(BaseModel):
+    """Qdrant's ``GroupsResult`` (Qdrant API reference)."""
+
+    groups: list[QdrantGroup]
+
+
 class QdrantScroll(BaseModel):
     """Qdrant's ``ScrollResult`` (Qdrant API reference): one page of ``Record`` points; ``next_page_offset`` is the
     ``offset`` of the next page, null on the last."""
@@ -270,6 +285,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", f"{QDRANT_COLLECTION}/points/count"): (200, _q(dict[str, int], "QdrantCount"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/query"): (200, _q(QdrantPoints, "QdrantQueryResponse"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/query/batch"): (200, _q(list[QdrantPoints], "QdrantQueryBatch"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/query/groups"): (200, _q(QdrantGroups, "QdrantQueryGroups"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
                                                            COLLECTION),

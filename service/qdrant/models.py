@@ -200,6 +200,16 @@ class RecommendInput(_Body):
     strategy: Literal["average_vector", "best_score", "sum_scores"] | None = None
 
 
+class QueryGroupsRequest(QueryRequest):
+    """Body of ``POST /collections/{collection_name}/points/query/groups`` (Qdrant's ``QueryGroupsRequest``): a
+    universal query whose hits are grouped by the payload value at ``group_by``; ``limit`` groups (default 10) of at
+    most ``group_size`` hits (default 3). ``offset`` is not one of its fields (422)."""
+
+    group_by: Annotated[StrictStr, Field(min_length=1)]
+    group_size: Limit | None = None
+    with_lookup: Any = None
+
+
 class QueryBatch(_Body):
     """Body of ``POST /collections/{collection_name}/points/query/batch``."""
 

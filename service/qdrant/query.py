@@ -161,7 +161,7 @@ def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:
     return limit + offset
 
 
-async def _plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -> Spec | None:
+async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -> Spec | None:
     """The native search of one query (None: no ``query``, a scroll)."""
     no_shard_key(r)
     for field in ("prefetch", "lookup_from"):
@@ -211,7 +211,7 @@ async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], 
     """
     for _ in range(RETRIES):
         model = (await svc.collection(name)).model
-        plans = [await _plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
+        plans = [await plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
         found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
         out = [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)]
         if not any(p is not None and p.pinned for p in plans) or (await svc.collection(name)).model == model:

@@ -26,13 +26,14 @@ def select_payload(payload: dict[str, Any] | None, sel: Any) -> dict[str, Any] |
     keys = sel["include"] if isinstance(sel, dict) else sel
     out: dict[str, Any] = {}
     for key in keys:
-        value = _lookup(payload, key)
+        value = lookup(payload, key)
         if value is not MISSING:
             _place(out, key, value)
     return out
 
 
-def _lookup(obj: Any, key: str) -> Any:
+def lookup(obj: Any, key: str) -> Any:
+    """The value at a dotted ``key`` (``"meta.lang"`` reaches into objects) of a payload, or :data:`MISSING`."""
     for part in key.split("."):
         if not isinstance(obj, dict) or part not in obj:
             return MISSING

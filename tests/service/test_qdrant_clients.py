@@ -318,6 +318,49 @@ def test_qdrant_batch_update_points(env, sts):
     client.delete_collection("batch")
 
 
+def test_qdrant_query_points_groups(env, sts):
+    """qdrant-client's query_points_groups: groups by a payload value (an array groups a point under each element),
+    ordered by their best hit, each the group's best hits, as grouping the native search's hits by hand gives."""
+    from qdrant_client import QdrantClient, models
+
+    url, c = env["server"].url, env["client"]
+    sentences, _, questions = sts
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client.create_collection("groups", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    payloads = [{"doc": i // 5, "meta": {"tags": [f"t{i % 7}", f"t{i % 3}"]}} for i in range(120)]
+    payloads[3]["doc"] = None  # no group value: never in a doc group
+    client.upsert("groups", points=[models.PointStruct(id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"),
+                                                       payload=p) for i, (s, p) in enumerate(zip(sentences, payloads))])  # fmt: skip
+    for q in questions[:3]:
+        native = c.post("/collections/groups/search", json={"query": q, "top_k": 120}).json()
+        for key, limit, size in (("doc", 4, 2), ("meta.tags", 3, 5)):
+            got = client.query_points_groups("groups", group_by=key, query=models.Document(text=q, model="all-minilm-l6-v2"),
+                                             limit=limit, group_size=size, with_payload=["doc"]).groups  # fmt: skip
+            want: dict = {}
+            for h in native:
+                value = h["payload"]["doc"] if key == "doc" else h["payload"]["meta"]["tags"]
+                for v in dict.fromkeys(value) if isinstance(value, list) else [value] if value is not None else []:
+                    if v in want or len(want) < limit:
+                        want.setdefault(v, [])
+                        if len(want[v]) < size:
+                            want[v].append(h["id"])
+            assert [(g.id, [h.id for h in g.hits]) for g in got] == list(want.items())
+            assert all(set(h.payload) == {"doc"} for g in got for h in g.hits)
+            scores = [g.hits[0].score for g in got]
+            assert scores == sorted(scores, reverse=True)
+    r = c.post("/qdrant/collections/groups/points/query/groups",
+               json={"query": 0, "group_by": "doc", "limit": 2, "group_size": 3, "with_vector": True})  # fmt: skip
+    groups = r.json()["result"]["groups"]
+    assert r.status_code == 200 and len(groups) == 2 and len(groups[0]["hits"][0]["vector"]) == 384, r.text
+    assert 0 not in [h["id"] for g in groups for h in g["hits"]]  # a point-id query leaves the point out
+    for body, words in [({"query": 0, "group_by": "doc", "with_lookup": "other"}, "with_lookup"),
+                        ({"group_by": "doc"}, "without a query"),
+                        ({"query": 0, "group_by": "doc", "limit": 100, "group_size": 100}, "collections_max_top_k")]:  # fmt: skip
+        r = c.post("/qdrant/collections/groups/points/query/groups", json=body)
+        assert r.status_code == 422 and words in r.json()["status"]["error"], (body, r.text)
+    client.delete_collection("groups")
+
+
 def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
     url, c = env["server"].url, env["client"]
     sentences, _, questions = sts

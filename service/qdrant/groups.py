@@ -1,0 +1,101 @@
+"""Grouped search through Qdrant's API: the universal query's hits grouped by a payload value.
+
+Qdrant API reference (https://api.qdrant.tech/api-reference), "Search": ``POST /collections/{collection_name}/points/
+query/groups`` (``QueryGroupsRequest``) -> ``{groups: [{id, hits, lookup}]}``: the best ``limit`` groups (default
+10), each of at most ``group_size`` hits (default 3), groups ordered by their best hit; ``id`` is the value at the
+payload key ``group_by`` (dotted keys reach into objects). As in Qdrant, only string and integer values group a point;
+an array groups it under each of its string or integer elements; a point without such a value is left out.
+
+The query is one of the universal query's (:mod:`.query`: vector, point id, ``Document``, ``nearest``,
+``recommend``), with its ``filter``, ``score_threshold``, ``with_payload`` and ``with_vector``. The groups are formed
+from the best hits of the native search, asked again with four times as many hits until ``limit`` groups are full or
+the hits run out, and at most ``collections_max_top_k`` hits: past that, groups may be fewer or smaller than a full
+scan would make. Refused with 422: ``with_lookup``, a query without ``query``, ``limit * group_size`` over
+``collections_max_top_k``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged
+from ..collections.service import CollectionService
+from ..routes import JSONRoute
+from .envelope import PREFIX, Service, ok, unsupported
+from .models import QueryGroupsRequest
+from .points import fetch
+from .query import DEFAULT_LIMIT, Spec, plan
+from .results import lookup, scored, shown_vector
+
+router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
+DEFAULT_GROUP_SIZE = 3
+GROWTH = 4  # each new search asks for this many times the hits of the one before
+
+
+def group_values(payload: dict[str, Any] | None, key: str) -> list[int | str]:
+    """The values grouping a point: the string or integer at ``key``, or those among an array's elements."""
+    v = lookup(payload or {}, key)
+    values = v if isinstance(v, list) else [v]
+    return list(dict.fromkeys(x for x in values if isinstance(x, (str, int)) and not isinstance(x, bool)))
+
+
+def group(hits: list[Any], key: str, limit: int, size: int) -> dict[int | str, list[Any]]:
+    """The first ``limit`` groups of ``hits`` (best first) by :func:`group_values`, each of its first ``size``."""
+    groups: dict[int | str, list[Any]] = {}
+    for h in hits:
+        for v in group_values(h.payload, key):
+            if v in groups:
+                if len(groups[v]) < size:
+                    groups[v].append(h)
+            elif len(groups) < limit:
+                groups[v] = [h]
+    return groups
+
+
+async def _grouped(svc: CollectionService, name: str, spec: Spec, key: str, limit: int, size: int) -> dict:
+    cap = svc.settings.max_top_k
+    top_k = min(cap, 2 * limit * size)
+    while True:
+        search = spec.search.model_copy(update={"top_k": top_k, "with_payload": True})
+        hits = (await svc.search(name, [search], "query"))[0]
+        groups = group(hits, key, limit, size)
+        full = len(groups) == limit and all(len(g) == size for g in groups.values())
+        if full or len(hits) < top_k or top_k == cap:
+            return groups
+        top_k = min(cap, top_k * GROWTH)
+
+
+@router.post("/collections/{collection_name}/points/query/groups")
+async def query_groups(collection_name: str, body: QueryGroupsRequest, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/query/groups`` -> ``{groups}`` (module
+    docstring). Errors: as for a universal query; 422 as the module docstring says."""
+    if body.with_lookup is not None:
+        raise unsupported("with_lookup", "with_lookup")
+    if body.offset is not None:
+        raise InvalidCollectionRequest("offset is not a field of a groups query", "offset")
+    if body.query is None:
+        raise unsupported("a groups query without a query", "query")
+    limit, size = body.limit or DEFAULT_LIMIT, body.group_size or DEFAULT_GROUP_SIZE
+    if limit * size > svc.settings.max_top_k:
+        raise InvalidCollectionRequest(
+            f"limit * group_size must be at most {svc.settings.max_top_k} (collections_max_top_k)", "group_size"
+        )
+    for _ in range(RETRIES):  # as query._queries: a query vector read or made here must meet the same model
+        model = (await svc.collection(collection_name)).model
+        spec = await plan(svc, collection_name, body.model_copy(update={"limit": limit * size}), "")
+        assert spec is not None  # a query is given
+        groups = await _grouped(svc, collection_name, spec, body.group_by, limit, size)
+        if not spec.pinned or (await svc.collection(collection_name)).model == model:
+            break
+    else:
+        raise ModelChanged(f"collection {collection_name!r} changed model {RETRIES} times during the query; retry")
+    vectors: dict[Any, Any] = {}
+    if body.with_vector and groups:
+        ids = [h.id for hits in groups.values() for h in hits]
+        vectors = {(type(p["id"]), p["id"]): p["vector"] for p in await fetch(svc, collection_name, ids, True)}
+    return ok(request, {"groups": [
+        {"id": v, "hits": [scored(h, body.with_payload, shown_vector(vectors.get((type(h.id), h.id)), body.with_vector))
+                           for h in hits], "lookup": None}
+        for v, hits in groups.items()]})  # fmt: skip
