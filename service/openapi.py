@@ -268,6 +268,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("PUT", QDRANT_COLLECTION): (200, _q(bool, "QdrantCreated"), COLLECTION),
     ("GET", QDRANT_COLLECTION): (200, _q(dict[str, Any], "QdrantCollectionInfo"), (401, 404, 422, 503)),
     ("DELETE", QDRANT_COLLECTION): (200, _q(bool, "QdrantDeleted"), (401, 409, 422, 503)),
+    ("PATCH", QDRANT_COLLECTION): (200, _q(bool, "QdrantUpdated"), COLLECTION),
     ("GET", f"{QDRANT_COLLECTION}/exists"): (200, _q(dict[str, bool], "QdrantExists"), (401, 422, 503)),
     ("PUT", f"{QDRANT_COLLECTION}/index"): (200, QDRANT_UPDATE, COLLECTION),
     ("DELETE", f"{QDRANT_COLLECTION}/index/{{field_name}}"): (200, QDRANT_UPDATE, COLLECTION),

@@ -5,6 +5,11 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 * ``GET /`` (root): name and version of the API (qdrant-client checks compatibility with it);
 * ``GET /collections``, ``GET /collections/{collection_name}``, ``GET /collections/{collection_name}/exists``;
 * ``PUT /collections/{collection_name}`` (create), ``DELETE /collections/{collection_name}``;
+* ``PATCH /collections/{collection_name}`` (update): the storage and cluster settings a creation ignores are accepted
+  with no effect (``optimizers_config``, as in Qdrant's bulk-upload recipe that turns indexing off and on,
+  ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``); refused with 422:
+  ``m``/``ef_construct`` (an existing collection's index is not rebuilt), quantization, sparse vectors, ``metadata``
+  (the service keeps the collection's model record there);
 * ``PUT /collections/{collection_name}/index`` (create a payload index) and ``DELETE .../index/{field_name}``
   (delete one): accepted, no effect (every payload key is filterable here).
 
@@ -28,7 +33,7 @@ from fastapi import APIRouter, Request, Response
 from ..collections.errors import CollectionNotFound, InvalidCollectionRequest
 from ..routes import JSONRoute, json_response
 from .envelope import API_VERSION, PREFIX, WRITES, Service, ok, unsupported, update_result
-from .models import CreateCollection, CreateFieldIndex, VectorParams
+from .models import CreateCollection, CreateFieldIndex, UpdateCollection, VectorParams
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 
@@ -126,6 +131,32 @@ async def create_collection(collection_name: str, body: CreateCollection, reques
     info = svc.embedder().resolve(None).info
     kind, params, metric = collection_spec(body, info.dimension, info.id)
     await svc.create(collection_name, kind, params, metric)
+    return ok(request, True)
+
+
+@router.patch("/collections/{collection_name}", dependencies=WRITES)
+async def update_collection(collection_name: str, body: UpdateCollection, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PATCH /collections/{collection_name}`` -> ``true`` (module docstring: what is accepted
+    with no effect and what is refused). Errors: 404, 422."""
+    await svc.collection(collection_name)
+    hnsw = dict(body.hnsw_config or {})
+    quantization = [body.quantization_config]
+    for name, diff in (body.vectors or {}).items():
+        if unknown := set(diff) - {"hnsw_config", "quantization_config", "on_disk", "memory"}:
+            raise InvalidCollectionRequest(f"vectors.{name}: unknown fields {sorted(unknown)}", param="vectors")
+        hnsw.update(diff.get("hnsw_config") or {})
+        quantization.append(diff.get("quantization_config"))
+    for given, what, param in (
+        (any(q not in (None, "Disabled") for q in quantization), "quantization", "quantization_config"),
+        (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
+        (body.metadata, "updating metadata (it holds the collection's model record)", "metadata"),
+        ({"m", "ef_construct"} & set(hnsw), "changing hnsw_config m/ef_construct (the index is not rebuilt)",
+         "hnsw_config"),
+    ):  # fmt: skip
+        if given:
+            raise unsupported(what, param)
+    if unknown := set(hnsw) - _HNSW_IGNORED:
+        raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
     return ok(request, True)
 
 

@@ -77,6 +77,20 @@ class CreateCollection(_Body):
     metadata: dict[str, Any] | None = None
 
 
+class UpdateCollection(_Body):
+    """Body of ``PATCH /collections/{collection_name}`` (Qdrant's ``UpdateCollection``); ``vectors`` maps a vector
+    name to its ``VectorParamsDiff`` (``hnsw_config``, ``quantization_config``, ``on_disk``, ``memory``)."""
+
+    vectors: dict[StrictStr, dict[str, Any]] | None = None
+    optimizers_config: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    hnsw_config: dict[str, Any] | None = None
+    quantization_config: Any = None
+    sparse_vectors: dict[str, Any] | None = None
+    strict_mode_config: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+
 class PointStruct(_Body):
     """One point: ``id``, ``vector`` (floats, a ``Document``, or ``{name: either}`` with one name), ``payload``."""
 

@@ -276,13 +276,17 @@ def test_qdrant_payload_keys_clear_index_and_recommend(env, sts):
 
 def test_qdrant_batch_update_points(env, sts):
     """qdrant-client's batch_update_points: the operations run in order, one UpdateResult each; a malformed
-    operation changes nothing, one refused while running names itself and leaves the ones before it applied."""
+    operation changes nothing, one refused while running names itself and leaves the ones before it applied. And
+    update_collection: storage settings accepted (Qdrant's bulk-upload recipe), an index change refused."""
     from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import UnexpectedResponse
 
     url, c = env["server"].url, env["client"]
     sentences = sts[0][:10]
     client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
     client.create_collection("batch", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    # Qdrant's bulk-upload recipe: indexing off during the upload, back on after (accepted, no effect here)
+    assert client.update_collection("batch", optimizers_config=models.OptimizersConfigDiff(indexing_threshold=0))
     client.upsert("batch", points=[models.PointStruct(id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"),
                                                       payload={"row": i, "keep": True}) for i, s in enumerate(sentences)])  # fmt: skip
     doc = models.Document(text="A new sentence about a cat.", model="all-minilm-l6-v2")
@@ -301,6 +305,17 @@ def test_qdrant_batch_update_points(env, sts):
                    9: {"row": 9, "keep": True}}  # fmt: skip
     hit = client.query_points("batch", query=doc, limit=1).points[0]
     assert hit.id == 100 and hit.score > 0.999
+    assert client.update_collection("batch", optimizers_config=models.OptimizersConfigDiff(indexing_threshold=20000),
+                                    hnsw_config=models.HnswConfigDiff(full_scan_threshold=100))  # fmt: skip
+    for bad, status in [
+        (lambda: client.update_collection("batch", hnsw_config=models.HnswConfigDiff(m=32)), 422),
+        (lambda: client.update_collection("batch", vectors_config={"": models.VectorParamsDiff(
+            quantization_config=models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type="int8")))}), 422),
+        (lambda: client.update_collection("missing", optimizers_config=models.OptimizersConfigDiff()), 404),
+    ]:  # fmt: skip
+        with pytest.raises(UnexpectedResponse) as e:
+            bad()
+        assert e.value.status_code == status, e.value.content
     up = {"upsert": {"points": [{"id": 200, "vector": [0.1] * 384}]}}
     for ops, status, words in [
         ([up, {"delete": {"points": ["not-a-uuid"]}}], 422, "operations[1].delete.points"),
