@@ -26,7 +26,7 @@ from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .models import QueryGroupsRequest
 from .points import fetch
-from .query import DEFAULT_LIMIT, Spec, plan
+from .query import DEFAULT_LIMIT, Spec, plan, still_current
 from .results import lookup, scored, shown_vector
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
@@ -83,11 +83,10 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
             f"limit * group_size must be at most {svc.settings.max_top_k} (collections_max_top_k)", "group_size"
         )
     for _ in range(RETRIES):  # as query._queries: a query vector read or made here must meet the same model
-        model = (await svc.collection(collection_name)).model
         spec = await plan(svc, collection_name, body.model_copy(update={"limit": limit * size}), "")
         assert spec is not None  # a query is given
         groups = await _grouped(svc, collection_name, spec, body.group_by, limit, size)
-        if not spec.pinned or (await svc.collection(collection_name)).model == model:
+        if await still_current(svc, collection_name, [spec]):
             break
     else:
         raise ModelChanged(f"collection {collection_name!r} changed model {RETRIES} times during the query; retry")

@@ -58,7 +58,8 @@ class Spec:
     offset: int
     payload_sel: Any
     vector_sel: Any
-    pinned: bool = False  # its query vector was read or made here with the collection's model of the moment
+    #: the collection's model (a copy) when its query vector was read or made here, else None
+    model: dict[str, Any] | None = None
 
 
 def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
@@ -67,10 +68,10 @@ def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: i
     return Spec(search, offset, payload, vector)
 
 
-async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[str | list[float], Any, bool]:
+async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[Any, Any, dict | None]:
     """The native query (text or vector) of a Qdrant query, a filter leaving out the points it names (or None), and
-    whether the vector was read or made here with the collection's current model (then a model switch before the
-    search makes it stale: :func:`_queries` runs it again)."""
+    the collection's model when the vector was read or made here (else None): a model switch before the search
+    makes such a vector stale, and :func:`_queries` runs the query again."""
     if isinstance(q, dict):
         if set(q) == {"recommend"}:
             return await _recommend(svc, name, q["recommend"], f"{param}.recommend")
@@ -86,20 +87,21 @@ async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -
         except ValidationError as e:
             raise InvalidCollectionRequest(f"{param}: {e.errors()[0]['msg']}", param=param) from None
     if isinstance(q, Document):
-        return check_model(q, (await svc.collection(name)).model, name, param), None, False
+        return check_model(q, (await svc.collection(name)).model, name, param), None, None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
+        model = dict((await svc.collection(name)).model)  # the stored vector read below is this model's
         points = await fetch(svc, name, [q], True)
         if not points:
             raise PointNotFound(f"No point with id {q} found")
-        return points[0]["vector"], {"$not": {"$ids": [q]}}, True
+        return points[0]["vector"], {"$not": {"$ids": [q]}}, model
     if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
-        return [float(x) for x in q], None, False
+        return [float(x) for x in q], None, None
     raise InvalidCollectionRequest(
         "query must be a vector, a point id, a Document, {nearest: ...} or {recommend: ...}", param=param
     )
 
 
-async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) -> tuple[list[float], Any, bool]:
+async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) -> tuple[list[float], Any, dict | None]:
     """The query vector of ``{"recommend": RecommendInput}`` by the ``average_vector`` strategy
     (:func:`~service.collections.vectors.average_vector`), and the filter leaving out the example points. Examples
     are vectors (unit-normalised first on a cosine collection, as Qdrant preprocesses them and as the stored vectors
@@ -125,6 +127,7 @@ async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) ->
         raise TooManyItems(f"{n} examples; the maximum is {cap} (collections_max_filter_values)", param,
                            "too_many_examples")  # fmt: skip
     c = await svc.collection(name)
+    model = dict(c.model)  # the stored and embedded vectors below are this model's
     texts: list[str] = []
     ids: list[int | str] = []
     for side, examples in sides.items():
@@ -151,7 +154,7 @@ async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) ->
     if c.spec.metric == "cosine":
         rows = {side: unit_rows(r) for side, r in rows.items()}
     exclude = {"$not": {"$ids": list(dict.fromkeys(ids))}} if ids else None
-    return average_vector(rows["positive"], rows["negative"]).tolist(), exclude, bool(ids or texts)
+    return average_vector(rows["positive"], rows["negative"]).tolist(), exclude, model if ids or texts else None
 
 
 def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:
@@ -170,13 +173,13 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
-    query, exclude, pinned = await _query_vector(svc, name, r.query, f"{param}query")
+    query, exclude, model = await _query_vector(svc, name, r.query, f"{param}query")
     if exclude is not None:
         where = {"$and": [where, exclude]} if where else exclude
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
     spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
-    spec.pinned = pinned
+    spec.model = model
     return spec
 
 
@@ -210,13 +213,21 @@ async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], 
         ModelChanged: it switched every time.
     """
     for _ in range(RETRIES):
-        model = (await svc.collection(name)).model
         plans = [await plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
         found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
         out = [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)]
-        if not any(p is not None and p.pinned for p in plans) or (await svc.collection(name)).model == model:
+        if await still_current(svc, name, plans):
             return out
     raise ModelChanged(f"collection {name!r} changed model {RETRIES} times during the query; retry")
+
+
+async def still_current(svc: CollectionService, name: str, specs: list[Spec | None]) -> bool:
+    """Whether every query vector read or made here (a spec's ``model``) is of the collection's model now."""
+    models = [s.model for s in specs if s is not None and s.model is not None]
+    if not models:
+        return True
+    now = (await svc.collection(name)).model
+    return all(m == now for m in models)
 
 
 @router.post("/collections/{collection_name}/points/query")
