@@ -208,6 +208,19 @@ class QdrantGroup(BaseModel):
     lookup: None = None
 
 
+class QdrantFacetHit(BaseModel):
+    """Qdrant's ``FacetValueHit`` (Qdrant API reference): a payload value and how many points have it."""
+
+    value: bool | int | str
+    count: int
+
+
+class QdrantFacet(BaseModel):
+    """Qdrant's ``FacetResponse`` (Qdrant API reference)."""
+
+    hits: list[QdrantFacetHit]
+
+
 class QdrantGroups(BaseModel):
     """Qdrant's ``GroupsResult`` (Qdrant API reference)."""
 
@@ -287,6 +300,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", f"{QDRANT_COLLECTION}/points/query"): (200, _q(QdrantPoints, "QdrantQueryResponse"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/query/batch"): (200, _q(list[QdrantPoints], "QdrantQueryBatch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/query/groups"): (200, _q(QdrantGroups, "QdrantQueryGroups"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/facet"): (200, _q(QdrantFacet, "QdrantFacetResponse"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
                                                            COLLECTION),

@@ -224,6 +224,18 @@ class QueryGroupsRequest(QueryRequest):
     with_lookup: Any = None
 
 
+class FacetRequest(_Body):
+    """Body of ``POST /collections/{collection_name}/facet`` (Qdrant's ``FacetRequest``): the ``limit`` (default 10)
+    most frequent values at the payload ``key`` among the points matching ``filter``; ``exact`` is accepted (counts
+    are always exact here)."""
+
+    key: Annotated[StrictStr, Field(min_length=1)]
+    limit: Limit | None = None
+    filter: dict[str, Any] | None = None
+    exact: StrictBool | None = None
+    shard_key: Any = None
+
+
 class QueryBatch(_Body):
     """Body of ``POST /collections/{collection_name}/points/query/batch``."""
 
