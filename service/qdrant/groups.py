@@ -56,11 +56,11 @@ def group(hits: list[Any], key: str, limit: int, size: int) -> dict[int | str, l
 
 async def _grouped(svc: CollectionService, name: str, spec: Spec, key: str, limit: int, size: int) -> dict:
     cap = svc.settings.max_top_k
-    top_k = min(cap, 2 * limit * size)
+    top_k = min(cap, 2 * limit * size + len(spec.drop))
     while True:
         search = spec.search.model_copy(update={"top_k": top_k, "with_payload": True})
         hits = (await svc.search(name, [search], "query"))[0]
-        groups = group(hits, key, limit, size)
+        groups = group([h for h in hits if (type(h.id), h.id) not in spec.drop], key, limit, size)
         full = len(groups) == limit and all(len(g) == size for g in groups.values())
         if full or len(hits) < top_k or top_k == cap:
             return groups

@@ -60,6 +60,14 @@ class Spec:
     vector_sel: Any
     #: the collection's model (a copy) when its query vector was read or made here, else None
     model: dict[str, Any] | None = None
+    #: ``(type, id)`` of points to leave out of the hits (a query's own example points), searched for that many more
+    drop: frozenset = frozenset()
+    #: how many hits to keep once ``drop`` is applied (None: all)
+    keep: int | None = None
+
+    def shown(self, hits: list[Any]) -> list[Any]:
+        """The hits to answer: without ``drop``, the first ``keep``, past ``offset``."""
+        return [h for h in hits if (type(h.id), h.id) not in self.drop][: self.keep][self.offset :]
 
 
 def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
@@ -68,8 +76,8 @@ def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: i
     return Spec(search, offset, payload, vector)
 
 
-async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[Any, Any, dict | None]:
-    """The native query (text or vector) of a Qdrant query, a filter leaving out the points it names (or None), and
+async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[Any, list, dict | None]:
+    """The native query (text or vector) of a Qdrant query, the ids of the points it names (to leave out), and
     the collection's model when the vector was read or made here (else None): a model switch before the search
     makes such a vector stale, and :func:`_queries` runs the query again."""
     if isinstance(q, dict):
@@ -87,23 +95,24 @@ async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -
         except ValidationError as e:
             raise InvalidCollectionRequest(f"{param}: {e.errors()[0]['msg']}", param=param) from None
     if isinstance(q, Document):
-        return check_model(q, (await svc.collection(name)).model, name, param), None, None
+        return check_model(q, (await svc.collection(name)).model, name, param), [], None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
         model = dict((await svc.collection(name)).model)  # the stored vector read below is this model's
         points = await fetch(svc, name, [q], True)
         if not points:
             raise PointNotFound(f"No point with id {q} found")
-        return points[0]["vector"], {"$not": {"$ids": [q]}}, model
+        return points[0]["vector"], [q], model
     if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
-        return [float(x) for x in q], None, None
+        return [float(x) for x in q], [], None
     raise InvalidCollectionRequest(
         "query must be a vector, a point id, a Document, {nearest: ...} or {recommend: ...}", param=param
     )
 
 
-async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) -> tuple[list[float], Any, dict | None]:
+async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) -> tuple[list[float], list, dict | None]:
     """The query vector of ``{"recommend": RecommendInput}`` by the ``average_vector`` strategy
-    (:func:`~service.collections.vectors.average_vector`), and the filter leaving out the example points. Examples
+    (:func:`~service.collections.vectors.average_vector`), the example points' ids (to leave out), and the model of
+    the vectors read or embedded (None: none). Examples
     are vectors (unit-normalised first on a cosine collection, as Qdrant preprocesses them and as the stored vectors
     are), point ids (their stored vectors) or ``Document`` texts (embedded by the collection's model).
 
@@ -153,8 +162,8 @@ async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) ->
     rows = {side: np.array([vector(x) for x in xs], dtype=np.float64).reshape(-1, d) for side, xs in sides.items()}
     if c.spec.metric == "cosine":
         rows = {side: unit_rows(r) for side, r in rows.items()}
-    exclude = {"$not": {"$ids": list(dict.fromkeys(ids))}} if ids else None
-    return average_vector(rows["positive"], rows["negative"]).tolist(), exclude, model if ids or texts else None
+    vec = average_vector(rows["positive"], rows["negative"]).tolist()
+    return vec, list(dict.fromkeys(ids)), model if ids or texts else None
 
 
 def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:
@@ -173,13 +182,16 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
-    query, exclude, model = await _query_vector(svc, name, r.query, f"{param}query")
-    if exclude is not None:
-        where = {"$and": [where, exclude]} if where else exclude
+    query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query")
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
-    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
-    spec.model = model
+    drop: frozenset = frozenset()
+    if excluded and (where or top_k + len(excluded) > svc.settings.max_top_k):  # filtered anyway: one more clause
+        where = {"$and": [where, {"$not": {"$ids": excluded}}]} if where else {"$not": {"$ids": excluded}}
+    elif excluded:  # no filter to evaluate over every point (a scan): that many more hits, these dropped from them
+        drop = frozenset((type(i), i) for i in excluded)
+    spec = _spec(query, top_k + len(drop), where, r.score_threshold, offset, r.with_payload, r.with_vector)
+    spec.model, spec.drop, spec.keep = model, drop, top_k
     return spec
 
 
@@ -188,7 +200,7 @@ async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str)
     results = await svc.search(name, [s.search for s in specs], param) if specs else []
     out = []
     for s, hits in zip(specs, results):
-        hits = hits[s.offset :]
+        hits = s.shown(hits)
         vectors: dict[Any, Any] = {}
         if s.vector_sel and hits:
             got = await fetch(svc, name, [h.id for h in hits], True)
