@@ -21,25 +21,10 @@ from .envelope import PREFIX, Service, ok
 from .filters import translate
 from .models import FacetRequest
 from .points import no_shard_key
-from .results import lookup
+from .results import values_at
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_LIMIT = 10
-
-
-def facet_values(payload: dict[str, Any] | None, key: str) -> set[tuple[int, Any]]:
-    """The values a point counts for at ``key``, each as ``(rank, value)`` (rank 0 booleans, 1 integers, 2 strings:
-    ``True`` and ``1`` stay apart)."""
-    v = lookup(payload or {}, key)
-    out = set()
-    for x in v if isinstance(v, list) else [v]:
-        if isinstance(x, bool):
-            out.add((0, x))
-        elif isinstance(x, int):
-            out.add((1, x))
-        elif isinstance(x, str):
-            out.add((2, x))
-    return out
 
 
 @router.post("/collections/{collection_name}/facet")
@@ -53,7 +38,7 @@ async def facet(collection_name: str, body: FacetRequest, request: Request, svc:
     while True:
         points, start = await svc.scroll(collection_name, start, page, where)
         for p in points:
-            counts.update(facet_values(p.get("payload"), body.key))
+            counts.update(values_at(p.get("payload"), body.key))
         if start is None:
             break
     best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: body.limit or DEFAULT_LIMIT]

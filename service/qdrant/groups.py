@@ -20,32 +20,26 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged
+from ..collections.errors import InvalidCollectionRequest
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .models import QueryGroupsRequest
-from .points import fetch
-from .query import DEFAULT_LIMIT, Spec, plan, still_current
-from .results import lookup, scored, shown_vector
+from .points import vectors_by_id
+from .query import DEFAULT_LIMIT, Spec, on_current_model, plan
+from .results import scored, shown_vector, values_at
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_GROUP_SIZE = 3
 GROWTH = 4  # each new search asks for this many times the hits of the one before
 
 
-def group_values(payload: dict[str, Any] | None, key: str) -> list[int | str]:
-    """The values grouping a point: the string or integer at ``key``, or those among an array's elements."""
-    v = lookup(payload or {}, key)
-    values = v if isinstance(v, list) else [v]
-    return list(dict.fromkeys(x for x in values if isinstance(x, (str, int)) and not isinstance(x, bool)))
-
-
 def group(hits: list[Any], key: str, limit: int, size: int) -> dict[int | str, list[Any]]:
-    """The first ``limit`` groups of ``hits`` (best first) by :func:`group_values`, each of its first ``size``."""
+    """The first ``limit`` groups of ``hits`` (best first) by their string and integer values at ``key``
+    (:func:`~.results.values_at`), each of its first ``size``."""
     groups: dict[int | str, list[Any]] = {}
     for h in hits:
-        for v in group_values(h.payload, key):
+        for v in (v for rank, v in values_at(h.payload, key) if rank):
             if v in groups:
                 if len(groups[v]) < size:
                     groups[v].append(h)
@@ -56,11 +50,11 @@ def group(hits: list[Any], key: str, limit: int, size: int) -> dict[int | str, l
 
 async def _grouped(svc: CollectionService, name: str, spec: Spec, key: str, limit: int, size: int) -> dict:
     cap = svc.settings.max_top_k
-    top_k = min(cap, 2 * limit * size + len(spec.drop))
+    top_k = min(cap, 2 * limit * size)
     while True:
         search = spec.search.model_copy(update={"top_k": top_k, "with_payload": True})
         hits = (await svc.search(name, [search], "query"))[0]
-        groups = group([h for h in hits if (type(h.id), h.id) not in spec.drop], key, limit, size)
+        groups = group(hits, key, limit, size)
         full = len(groups) == limit and all(len(g) == size for g in groups.values())
         if full or len(hits) < top_k or top_k == cap:
             return groups
@@ -82,18 +76,15 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
         raise InvalidCollectionRequest(
             f"limit * group_size must be at most {svc.settings.max_top_k} (collections_max_top_k)", "group_size"
         )
-    for _ in range(RETRIES):  # as query._queries: a query vector read or made here must meet the same model
+
+    async def attempt() -> tuple[dict, list[Spec | None]]:
         spec = await plan(svc, collection_name, body.model_copy(update={"limit": limit * size}), "")
         assert spec is not None  # a query is given
-        groups = await _grouped(svc, collection_name, spec, body.group_by, limit, size)
-        if await still_current(svc, collection_name, [spec]):
-            break
-    else:
-        raise ModelChanged(f"collection {collection_name!r} changed model {RETRIES} times during the query; retry")
-    vectors: dict[Any, Any] = {}
-    if body.with_vector and groups:
-        ids = [h.id for hits in groups.values() for h in hits]
-        vectors = {(type(p["id"]), p["id"]): p["vector"] for p in await fetch(svc, collection_name, ids, True)}
+        return await _grouped(svc, collection_name, spec, body.group_by, limit, size), [spec]
+
+    groups = await on_current_model(svc, collection_name, attempt)
+    ids = [h.id for hits in groups.values() for h in hits]
+    vectors = await vectors_by_id(svc, collection_name, ids) if body.with_vector else {}
     return ok(request, {"groups": [
         {"id": v, "hits": [scored(h, body.with_payload, shown_vector(vectors.get((type(h.id), h.id)), body.with_vector))
                            for h in hits], "lookup": None}

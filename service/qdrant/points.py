@@ -90,6 +90,11 @@ async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_ve
     return [found[(type(i), i)] for i in ids if (type(i), i) in found]
 
 
+async def vectors_by_id(svc: CollectionService, name: str, ids: list[int | str]) -> dict[tuple[type, Any], Any]:
+    """The stored vectors of the points among ``ids``, keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay apart)."""
+    return {(type(p["id"]), p["id"]): p["vector"] for p in await fetch(svc, name, ids, True)} if ids else {}
+
+
 async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoints) -> int:
     """Upsert a ``PointsList`` or ``PointsBatch``; returns the write's sequence. Errors: as the route's."""
     no_shard_key(body)

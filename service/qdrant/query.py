@@ -22,8 +22,9 @@ parameters apply. ``offset + limit`` is at most ``collections_max_top_k``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -39,10 +40,11 @@ from .filters import translate
 from .ids import QdrantId
 from .models import Document, NamedVector, QueryBatch, QueryRequest, RecommendInput, SearchBatch
 from .models import SearchRequest as LegacySearch
-from .points import check_model, fetch, no_shard_key
+from .points import check_model, fetch, no_shard_key, vectors_by_id
 from .results import record, scored, shown_vector
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
+T = TypeVar("T")
 DEFAULT_LIMIT = 10
 
 
@@ -60,14 +62,6 @@ class Spec:
     vector_sel: Any
     #: the collection's model (a copy) when its query vector was read or made here, else None
     model: dict[str, Any] | None = None
-    #: ``(type, id)`` of points to leave out of the hits (a query's own example points), searched for that many more
-    drop: frozenset = frozenset()
-    #: how many hits to keep once ``drop`` is applied (None: all)
-    keep: int | None = None
-
-    def shown(self, hits: list[Any]) -> list[Any]:
-        """The hits to answer: without ``drop``, the first ``keep``, past ``offset``."""
-        return [h for h in hits if (type(h.id), h.id) not in self.drop][: self.keep][self.offset :]
 
 
 def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
@@ -150,7 +144,7 @@ async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) ->
                 )  # fmt: skip
             elif not isinstance(x, list):
                 ids.append(x)
-    stored = {(type(p["id"]), p["id"]): p["vector"] for p in await fetch(svc, name, ids, True)} if ids else {}
+    stored = await vectors_by_id(svc, name, ids)
     if missing := [x for x in ids if (type(x), x) not in stored]:
         raise PointNotFound(f"No point with id {missing[0]} found")
     embedded = iter(await svc.embed(c, texts)) if texts else iter(())
@@ -185,13 +179,11 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query")
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
-    drop: frozenset = frozenset()
-    if excluded and (where or top_k + len(excluded) > svc.settings.max_top_k):  # filtered anyway: one more clause
-        where = {"$and": [where, {"$not": {"$ids": excluded}}]} if where else {"$not": {"$ids": excluded}}
-    elif excluded:  # no filter to evaluate over every point (a scan): that many more hits, these dropped from them
-        drop = frozenset((type(i), i) for i in excluded)
-    spec = _spec(query, top_k + len(drop), where, r.score_threshold, offset, r.with_payload, r.with_vector)
-    spec.model, spec.drop, spec.keep = model, drop, top_k
+    if excluded:  # alone, a search for that many more hits on either backend (embedded: search.left_out)
+        nots = {"$not": {"$ids": excluded}}
+        where = {"$and": [where, nots]} if where else nots
+    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+    spec.model = model
     return spec
 
 
@@ -200,11 +192,8 @@ async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str)
     results = await svc.search(name, [s.search for s in specs], param) if specs else []
     out = []
     for s, hits in zip(specs, results):
-        hits = s.shown(hits)
-        vectors: dict[Any, Any] = {}
-        if s.vector_sel and hits:
-            got = await fetch(svc, name, [h.id for h in hits], True)
-            vectors = {(type(p["id"]), p["id"]): p["vector"] for p in got}
+        hits = hits[s.offset :]
+        vectors = await vectors_by_id(svc, name, [h.id for h in hits]) if s.vector_sel else {}
         out.append([scored(h, s.payload_sel, shown_vector(vectors.get((type(h.id), h.id)), s.vector_sel))
                     for h in hits])  # fmt: skip
     return out
@@ -217,29 +206,36 @@ async def _scroll_query(svc: CollectionService, name: str, r: QueryRequest) -> l
     return [{**record(p, r.with_payload, r.with_vector), "version": 0, "score": 0.0} for p in points[offset:]]
 
 
-async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], batch: bool) -> list[list[dict]]:
-    """The hits of each query; planned and run again when the collection switched models (a re-embedding completed)
-    between reading or making a query vector here and searching with it, up to :data:`RETRIES` times.
+async def on_current_model(
+    svc: CollectionService, name: str, attempt: Callable[[], Awaitable[tuple[T, list[Spec | None]]]]
+) -> T:
+    """The result of ``attempt`` (it plans and runs searches: ``(result, their specs)``), run again when the
+    collection switched models (a re-embedding completed) between reading or making a spec's query vector here
+    (its ``model``) and the search, up to :data:`RETRIES` times.
 
     Raises:
         ModelChanged: it switched every time.
     """
     for _ in range(RETRIES):
-        plans = [await plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
-        found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
-        out = [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)]
-        if await still_current(svc, name, plans):
+        out, specs = await attempt()
+        models = [s.model for s in specs if s is not None and s.model is not None]
+        if not models:
+            return out
+        now = (await svc.collection(name)).model
+        if all(m == now for m in models):
             return out
     raise ModelChanged(f"collection {name!r} changed model {RETRIES} times during the query; retry")
 
 
-async def still_current(svc: CollectionService, name: str, specs: list[Spec | None]) -> bool:
-    """Whether every query vector read or made here (a spec's ``model``) is of the collection's model now."""
-    models = [s.model for s in specs if s is not None and s.model is not None]
-    if not models:
-        return True
-    now = (await svc.collection(name)).model
-    return all(m == now for m in models)
+async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], batch: bool) -> list[list[dict]]:
+    """The hits of each query (:func:`on_current_model`)."""
+
+    async def attempt() -> tuple[list[list[dict]], list[Spec | None]]:
+        plans = [await plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
+        found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
+        return [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)], plans
+
+    return await on_current_model(svc, name, attempt)
 
 
 @router.post("/collections/{collection_name}/points/query")

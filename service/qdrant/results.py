@@ -48,6 +48,18 @@ def _place(out: dict[str, Any], key: str, value: Any) -> None:
     out[last] = value
 
 
+def values_at(payload: dict[str, Any] | None, key: str) -> list[tuple[int, Any]]:
+    """The distinct string, integer and boolean values at the dotted ``key`` (the value, or an array's elements), each
+    once as ``(rank, value)``: rank 0 booleans, 1 integers, 2 strings (so ``True`` and ``1`` stay apart, and values
+    sort by rank first). What Qdrant groups (integers, strings) and counts in a facet (booleans too) by."""
+    v = lookup(payload or {}, key)
+    out: dict[tuple[int, Any], None] = {}
+    for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, (bool, int, str)):
+            out[(0 if isinstance(x, bool) else 1 if isinstance(x, int) else 2, x)] = None
+    return list(out)
+
+
 def shown_vector(vector: list[float] | None, sel: Any) -> Any:
     """The vector as ``with_vector`` asks: ``True`` the (unnamed) vector, a list of names ``{name: vector}`` for
     each name asked (the collection's one vector answers to any name), else None."""

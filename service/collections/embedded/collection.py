@@ -27,7 +27,7 @@ from ..ids import decode_id, encode_id
 from ..index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
 from ..vectors import unit_rows
 from .locks import RWLock
-from .search import assemble_hits, point_dict, rerank
+from .search import assemble_hits, left_out, point_dict, rerank
 from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
 from .store import Store
 from .target import EmbeddedTarget
@@ -304,7 +304,8 @@ class Collection:
         budget=None,
         consistency=None,
     ) -> list[list[Hit]]:
-        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter matching at most
+        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter only leaving listed
+        points out is a search for that many more hits (:func:`.search.left_out`). A filter matching at most
         ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the
         FAISS search with an ``IDSelector``; IVF-PQ candidates are re-ranked exactly. Always strong (``consistency``
         is accepted and needs nothing: a write is answered once searchable).
@@ -316,9 +317,8 @@ class Collection:
             self._check_open()
             if model is not None and not same_model(model, self.model):
                 raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
-            q = self._prepare(queries)
-            allowed = None
-            exact = None
+            q, (where, dropped) = self._prepare(queries), left_out(self.store, where)
+            allowed, exact, k = None, None, top_k + len(dropped)
             if where is not None:
                 cap = self.exact_filter_threshold
                 allowed = self.store.matching_iids(where)
@@ -330,9 +330,11 @@ class Collection:
             if exact is not None:
                 D, I = exact
             elif (factor := self.index.rerank_factor()) > 1:
-                D, I = rerank(self.index, self.store, q, top_k, allowed, factor, self.spec)
+                D, I = rerank(self.index, self.store, q, k, allowed, factor, self.spec)
             else:
-                D, I = self.index.search(q, top_k, allowed)
+                D, I = self.index.search(q, k, allowed)
+            if len(dropped):
+                I = np.where(np.isin(I, dropped), -1, I)  # left out (assemble_hits skips -1)
             hib = higher_is_better(self.spec.metric)
             found, counts = np.unique(I[I >= 0], return_counts=True)
             wanted = [int(i) for i in found]

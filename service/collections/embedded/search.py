@@ -9,9 +9,20 @@ from typing import Any
 import numpy as np
 
 from ..backend import Hit
+from ..filters import Filter, Ids, Not
 from ..ids import decode_id
 from ..index import IndexSpec, VectorIndex, exact_search
 from .store import Store
+
+
+def left_out(store: Store, where: Filter | None) -> tuple[Filter | None, np.ndarray]:
+    """``(filter to search with, internal ids to drop from the hits)``. A filter that only leaves listed points out
+    (``{"$not": {"$ids": [...]}}``: a query's own example points) becomes no filter and those points' ids, read by
+    key: the search then asks for that many more hits and drops them, instead of selecting every other point through
+    SQL (a scan of the collection). Any other filter is returned as it is, with nothing to drop."""
+    if isinstance(where, Not) and isinstance(where.part, Ids):
+        return None, store.matching_iids(where.part)
+    return where, np.empty(0, np.int64)
 
 
 def rerank(
