@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from .collections import CollectionService, open_backend
+from .collections import CollectionService, open_backend, snapshot_api
 from .collections import api as collections_api
 from .collections.reembed import Reembedder
 from .embedder import Embedder
@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # collections follow the active model
             reembedder = Reembedder(lambda: app.state.embedder, registry, backend, control)
             await reembedder.start()
+            app.state.collection_service.on_recover.append(reembedder.adopt)  # recovered from a snapshot
             app.state.reembedder = reembedder
             app.state.ready = True
             log.info("ready: model %s, limits %s", registry.active.info.id, settings.limits())
@@ -105,7 +106,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics.watch_collections(lambda: open_collections(app.state))  # embed_collection_* gauges, read at scrape time
     shapes = {QDRANT_PREFIX: qdrant_error}  # errors under /qdrant in Qdrant's envelope, everywhere else OpenAI's
     install_error_handlers(app, shapes)
-    for router in (embeddings.router, similarity.router, meta.router, admin.router, collections_api.router):
+    for router in (
+        embeddings.router,
+        similarity.router,
+        meta.router,
+        admin.router,
+        collections_api.router,
+        snapshot_api.router,
+    ):
         app.include_router(document(router))
     for router in QDRANT_ROUTERS:  # the Qdrant-compatible surface over the same collections (service.qdrant)
         app.include_router(document(router, QdrantError))

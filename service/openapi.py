@@ -235,6 +235,38 @@ class QdrantScroll(BaseModel):
     next_page_offset: int | str | None = None
 
 
+class SnapshotDescription(BaseModel):
+    """A collection snapshot (Qdrant API reference, ``SnapshotDescription``): file ``name``, ``creation_time``
+    (ISO 8601, UTC), ``size`` in bytes, ``checksum`` (SHA-256 hex)."""
+
+    name: str
+    creation_time: str | None
+    size: int
+    checksum: str | None
+
+
+class SnapshotList(BaseModel):
+    """Answer of ``GET /collections/{name}/snapshots``: the collection's snapshots, oldest first."""
+
+    snapshots: list[SnapshotDescription]
+
+
+class Accepted(BaseModel):
+    """Answer of a ``wait=false`` snapshot operation: accepted, running in the background."""
+
+    status: Literal["accepted"]
+
+
+class QdrantAccepted(BaseModel):
+    """Qdrant's answer to ``wait=false``: ``{"result": null, "status": "accepted", "time"}``."""
+
+    result: None = None
+    status: Literal["accepted"]
+    time: float
+
+
+#: the snapshot file a download answers (``application/octet-stream``)
+BINARY = "binary"
 QDRANT_UPDATE = _q(QdrantUpdate, "QdrantUpdateResponse")
 QDRANT_COLLECTION = "/qdrant/collections/{collection_name}"
 
@@ -276,6 +308,11 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", "/collections/{name}/points/count"): (200, Count, COLLECTION),
     ("POST", "/collections/{name}/search"): (200, list[Hit], COLLECTION),
     ("POST", "/collections/{name}/search/batch"): (200, list[list[Hit]], COLLECTION),
+    ("POST", "/collections/{name}/snapshots"): (200, SnapshotDescription, COLLECTION),
+    ("GET", "/collections/{name}/snapshots"): (200, SnapshotList, (401, 404, 422, 503)),
+    ("GET", "/collections/{name}/snapshots/{snapshot_name}"): (200, BINARY, (401, 404, 422, 503)),
+    ("DELETE", "/collections/{name}/snapshots/{snapshot_name}"): (200, _Open, (401, 404, 422, 503)),
+    ("PUT", "/collections/{name}/snapshots/recover"): (200, CollectionInfo, COLLECTION),
     ("GET", "/qdrant"): (200, _Open, (401,)),
     ("GET", "/qdrant/collections"): (200, _q(dict[str, list[dict[str, str]]], "QdrantCollections"), (401, 503)),
     ("PUT", QDRANT_COLLECTION): (200, _q(bool, "QdrantCreated"), COLLECTION),
@@ -301,6 +338,13 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", f"{QDRANT_COLLECTION}/points/query/batch"): (200, _q(list[QdrantPoints], "QdrantQueryBatch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/query/groups"): (200, _q(QdrantGroups, "QdrantQueryGroups"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/facet"): (200, _q(QdrantFacet, "QdrantFacetResponse"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/snapshots"): (200, _q(SnapshotDescription, "QdrantSnapshot"), COLLECTION),
+    ("GET", f"{QDRANT_COLLECTION}/snapshots"): (200, _q(list[SnapshotDescription], "QdrantSnapshots"),
+                                                (401, 404, 422, 503)),
+    ("GET", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, BINARY, (401, 404, 422, 503)),
+    ("DELETE", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, _q(bool, "QdrantSnapshotDeleted"),
+                                                                     (401, 404, 422, 503)),
+    ("PUT", f"{QDRANT_COLLECTION}/snapshots/recover"): (200, _q(bool, "QdrantRecovered"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
                                                            COLLECTION),
@@ -341,9 +385,14 @@ def document(router: APIRouter, error_model: type[BaseModel] = ErrorBody) -> API
             if schema is None:
                 ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
                 route.response_class = PlainTextResponse
+            elif schema == BINARY:
+                ok["content"] = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
             else:
                 ok["model"] = schema
             responses: dict[int | str, Any] = {status: ok}
+            if route.path.endswith(("/snapshots/recover", "/snapshots")) and method in ("POST", "PUT"):
+                responses[202] = {"model": QdrantAccepted if route.path.startswith("/qdrant") else Accepted,
+                                  "description": "wait=false: accepted, running in the background"}  # fmt: skip
             for code in (*errors, 500):
                 responses[code] = {"model": error_model, "description": _DESCRIPTIONS[code]}
             route.responses = responses

@@ -181,6 +181,11 @@ class Settings(BaseSettings):
     collections_snapshot_interval_s: float = Field(
         60.0, gt=0, description="seconds after which pending writes are snapshotted anyway"
     )
+    collections_snapshots_dir: str | None = Field(
+        None,
+        description="embedded backend: where collection snapshots (backups, POST /collections/{name}/snapshots) are "
+        "kept, a folder per collection (default <data_dir>/snapshots; another volume keeps them off the data's disk)",
+    )
     collections_maintenance_interval_s: float = Field(
         0.5, gt=0, description="how often the background task checks for due work"
     )

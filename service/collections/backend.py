@@ -288,6 +288,8 @@ class VectorBackend(Protocol):
     """The collections of one service (or, for a shared backend, of every replica)."""
 
     settings: Any
+    #: the collections' snapshots (:class:`~.snapshots.SnapshotStore`), or None where the backend keeps none
+    snapshots: Any
 
     async def start(self) -> None:
         """Open (or connect to) the collections and start background upkeep."""

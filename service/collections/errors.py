@@ -60,6 +60,12 @@ class ResponseTooLarge(CollectionError):
     """A search's hits (texts and payloads included) exceed ``collections_max_response_bytes``."""
 
 
+class SnapshotNotFound(CollectionError):
+    """No snapshot of that name for the collection."""
+
+    param = "snapshot_name"
+
+
 class PointNotFound(CollectionError):
     """No point with that id."""
 

@@ -84,17 +84,27 @@ class Reembedder:
 
     async def start(self) -> None:
         """Resume: load the models collections are on (best effort) and re-embed those not on the active model."""
-        act = self.registry.active
         for c in self.backend.list():
-            try:
-                await self.control.load(c.model["name"], c.model["version"])
-            except Exception as e:
-                log.warning(
-                    "collection %s: its model %s cannot be loaded (%s); searches answer 409 until re-embedding finishes",
-                    c.name, model_id(c.model), e,
-                )  # fmt: skip
-            if act is not None:
-                await self._ensure(c, act.info)
+            await self.adopt(c)
+
+    async def adopt(self, c: CollectionHandle) -> None:
+        """Take on collection ``c`` as found (at start, or recovered from a snapshot, replacing one of its name):
+        stop a re-embedding of the collection it replaces, load its model (best effort), and re-embed it if it is
+        not on the active model."""
+        t = self.tasks.pop(c.name, None)
+        if t is not None and not t.done():
+            t.cancel()
+            await asyncio.gather(t, return_exceptions=True)
+        try:
+            await self.control.load(c.model["name"], c.model["version"])
+        except Exception as e:
+            log.warning(
+                "collection %s: its model %s cannot be loaded (%s); searches answer 409 until re-embedding finishes",
+                c.name, model_id(c.model), e,
+            )  # fmt: skip
+        act = self.registry.active
+        if act is not None:
+            await self._ensure(c, act.info)
 
     async def on_activate(self, prev: Any, new: Any) -> None:
         """Activation listener: point every collection at ``new`` (a :class:`ModelInfo`)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,6 +65,8 @@ class CollectionService:
     def __init__(self, backend: VectorBackend, embedder: Callable[[], Any]) -> None:
         self.backend = backend
         self._embedder = embedder
+        #: awaited with each collection recovered from a snapshot (:func:`.snapshots.recover`)
+        self.on_recover: list[Callable[[CollectionHandle], Awaitable[None]]] = []
 
     @property
     def settings(self) -> Any:

@@ -9,7 +9,7 @@ are the collections', on either backend); the native ``/collections`` API is unc
 * :mod:`.ids`: Qdrant point ids (unsigned integers, UUIDs) onto the collections' ids;
 * :mod:`.filters`: Qdrant filters onto the collections' filter grammar;
 * :mod:`.models`: request bodies; :mod:`.results`: ``Record`` and ``ScoredPoint``;
-* :mod:`.collections`, :mod:`.points`, :mod:`.batch`, :mod:`.query`, :mod:`.groups`, :mod:`.facet`: the routes, each citing the Qdrant API
+* :mod:`.collections`, :mod:`.points`, :mod:`.batch`, :mod:`.query`, :mod:`.groups`, :mod:`.facet`, :mod:`.snapshots`: the routes, each citing the Qdrant API
   reference route it follows (https://api.qdrant.tech/api-reference).
 
 Clients: ``QdrantClient(url="http://host:port/qdrant", prefer_grpc=False)`` (the URL's path is the prefix; gRPC is
@@ -25,7 +25,8 @@ from .facet import router as facet_router
 from .groups import router as groups_router
 from .points import router as points_router
 from .query import router as query_router
+from .snapshots import router as snapshots_router
 
-ROUTERS = (collections_router, points_router, batch_router, query_router, groups_router, facet_router)
+ROUTERS = (collections_router, points_router, batch_router, query_router, groups_router, facet_router, snapshots_router)
 
 __all__ = ["PREFIX", "ROUTERS", "error_body"]

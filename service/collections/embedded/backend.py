@@ -27,6 +27,7 @@ from ...tasks import cancel_and_wait
 from ..backend import NAME_RE, CollectionSettings, new_spec
 from ..errors import CollectionClosed, CollectionExists, CollectionNotFound
 from .collection import Collection
+from .snapshot_store import EmbeddedSnapshots, finish_swaps
 
 log = logging.getLogger("service.collections")
 T = TypeVar("T")
@@ -45,9 +46,10 @@ class EmbeddedBackend:
     Args:
         root: the collections directory (``<data_dir>/collections``).
         settings: :class:`CollectionSettings`.
+        snapshots_dir: where collection snapshots are kept (default: ``snapshots`` beside ``root``).
     """
 
-    def __init__(self, root: Path, settings: CollectionSettings | None = None) -> None:
+    def __init__(self, root: Path, settings: CollectionSettings | None = None, snapshots_dir: Any = None) -> None:
         self.root = Path(root)
         self.settings = settings or CollectionSettings()
         self.collections: dict[str, Collection] = {}
@@ -59,11 +61,14 @@ class EmbeddedBackend:
             initargs=(self.settings.faiss_threads,),
         )
         self._task: asyncio.Task | None = None
+        self.snapshots = EmbeddedSnapshots(self, Path(snapshots_dir or self.root.parent / "snapshots"))
 
     @classmethod
     def from_settings(cls, settings: Any) -> EmbeddedBackend:
-        """The backend of ``<settings.data_dir>/collections`` tuned by the ``collections_*`` settings."""
-        return cls(Path(settings.data_dir) / "collections", CollectionSettings(settings))
+        """The backend of ``<settings.data_dir>/collections`` tuned by the ``collections_*`` settings, its snapshots
+        in ``collections_snapshots_dir`` (default ``<data_dir>/snapshots``)."""
+        root = Path(settings.data_dir) / "collections"
+        return cls(root, CollectionSettings(settings), settings.collections_snapshots_dir)
 
     def list(self) -> list[Collection]:
         """The open collections, sorted by name."""
@@ -82,8 +87,10 @@ class EmbeddedBackend:
     async def start(self) -> None:
         """Open every collection in ``root`` (loading snapshots and replaying writes) and start upkeep."""
         self.root.mkdir(parents=True, exist_ok=True)
+        await self.run(finish_swaps, self.root)
+        await self.run(self.snapshots.start)
         for p in sorted(self.root.iterdir()):
-            if p.name.startswith("."):  # unfinished create or delete
+            if p.name.startswith("."):  # unfinished create, delete or recovery
                 await self.run(shutil.rmtree, p, True)
                 continue
             if p.is_dir() and NAME_RE.match(p.name):
@@ -179,3 +186,40 @@ class EmbeddedBackend:
             shutil.rmtree(trash, ignore_errors=True)
 
         await self.run(_remove)
+
+    async def swap_in(self, name: str, ready: Path) -> Collection:
+        """Make the collection directory ``ready`` (in ``root``) collection ``name``, replacing the open one (closed
+        first, waiting for its running operations); returns it open. If it fails to open, the replaced one is put
+        back and the error raised."""
+        async with self._lock:
+            old = self.collections.pop(name, None)
+            if old is not None:
+                await self.run(old.close)
+            path = self.root / name
+            trash = self.root / f".deleted-{name}-{time.monotonic_ns()}"
+
+            def _swap() -> None:
+                if path.exists():
+                    os.rename(path, trash)
+                os.rename(ready, path)
+                fsync_dir(self.root)
+
+            await self.run(_swap)
+            try:
+                c = await self.run(self._open, path)
+            except Exception:
+                log.exception("collection %s: the recovered copy does not open; the previous one stays", name)
+
+                def _back() -> None:
+                    os.rename(path, ready.with_name(f".failed-{name}-{time.monotonic_ns()}"))
+                    if trash.exists():
+                        os.rename(trash, path)
+                    fsync_dir(self.root)
+
+                await self.run(_back)
+                if path.exists():
+                    self.collections[name] = await self.run(self._open, path)
+                raise
+            self.collections[name] = c
+        await self.run(shutil.rmtree, trash, True)
+        return c

@@ -15,6 +15,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,13 @@ class Collection:
     def _check_open(self) -> None:
         if self._closed:
             raise CollectionClosed(f"collection {self.name!r} not found (deleted)")
+
+    @contextmanager
+    def writes_paused(self) -> Iterator[None]:
+        """Hold the write mutex: no write, FAISS snapshot or pruning runs inside (searches do). Raises CollectionClosed."""
+        with self._wmutex:
+            self._check_open()
+            yield
 
     # --- writes ----------------------------------------------------------------------------------------------
     def _prepare(self, vectors: np.ndarray) -> np.ndarray:
@@ -375,25 +384,13 @@ class Collection:
     def info(self, consistency: Any = None) -> dict[str, Any]:
         """Description for ``GET /collections/{name}`` (always strong)."""
         idx = self.index
+        index = {"type": self.spec.kind, "params": self.spec.params, "trained": idx.trained,
+                 "in_use": self.spec.kind if idx.trained else "flat (until trained)", "vectors": idx.ntotal,
+                 "tombstones": idx.n_tombstones}  # fmt: skip
         return {
-            "name": self.name,
-            "status": "ok" if not self._closed else "closed",
-            "count": self._count,
-            "dimension": self.spec.dimension,
-            "metric": self.spec.metric,
-            "index": {
-                "type": self.spec.kind,
-                "params": self.spec.params,
-                "trained": idx.trained,
-                "in_use": self.spec.kind if idx.trained else "flat (until trained)",
-                "vectors": idx.ntotal,
-                "tombstones": idx.n_tombstones,
-            },
-            "trained": idx.trained,
-            "model": self.model,
-            "reembedding": self.reembed_status,
-            "sequence": self._seq,
-            "snapshot_sequence": self._snapshot_seq,
-            "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),
+            "name": self.name, "status": "ok" if not self._closed else "closed", "count": self._count,
+            "dimension": self.spec.dimension, "metric": self.spec.metric, "index": index, "trained": idx.trained,
+            "model": self.model, "reembedding": self.reembed_status, "sequence": self._seq,
+            "snapshot_sequence": self._snapshot_seq, "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),
             "created_at": self.created_at,
-        }
+        }  # fmt: skip

@@ -54,6 +54,8 @@ class MilvusBackend:
             ``worker_threads``).
     """
 
+    snapshots = None  # no collection snapshots here: Milvus's tool is milvus-backup (..snapshots.snapshot_store)
+
     def __init__(self, settings: CollectionSettings) -> None:
         self.settings = settings
         self.prefix = settings.milvus_prefix

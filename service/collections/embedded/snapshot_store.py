@@ -1,0 +1,118 @@
+"""The embedded backend's collection snapshots (:class:`~..snapshots.SnapshotStore`): archives of
+:mod:`.archive` under ``<snapshots dir>/<collection>/``, and recovery by an atomic swap of the collection directory.
+
+Recovery unpacks the archive into ``<collections>/.restoring-<name>-…`` (a hidden directory: removed at start if
+unfinished), renames it ``.restored-<name>`` once complete and fsynced, then, under the backend's lock, closes the
+collection it replaces (waiting for its running operations), moves that aside and renames the restored one into
+place. A crash between those two renames leaves ``.restored-<name>`` and no ``<name>``: the backend's start finishes
+the swap (:func:`finish_swaps`), so a crash never loses both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from artifact_contract.fsio import fsync_dir
+
+from ..backend import NAME_RE
+from ..errors import CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
+from ..snapshots import clean_downloads
+from .archive import NAME_RE as ARCHIVE_RE
+from .archive import extract_archive, list_archives, write_archive
+
+RESTORED = ".restored-"
+
+
+def finish_swaps(root: Path) -> None:
+    """At start, before hidden directories are removed: a ``.restored-<name>`` whose ``<name>`` is missing was
+    interrupted between the two renames of a recovery; rename it into place."""
+    for p in root.iterdir():
+        if p.name.startswith(RESTORED) and not (root / p.name[len(RESTORED) :]).exists():
+            os.rename(p, root / p.name[len(RESTORED) :])
+            fsync_dir(root)
+
+
+class EmbeddedSnapshots:
+    """Snapshots of an :class:`~.backend.EmbeddedBackend`'s collections.
+
+    Args:
+        backend: the backend (its collections, lock and thread pool).
+        directory: the snapshots directory (a folder per collection inside).
+    """
+
+    def __init__(self, backend: Any, directory: Path) -> None:
+        self.backend = backend
+        self.directory = Path(directory)
+        self._creating: dict[str, asyncio.Lock] = {}
+
+    def start(self) -> None:
+        """Remove what an interrupted snapshot or download left (blocking)."""
+        if self.directory.is_dir():
+            clean_downloads(self.directory)
+            for d in self.directory.iterdir():
+                if d.is_dir():
+                    for p in d.glob(".creating-*"):
+                        shutil.rmtree(p, ignore_errors=True)
+
+    def _dir(self, name: str) -> Path:
+        if not NAME_RE.match(name):
+            raise CollectionNotFound(f"collection {name!r} not found")
+        return self.directory / name
+
+    async def create(self, name: str) -> dict[str, Any]:
+        """Snapshot collection ``name`` (one at a time per collection). Raises CollectionNotFound."""
+        lock = self._creating.setdefault(name, asyncio.Lock())
+        async with lock:
+            c = self.backend.get(name)
+            return await self.backend.run(write_archive, c, self._dir(name))
+
+    async def list(self, name: str) -> list[dict[str, Any]]:
+        """The snapshots of ``name``, oldest first. Raises CollectionNotFound: no such collection and no snapshot."""
+        d = self._dir(name)
+        if name not in self.backend.collections and not d.is_dir():
+            raise CollectionNotFound(f"collection {name!r} not found")
+        return await self.backend.run(list_archives, d)
+
+    def path(self, name: str, snapshot: str) -> Path:
+        """The file of ``snapshot``. Raises SnapshotNotFound."""
+        p = self._dir(name) / snapshot
+        if not ARCHIVE_RE.match(snapshot) or not p.is_file():
+            raise SnapshotNotFound(f"collection {name!r} has no snapshot {snapshot!r}")
+        return p
+
+    async def delete(self, name: str, snapshot: str) -> None:
+        """Delete ``snapshot`` and its checksum. Raises SnapshotNotFound."""
+        p = self.path(name, snapshot)
+
+        def _rm() -> None:
+            p.unlink(missing_ok=True)
+            p.with_name(p.name + ".checksum").unlink(missing_ok=True)
+            fsync_dir(p.parent)
+
+        await self.backend.run(_rm)
+
+    async def recover(self, name: str, archive: Path, checksum: str | None) -> Any:
+        """Replace or create collection ``name`` from ``archive`` (see the module docstring); returns it open.
+
+        Raises:
+            InvalidCollectionRequest: a bad name, ``invalid_snapshot`` or ``checksum_mismatch``.
+        """
+        if not NAME_RE.match(name):
+            raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
+        b = self.backend
+        staging = b.root / f".restoring-{name}-{os.getpid()}-{time.monotonic_ns()}"
+        ready = b.root / f"{RESTORED}{name}"
+        try:
+            await b.run(extract_archive, archive, staging, checksum)
+            try:
+                await b.run(os.rename, staging, ready)  # fails while another recovery of name is past this step
+            except OSError as e:
+                raise InvalidCollectionRequest(f"collection {name!r} is being recovered already", param="name") from e
+        finally:
+            await b.run(shutil.rmtree, staging, True)
+        return await b.swap_in(name, ready)
