@@ -15,6 +15,7 @@ One server per backend for the module; every test uses its own collections.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -418,6 +419,79 @@ def test_qdrant_facet(env, sts):
         assert [(type(h.value), h.value, h.count) for h in hits] == by_hand(key, rows, limit), key  # True != 1 here
     assert client.facet("facet", key="absent").hits == []
     client.delete_collection("facet")
+
+
+def test_qdrant_snapshots_create_download_recover(env, sts):
+    """qdrant-client's collection snapshots: create, list, download (its SHA-256 is the checksum listed), recover over
+    later writes from a file:// location (the collection is back as it was: count, payloads, the same top hits), into
+    a new collection from the download URL (how a collection moves between servers), delete; bad checksums,
+    locations and URLs are 422; ``wait=false`` answers 202. The milvus backend keeps no snapshots: 422 naming
+    milvus-backup."""
+    import hashlib
+
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    url, c = env["server"].url, env["client"]
+    sentences, genres, questions = sts
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    if env["backend"] == "milvus":
+        client.create_collection("snap", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+        with pytest.raises(UnexpectedResponse) as e:
+            client.create_snapshot("snap")
+        assert e.value.status_code == 422 and "milvus-backup" in str(e.value)
+        client.delete_collection("snap")
+        return
+    client.create_collection("snap", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    doc = lambda t: models.Document(text=t, model="all-minilm-l6-v2")  # noqa: E731
+    client.upsert("snap", points=[models.PointStruct(id=i, vector=doc(s), payload={"row": i, "genre": g})
+                                  for i, (s, g) in enumerate(zip(sentences, genres))])  # fmt: skip
+
+    def top(name):
+        return [(p.id, round(p.score, 5)) for p in client.query_points(name, query=doc(questions[1]), limit=K).points]
+
+    before = top("snap")
+    d = client.create_snapshot("snap")
+    assert d.name.startswith("snap-") and d.name.endswith(".snapshot") and d.size > 0
+    assert [x.name for x in client.list_snapshots("snap")] == [d.name]
+    body = c.get(f"/qdrant/collections/snap/snapshots/{d.name}")
+    assert (
+        body.status_code == 200
+        and hashlib.sha256(body.content).hexdigest() == d.checksum
+        and len(body.content) == d.size
+    )
+    # later writes, then the recovery undoes them
+    client.delete("snap", points_selector=models.PointIdsList(points=list(range(50))))
+    client.upsert("snap", points=[models.PointStruct(id=999, vector=doc(questions[1]), payload={"row": 999})])
+    assert top("snap") != before
+    location = f"file://{env['work'] / 'data' / 'snapshots' / 'snap' / d.name}"
+    assert client.recover_snapshot("snap", location=location, checksum=d.checksum) is True
+    assert client.count("snap").count == len(sentences) and top("snap") == before
+    assert client.retrieve("snap", [0, 999]) == [models.Record(id=0, payload={"row": 0, "genre": genres[0]})]
+    # into a new collection, downloaded from this server's own URL
+    download = f"{url}/qdrant/collections/snap/snapshots/{d.name}"
+    assert client.recover_snapshot("snap-copy", location=download, priority=models.SnapshotPriority.SNAPSHOT)
+    assert client.count("snap-copy").count == len(sentences) and top("snap-copy") == before
+    for loc, code in ((location, "checksum_mismatch"), ("file:///etc/passwd", "invalid_value"),
+                      (download + ".missing", "snapshot_unreachable"), ("ftp://x/y", "invalid_value")):  # fmt: skip
+        r = c.put("/collections/snap/snapshots/recover", json={"location": loc, "checksum": "0" * 64})
+        assert r.status_code == 422 and r.json()["error"]["code"] == code, (loc, r.text)
+    assert top("snap") == before
+    # wait=false: accepted at once, done in the background; delete; a missing one is 404
+    assert c.post("/qdrant/collections/snap/snapshots", params={"wait": "false"}).status_code == 202
+    for _ in range(100):
+        if len(client.list_snapshots("snap")) == 2:
+            break
+        time.sleep(0.1)
+    names = [x.name for x in client.list_snapshots("snap")]
+    assert len(names) == 2 and names[0] == d.name
+    assert client.delete_snapshot("snap", d.name) is True
+    assert [x.name for x in client.list_snapshots("snap")] == names[1:]
+    r = c.get(f"/collections/snap/snapshots/{d.name}")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "snapshot_not_found"
+    client.delete_collection("snap")
+    assert [x["name"] for x in c.get("/collections/snap/snapshots").json()["snapshots"]] == names[1:]  # kept
+    client.delete_collection("snap-copy")
 
 
 def test_langchain_openai_embeddings_and_qdrant_store(env, sts):

@@ -61,7 +61,7 @@ def env(request, default_artifact, tmp_path_factory):
         str(REEMBED_RATE),
         *backend_args(request.param, uri, f"h{uuid.uuid4().hex[:12]}_"),
     ]
-    return {"root": root, "models": models, "stage": stage, "args": args}
+    return {"root": root, "models": models, "stage": stage, "args": args, "backend": request.param}
 
 
 def _upsert(c: httpx.Client, coll: str, points: list[dict], chunk: int = 200) -> None:
@@ -109,6 +109,8 @@ def test_collection_follows_the_active_model(env, data):
         assert (info["model"]["version"], info["dimension"], info["count"]) == ("1", 384, N)
         queries = base[:: N // 40][:40]
         before = _search(c, "stsb", queries)
+        snapshot = c.post("/collections/stsb/snapshots") if env["backend"] == "embedded" else None
+        assert snapshot is None or snapshot.status_code == 200, snapshot.text
 
         # publish and activate a genuinely different model (256 dims)
         os.rename(env["stage"] / NAME / "2", env["models"] / NAME / "2")
@@ -172,6 +174,19 @@ def test_collection_follows_the_active_model(env, data):
         if not v1_unloaded:
             u = c.post(f"/admin/models/{NAME}/unload", headers=ADMIN, json={"version": "1"})
             assert u.status_code == 200, u.text
+        if snapshot is not None:  # a snapshot taken on minilm:1, recovered now: its model is loaded, then it follows
+            location = f"file://{work / 'data' / 'snapshots' / 'stsb' / snapshot.json()['name']}"
+            r = c.put("/collections/restored/snapshots/recover", json={"location": location})
+            assert r.status_code == 200 and r.json()["model"]["version"] == "1" and r.json()["count"] == N, r.text
+            while (st := c.get("/collections/restored").json())["reembedding"]["state"] != "completed":
+                assert st["reembedding"]["state"] == "running" and time.monotonic() < deadline + 120, st
+                time.sleep(0.5)
+            assert (st["model"]["version"], st["dimension"], st["count"]) == ("2", 256, N)
+            assert c.put("/collections/fresh0", json={"index": "flat", "metric": "cosine"}).status_code == 200
+            _upsert(c, "fresh0", [{"id": i, "text": t} for i, t in enumerate(base)])
+            got, want0 = _search(c, "restored", queries), _search(c, "fresh0", queries)
+            assert all(_same_results(a, b) for a, b in zip(got, want0)), (got[0], want0[0])
+            assert c.post(f"/admin/models/{NAME}/unload", headers=ADMIN, json={"version": "1"}).status_code == 200
         srv.kill()
 
     # restart: still on the new model and the same answers

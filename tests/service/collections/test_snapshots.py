@@ -18,7 +18,7 @@ import pytest
 from service.collections.embedded import Collection
 from service.collections.embedded.archive import extract_archive, list_archives, sha256_of, write_archive
 from service.collections.embedded.backend import EmbeddedBackend
-from service.collections.errors import InvalidCollectionRequest
+from service.collections.errors import CollectionClosed, InvalidCollectionRequest
 from service.collections.index import IndexSpec, normalize_params
 
 D = 32
@@ -140,7 +140,7 @@ def test_recovery_replaces_and_an_interrupted_swap_is_finished_at_start(tmp_path
         path = b.snapshots.path("docs", desc["name"])
         r = await b.snapshots.recover("docs", path, desc["checksum"])
         assert r is b.get("docs") and r.count == 3 and {p["id"] for p in await b.run(r.scroll, None, 10)} == {1, 2, 3}
-        with pytest.raises(Exception):
+        with pytest.raises(CollectionClosed):
             await b.run(c.get, 1)  # the replaced collection is closed
         # a recovery that stopped between its renames: the restored copy is there, the collection is not
         await b.delete("docs")
