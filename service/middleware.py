@@ -11,7 +11,7 @@ Order per HTTP request:
    ``\\uXXXX`` escape that leaves an unpaired UTF-16 surrogate (valid JSON, but not Unicode text: no tokenizer
    or database can take it) → 422 ``invalid_text``;
 4. the app, with the already-read body replayed to it, under a time budget (``request_timeout_s``; not for
-   ``/admin``): past it the app is cancelled and, if nothing was sent yet, 503 ``request_timeout`` answers (for a
+   ``/admin`` nor collection snapshots, which take as long as the data: creating, recovering, downloading): past it the app is cancelled and, if nothing was sent yet, 503 ``request_timeout`` answers (for a
    route that writes data, saying that the write may have been applied and that retrying is safe); a
    client that disconnects has its app task cancelled at once (status ``499`` in the metrics). Cancelling drops
    the request's queued inputs from the batcher (a batch already running finishes, nothing more of it runs);
@@ -194,7 +194,8 @@ class ServiceMiddleware:
 
         app_task = asyncio.ensure_future(self.app(scope, app_receive, tracking_send))
         watcher = asyncio.ensure_future(watch())
-        timeout = None if str(scope.get("path", "")).startswith("/admin") else self.request_timeout_s
+        path = str(scope.get("path", ""))
+        timeout = None if path.startswith("/admin") or "/snapshots" in path else self.request_timeout_s
         try:
             done, _ = await asyncio.wait({app_task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:

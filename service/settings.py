@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         60.0,
         gt=0,
-        description="time budget of a request (not /admin): past it the request answers 503 request_timeout and "
+        description="time budget of a request (not /admin nor collection snapshots): past it the request answers 503 request_timeout and "
         "its queued inputs are dropped; a client that disconnects has its queued inputs dropped at once",
     )
     drain_s: float = Field(

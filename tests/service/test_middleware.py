@@ -166,6 +166,7 @@ class Probe:
             Route("/slow", self.hang),
             Route("/hang", self.hang, methods=["POST"]),
             Route("/admin/slow", self.admin_slow),
+            Route("/collections/c/snapshots/s", self.admin_slow),  # a download as long as the data
             Route("/stream", self.stream),
         ]
         self.app = ServiceMiddleware(
@@ -266,6 +267,8 @@ def test_past_the_budget_the_app_is_cancelled_and_503_answers():
         assert r.json()["error"]["code"] == "request_timeout" and f"request_timeout_s={BUDGET_S:g}" in r.text
         assert probe.cancelled == ["/slow"]
         r = await c.get("/admin/slow")  # /admin has no time budget: it runs past it and answers
+        assert r.status_code == 200 and r.json() == {"done": True}
+        r = await c.get("/collections/c/snapshots/s")  # nor have snapshots
         assert r.status_code == 200 and r.json() == {"done": True}
 
     call(probe.app, scenario)

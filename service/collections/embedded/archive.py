@@ -5,8 +5,9 @@ An archive holds
 
 * ``manifest.json``: ``{format, collection, sequence, points, created_at, model, dimension, config}``;
 * ``points.sqlite3``: the collection's store as of one write (SQLite's online backup API, ``sqlite3_backup``);
-* ``index-<seq>.snap`` (when the collection had one): the newest FAISS snapshot at that moment, so a recovery loads
-  it and replays the later writes instead of rebuilding the index (its removals are still in the copied store).
+* ``index-<seq>.snap``: a FAISS snapshot, written first if writes came since the last one (holding the write mutex
+  while the index is serialised, as the background snapshots do), so a recovery loads it and replays the few later
+  writes instead of rebuilding the index (100,000 HNSW points: 1.2 s instead of 57 s here; docs/performance.md).
 
 Consistency: the write mutex is held only while a read transaction is opened on the store and the FAISS snapshot
 file is opened (no write, FAISS snapshot or pruning can fall in between); the copy itself runs outside it, from that
@@ -107,6 +108,7 @@ def write_archive(c: Any, directory: Path) -> dict[str, Any]:
     src = sqlite3.connect(c.store.db_path, isolation_level=None, check_same_thread=False)
     index_file: BinaryIO | None = None
     try:
+        c.snapshot()  # a FAISS snapshot of every write so far: recovery then replays only what comes next
         src.execute("BEGIN")
         with c.writes_paused():  # nothing is written, snapshotted or pruned between these two reads
             meta = {k: json.loads(v) for k, v in src.execute("SELECT key, value FROM meta")}  # starts the read
