@@ -15,3 +15,13 @@ def cpu_model() -> str:
     return next((x.split(":", 1)[1].strip() for x in out.splitlines() if x.startswith("Model name")), "") or (
         platform.processor() or platform.machine()
     )
+
+
+def write_json(path: str | None, rows: list[dict]) -> None:
+    """Write ``{"cpu": cpu_model(), "rows": rows}`` to ``path`` (its folder created), when a path is given."""
+    if path:
+        import json
+        from pathlib import Path
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))

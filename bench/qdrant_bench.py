@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import cpu_model  # noqa: E402
+from bench.machine import cpu_model, write_json  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 
 D, BATCH, GENRES, TAGS = 384, 256, 10, 20  # 256 points of 6-decimal floats: ~1 MB, under the 2 MB body cap
@@ -107,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['points']:,} | {r['request']}: {r['points_per_s']:,} points/s | | |")
         else:
             print(f"| {r['points']:,} | {r['request']} | {r['median_ms']} | {r['max_ms']} |")
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
+    write_json(a.json, rows)
     return 0
 
 

@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import cpu_model  # noqa: E402
+from bench.machine import cpu_model, write_json  # noqa: E402
 from bench.qdrant_bench import D, fill  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 
@@ -133,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['points']:,} | {r['collection_mib']} | {r['archive_mib']} | {r['create_s']} | "
               f"{r['upsert_alone_ms']} | {r['upsert_during_ms']}; {r['writes_during']} | {r['download_s']} | "
               f"{r['recover_file_s']} | {r['first_query_ms']} | {r['recover_http_s']} |")  # fmt: skip
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
+    write_json(a.json, rows)
     return 0
 
 
