@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from .backend import CollectionHandle, VectorBackend
+from .backend import NAME_RE, CollectionHandle, VectorBackend
 from .errors import InvalidCollectionRequest
 
 T = TypeVar("T")
@@ -156,6 +156,8 @@ async def recover(svc: Any, name: str, location: str, checksum: str | None, api_
     it to ``svc.on_recover``'s listeners. Errors: those of :func:`snapshot_store`, :func:`fetch` and
     :meth:`SnapshotStore.recover`."""
     store = snapshot_store(svc.backend)
+    if not NAME_RE.match(name):  # before a download
+        raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
     path, downloaded = await fetch(location, store.directory, api_key)
     try:
         c = await store.recover(name, path, checksum)

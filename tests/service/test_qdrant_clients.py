@@ -476,6 +476,8 @@ def test_qdrant_snapshots_create_download_recover(env, sts):
                       (download + ".missing", "snapshot_unreachable"), ("ftp://x/y", "invalid_value")):  # fmt: skip
         r = c.put("/collections/snap/snapshots/recover", json={"location": loc, "checksum": "0" * 64})
         assert r.status_code == 422 and r.json()["error"]["code"] == code, (loc, r.text)
+    r = c.put("/collections/-bad/snapshots/recover", json={"location": location})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "name", r.text
     assert top("snap") == before
     # wait=false: accepted at once, done in the background; delete; a missing one is 404
     assert c.post("/qdrant/collections/snap/snapshots", params={"wait": "false"}).status_code == 202
