@@ -265,8 +265,7 @@ class QdrantAccepted(BaseModel):
     time: float
 
 
-#: the snapshot file a download answers (``application/octet-stream``)
-BINARY = "binary"
+BINARY = "binary"  # the snapshot file a download answers (``application/octet-stream``)
 QDRANT_UPDATE = _q(QdrantUpdate, "QdrantUpdateResponse")
 QDRANT_COLLECTION = "/qdrant/collections/{collection_name}"
 
@@ -313,6 +312,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", "/collections/{name}/snapshots/{snapshot_name}"): (200, BINARY, (401, 404, 422, 503)),
     ("DELETE", "/collections/{name}/snapshots/{snapshot_name}"): (200, _Open, (401, 404, 422, 503)),
     ("PUT", "/collections/{name}/snapshots/recover"): (200, CollectionInfo, COLLECTION),
+    ("POST", "/collections/{name}/snapshots/upload"): (200, CollectionInfo, COLLECTION),
     ("GET", "/qdrant"): (200, _Open, (401,)),
     ("GET", "/qdrant/collections"): (200, _q(dict[str, list[dict[str, str]]], "QdrantCollections"), (401, 503)),
     ("PUT", QDRANT_COLLECTION): (200, _q(bool, "QdrantCreated"), COLLECTION),
@@ -345,6 +345,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("DELETE", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, _q(bool, "QdrantSnapshotDeleted"),
                                                                      (401, 404, 422, 503)),
     ("PUT", f"{QDRANT_COLLECTION}/snapshots/recover"): (200, _q(bool, "QdrantRecovered"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/snapshots/upload"): (200, _q(bool, "QdrantUploaded"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
                                                            COLLECTION),
@@ -390,7 +391,7 @@ def document(router: APIRouter, error_model: type[BaseModel] = ErrorBody) -> API
             else:
                 ok["model"] = schema
             responses: dict[int | str, Any] = {status: ok}
-            if route.path.endswith(("/snapshots/recover", "/snapshots")) and method in ("POST", "PUT"):
+            if route.path.endswith(("/snapshots/recover", "/snapshots", "/snapshots/upload")) and method != "GET":
                 responses[202] = {"model": QdrantAccepted if route.path.startswith("/qdrant") else Accepted,
                                   "description": "wait=false: accepted, running in the background"}  # fmt: skip
             for code in (*errors, 500):

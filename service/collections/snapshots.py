@@ -6,7 +6,8 @@ downloaded and deleted by name, kept under the snapshots directory (``collection
 be recovered from its snapshots). Recovery (Qdrant's ``PUT /collections/{name}/snapshots/recover``,
 https://api.qdrant.tech/api-reference/snapshots/recover-from-snapshot) replaces the collection of that name, or
 creates it, from a snapshot named by location: ``file://`` inside the snapshots directory, or ``http(s)://`` (another
-server's download URL: how a collection moves between machines). The recovered collection is then handed to the
+server's download URL: how a collection moves between machines), or uploaded (``POST .../snapshots/upload``, a
+multipart form whose ``snapshot`` field is the file, streamed to disk). The recovered collection is then handed to the
 :attr:`CollectionService.on_recover` listeners (the re-embedder: its model is loaded and, if it is not the active
 one, the collection is re-embedded towards the active model, as at start).
 
@@ -75,6 +76,12 @@ def snapshot_store(backend: VectorBackend) -> SnapshotStore:
     return store
 
 
+def check_name(name: str) -> None:
+    """Raises InvalidCollectionRequest (``param`` ``name``) unless ``name`` can name a collection."""
+    if not NAME_RE.match(name):
+        raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
+
+
 async def detached(coro: Awaitable[T]) -> T:
     """Await ``coro`` as a task that a cancelled caller (client gone, request time budget) does not stop: a snapshot
     or a recovery, once begun, completes."""
@@ -127,8 +134,7 @@ async def fetch(location: str, directory: Path, api_key: str | None = None) -> t
         return p, False
     if u.scheme not in ("http", "https"):
         raise InvalidCollectionRequest("location must be a file://, http:// or https:// URL", param="location")
-    dest = directory / DOWNLOADS / f"{uuid.uuid4().hex}.snapshot"
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest = download_path(directory)
     headers = {"api-key": api_key} if api_key else {}
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), follow_redirects=True) as client:
@@ -156,17 +162,29 @@ async def recover(svc: Any, name: str, location: str, checksum: str | None, api_
     it to ``svc.on_recover``'s listeners. Errors: those of :func:`snapshot_store`, :func:`fetch` and
     :meth:`SnapshotStore.recover`."""
     store = snapshot_store(svc.backend)
-    if not NAME_RE.match(name):  # before a download
-        raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
+    check_name(name)  # before a download
     path, downloaded = await fetch(location, store.directory, api_key)
+    return await recover_file(svc, name, path, checksum, remove=downloaded)
+
+
+async def recover_file(svc: Any, name: str, path: Path, checksum: str | None, remove: bool) -> CollectionHandle:
+    """Recover collection ``name`` from the snapshot file ``path`` (deleted afterwards when ``remove``: a download or
+    an upload), then hand it to ``svc.on_recover``'s listeners. Errors: those of :meth:`SnapshotStore.recover`."""
     try:
-        c = await store.recover(name, path, checksum)
+        c = await snapshot_store(svc.backend).recover(name, path, checksum)
     finally:
-        if downloaded:
+        if remove:
             await asyncio.to_thread(path.unlink, True)
     for listener in svc.on_recover:
         await listener(c)
     return c
+
+
+def download_path(directory: Path) -> Path:
+    """A fresh file name for a snapshot being received (downloaded or uploaded), in ``directory/.downloads``."""
+    dest = directory / DOWNLOADS / f"{uuid.uuid4().hex}.snapshot"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return dest
 
 
 def clean_downloads(directory: Path) -> None:

@@ -10,9 +10,9 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Snapshots
   URL). ``priority`` (replica / snapshot / no_sync) concerns replica sets: accepted, no effect on one node.
 
 A snapshot is this service's archive (``service.collections.embedded.archive``), not Qdrant's storage format: a
-snapshot made by Qdrant cannot be recovered here, nor one of this service by Qdrant. Not served: uploads
-(``POST .../snapshots/upload``), shard snapshots and whole-storage snapshots (``/snapshots``). The milvus backend
-keeps no snapshots (422).
+snapshot made by Qdrant cannot be recovered here, nor one of this service by Qdrant. ``POST .../snapshots/upload``
+(``?priority=&checksum=``, the file in the multipart field ``snapshot``) recovers from an uploaded file. Not served:
+shard snapshots and whole-storage snapshots (``/snapshots``). The milvus backend keeps no snapshots (422).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from ..collections import snapshots
+from ..collections.snapshot_api import UPLOAD_BODY, Checksum, receive_upload
 from ..errors import elapsed_s
 from ..routes import JSONRoute, json_response
 from .envelope import PREFIX, WRITES, Service, ok
@@ -86,5 +87,23 @@ async def recover_snapshot(
     """Qdrant's "Recover from a snapshot": ``true`` once the collection is replaced (or created)."""
     snapshots.snapshot_store(svc.backend)
     coro = snapshots.recover(svc, collection_name, body.location, body.checksum, body.api_key)
+    _, done = await snapshots.run_or_accept(coro, wait)
+    return ok(request, True) if done else _accepted(request)
+
+
+@router.post(SNAPSHOTS + "/upload", dependencies=WRITES, openapi_extra=UPLOAD_BODY)
+async def upload_snapshot(
+    request: Request,
+    collection_name: str,
+    svc: Service,
+    wait: Wait = True,
+    priority: Annotated[Literal["replica", "snapshot", "no_sync"] | None, Query(description="no effect")] = None,
+    checksum: Checksum = None,
+) -> Response:
+    """Qdrant's "Recover from an uploaded snapshot" (multipart field ``snapshot``): ``true`` once recovered."""
+    store = snapshots.snapshot_store(svc.backend)
+    snapshots.check_name(collection_name)
+    path = await receive_upload(request, store.directory)
+    coro = snapshots.recover_file(svc, collection_name, path, checksum, remove=True)
     _, done = await snapshots.run_or_accept(coro, wait)
     return ok(request, True) if done else _accepted(request)

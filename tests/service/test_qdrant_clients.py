@@ -476,6 +476,13 @@ def test_qdrant_snapshots_create_download_recover(env, sts):
                       (download + ".missing", "snapshot_unreachable"), ("ftp://x/y", "invalid_value")):  # fmt: skip
         r = c.put("/collections/snap/snapshots/recover", json={"location": loc, "checksum": "0" * 64})
         assert r.status_code == 422 and r.json()["error"]["code"] == code, (loc, r.text)
+    # uploaded (qdrant-client's API for POST .../snapshots/upload, multipart)
+    upload = env["work"] / "upload.snapshot"
+    upload.write_bytes(body.content)
+    with open(upload, "rb") as f:
+        assert client.http.snapshots_api.recover_from_uploaded_snapshot("snap-up", snapshot=f).result is True
+    assert client.count("snap-up").count == len(sentences) and top("snap-up") == before
+    client.delete_collection("snap-up")
     r = c.put("/collections/-bad/snapshots/recover", json={"location": location})
     assert r.status_code == 422 and r.json()["error"]["param"] == "name", r.text
     assert top("snap") == before
@@ -494,6 +501,46 @@ def test_qdrant_snapshots_create_download_recover(env, sts):
     client.delete_collection("snap")
     assert [x["name"] for x in c.get("/collections/snap/snapshots").json()["snapshots"]] == names[1:]  # kept
     client.delete_collection("snap-copy")
+
+
+def test_snapshot_upload_streams_past_the_payload_limit(env):
+    """A snapshot larger than max_payload_bytes (2 MiB) uploads through the native route, streamed to disk: the
+    collection comes back point for point; a wrong checksum, a form without a ``snapshot`` file and a body that is
+    not multipart are 422; nothing is left behind in the snapshots directory's downloads."""
+    import numpy as np
+
+    c = env["client"]
+    if env["backend"] == "milvus":
+        r = c.post("/collections/any/snapshots/upload", files={"snapshot": ("a", b"x")})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "unsupported", r.text
+        return
+    n = 1500
+    x = np.random.default_rng(0).standard_normal((n, 384)).astype(np.float32)
+    assert c.put("/qdrant/collections/big", json={"vectors": {"size": 384, "distance": "Dot"}}).status_code == 200
+    for s in range(0, n, 150):
+        pts = [{"id": i, "vector": x[i].tolist(), "payload": {"i": i}} for i in range(s, min(n, s + 150))]
+        assert c.put("/qdrant/collections/big/points", json={"points": pts}).status_code == 200
+    d = c.post("/collections/big/snapshots").json()
+    data = c.get(f"/collections/big/snapshots/{d['name']}").content
+    assert len(data) > 2 * 2**20
+    for files, params, code in (({"snapshot": ("s", data)}, {"checksum": "0" * 64}, "checksum_mismatch"),
+                                ({"other": ("s", data)}, {}, "invalid_value")):  # fmt: skip
+        r = c.post("/collections/big-up/snapshots/upload", files=files, params=params)
+        assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
+    r = c.post("/collections/big-up/snapshots/upload", content=data, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "snapshot", r.text
+    r = c.post(
+        "/collections/big-up/snapshots/upload", files={"snapshot": ("s", data)}, params={"checksum": d["checksum"]}
+    )
+    assert r.status_code == 200 and r.json()["count"] == n, r.text
+    for i in (0, 777, n - 1):
+        a = c.get(f"/collections/big-up/points/{i}", params={"with_vector": "true"}).json()
+        assert a["payload"] == {"i": i} and np.allclose(a["vector"], x[i])
+    hits = c.post("/collections/big-up/search", json={"query": x[5].tolist(), "top_k": 1}).json()
+    assert hits[0]["id"] == 5
+    assert not [p for p in (env["work"] / "data" / "snapshots" / ".downloads").iterdir()]
+    for name in ("big", "big-up"):
+        assert c.delete(f"/collections/{name}").status_code == 200
 
 
 def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
