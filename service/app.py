@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from .collections import CollectionService, open_backend, snapshot_api
+from .collections import CollectionService, alias_api, open_backend, snapshot_api
 from .collections import api as collections_api
 from .collections.reembed import Reembedder
 from .embedder import Embedder
@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin.router,
         collections_api.router,
         snapshot_api.router,
+        alias_api.router,
     ):
         app.include_router(document(router))
     for router in QDRANT_ROUTERS:  # the Qdrant-compatible surface over the same collections (service.qdrant)

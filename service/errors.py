@@ -143,6 +143,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     col.InvalidCollectionRequest: lambda e: APIError(422, str(e), param=e.param, code=e.code),
     col.TooManyItems: lambda e: APIError(413, str(e), param=e.param, code=e.code),
     col.ResponseTooLarge: lambda e: APIError(413, str(e), code="response_too_large"),
+    col.AliasNotFound: lambda e: APIError(404, str(e), param=e.param, code="alias_not_found"),
     col.SnapshotNotFound: lambda e: APIError(404, str(e), param=e.param, code="snapshot_not_found"),
     col.PointNotFound: lambda e: APIError(404, str(e), param=e.param, code="point_not_found"),
     col.BackendUnavailable: lambda e: APIError(

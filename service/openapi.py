@@ -251,22 +251,16 @@ class SnapshotList(BaseModel):
     snapshots: list[SnapshotDescription]
 
 
-class Accepted(BaseModel):
-    """Answer of a ``wait=false`` snapshot operation: accepted, running in the background."""
-
-    status: Literal["accepted"]
-
-
-class QdrantAccepted(BaseModel):
-    """Qdrant's answer to ``wait=false``: ``{"result": null, "status": "accepted", "time"}``."""
-
-    result: None = None
-    status: Literal["accepted"]
-    time: float
+# the answers of a wait=false snapshot operation (accepted, running in the background): native and Qdrant's
+Accepted = create_model("Accepted", status=(Literal["accepted"], ...))
+QdrantAccepted = create_model(
+    "QdrantAccepted", result=(None, None), status=(Literal["accepted"], ...), time=(float, ...)
+)
 
 
 BINARY = "binary"  # the snapshot file a download answers (``application/octet-stream``)
 QDRANT_UPDATE = _q(QdrantUpdate, "QdrantUpdateResponse")
+ALIASES = dict[str, list[dict[str, str]]]  # {aliases: [{alias_name, collection_name}]}
 QDRANT_COLLECTION = "/qdrant/collections/{collection_name}"
 
 #: statuses every operation with a body can answer: malformed body, auth, size, media type, validation, timeout
@@ -274,6 +268,7 @@ COMMON = (400, 401, 413, 415, 422, 503)
 EMBED = (*COMMON, 404, 429)
 COLLECTION = (*COMMON, 404, 409, 429)
 ADMIN = (*COMMON, 403, 404, 409)
+READ = (401, 404, 422, 503)  # a GET of something named: auth, missing, a bad parameter, unavailable
 TOKENIZE = (*COMMON, 404)
 
 #: (method, path) -> (success status, success body schema (None: plain text), error statuses)
@@ -298,25 +293,28 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", "/admin/models/{name}/unload"): (200, _Open, ADMIN),
     ("PUT", "/collections/{name}"): (200, CollectionInfo, COLLECTION),
     ("GET", "/collections"): (200, CollectionList, (401, 503)),
-    ("GET", "/collections/{name}"): (200, CollectionInfo, (401, 404, 422, 503)),
+    ("GET", "/collections/{name}"): (200, CollectionInfo, READ),
     ("DELETE", "/collections/{name}"): (200, _Open, (401, 404, 409, 422, 503)),
     ("PUT", "/collections/{name}/points"): (200, WriteResult, COLLECTION),
     ("POST", "/collections/{name}/points/delete"): (200, WriteResult, COLLECTION),
-    ("GET", "/collections/{name}/points/{point_id}"): (200, Point, (401, 404, 422, 503)),
+    ("GET", "/collections/{name}/points/{point_id}"): (200, Point, READ),
     ("POST", "/collections/{name}/points/scroll"): (200, ScrollPage, COLLECTION),
     ("POST", "/collections/{name}/points/count"): (200, Count, COLLECTION),
     ("POST", "/collections/{name}/search"): (200, list[Hit], COLLECTION),
     ("POST", "/collections/{name}/search/batch"): (200, list[list[Hit]], COLLECTION),
     ("POST", "/collections/{name}/snapshots"): (200, SnapshotDescription, COLLECTION),
-    ("GET", "/collections/{name}/snapshots"): (200, SnapshotList, (401, 404, 422, 503)),
-    ("GET", "/collections/{name}/snapshots/{snapshot_name}"): (200, BINARY, (401, 404, 422, 503)),
-    ("DELETE", "/collections/{name}/snapshots/{snapshot_name}"): (200, _Open, (401, 404, 422, 503)),
+    ("GET", "/collections/{name}/snapshots"): (200, SnapshotList, READ),
+    ("GET", "/collections/{name}/snapshots/{snapshot_name}"): (200, BINARY, READ),
+    ("DELETE", "/collections/{name}/snapshots/{snapshot_name}"): (200, _Open, READ),
     ("PUT", "/collections/{name}/snapshots/recover"): (200, CollectionInfo, COLLECTION),
     ("POST", "/collections/{name}/snapshots/upload"): (200, CollectionInfo, COLLECTION),
+    ("POST", "/collections/aliases"): (200, _Open, COLLECTION),
+    ("GET", "/aliases"): (200, _Open, (401, 503)),
+    ("GET", "/collections/{name}/aliases"): (200, _Open, READ),
     ("GET", "/qdrant"): (200, _Open, (401,)),
     ("GET", "/qdrant/collections"): (200, _q(dict[str, list[dict[str, str]]], "QdrantCollections"), (401, 503)),
     ("PUT", QDRANT_COLLECTION): (200, _q(bool, "QdrantCreated"), COLLECTION),
-    ("GET", QDRANT_COLLECTION): (200, _q(dict[str, Any], "QdrantCollectionInfo"), (401, 404, 422, 503)),
+    ("GET", QDRANT_COLLECTION): (200, _q(dict[str, Any], "QdrantCollectionInfo"), READ),
     ("DELETE", QDRANT_COLLECTION): (200, _q(bool, "QdrantDeleted"), (401, 409, 422, 503)),
     ("PATCH", QDRANT_COLLECTION): (200, _q(bool, "QdrantUpdated"), COLLECTION),
     ("GET", f"{QDRANT_COLLECTION}/exists"): (200, _q(dict[str, bool], "QdrantExists"), (401, 422, 503)),
@@ -324,8 +322,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("DELETE", f"{QDRANT_COLLECTION}/index/{{field_name}}"): (200, QDRANT_UPDATE, COLLECTION),
     ("PUT", f"{QDRANT_COLLECTION}/points"): (200, QDRANT_UPDATE, COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points"): (200, _q(list[QdrantRecord], "QdrantRecords"), COLLECTION),
-    ("GET", f"{QDRANT_COLLECTION}/points/{{point_id}}"): (200, _q(QdrantRecord, "QdrantRecordResponse"),
-                                                          (401, 404, 422, 503)),
+    ("GET", f"{QDRANT_COLLECTION}/points/{{point_id}}"): (200, _q(QdrantRecord, "QdrantRecordResponse"), READ),
     ("POST", f"{QDRANT_COLLECTION}/points/delete"): (200, QDRANT_UPDATE, COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/payload"): (200, QDRANT_UPDATE, COLLECTION),
     ("PUT", f"{QDRANT_COLLECTION}/points/payload"): (200, QDRANT_UPDATE, COLLECTION),
@@ -339,13 +336,14 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", f"{QDRANT_COLLECTION}/points/query/groups"): (200, _q(QdrantGroups, "QdrantQueryGroups"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/facet"): (200, _q(QdrantFacet, "QdrantFacetResponse"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/snapshots"): (200, _q(SnapshotDescription, "QdrantSnapshot"), COLLECTION),
-    ("GET", f"{QDRANT_COLLECTION}/snapshots"): (200, _q(list[SnapshotDescription], "QdrantSnapshots"),
-                                                (401, 404, 422, 503)),
-    ("GET", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, BINARY, (401, 404, 422, 503)),
-    ("DELETE", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, _q(bool, "QdrantSnapshotDeleted"),
-                                                                     (401, 404, 422, 503)),
+    ("GET", f"{QDRANT_COLLECTION}/snapshots"): (200, _q(list[SnapshotDescription], "QdrantSnapshots"), READ),
+    ("GET", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, BINARY, READ),
+    ("DELETE", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, _q(bool, "QdrantSnapshotDeleted"), READ),
     ("PUT", f"{QDRANT_COLLECTION}/snapshots/recover"): (200, _q(bool, "QdrantRecovered"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/snapshots/upload"): (200, _q(bool, "QdrantUploaded"), COLLECTION),
+    ("POST", "/qdrant/collections/aliases"): (200, _q(bool, "QdrantAliasesUpdated"), COLLECTION),
+    ("GET", "/qdrant/aliases"): (200, _q(ALIASES, "QdrantAliases"), (401, 503)),
+    ("GET", f"{QDRANT_COLLECTION}/aliases"): (200, _q(ALIASES, "QdrantCollectionAliases"), READ),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
                                                            COLLECTION),

@@ -290,6 +290,11 @@ class VectorBackend(Protocol):
     settings: Any
     #: the collections' snapshots (:class:`~.snapshots.SnapshotStore`), or None where the backend keeps none
     snapshots: Any
+    #: the collection aliases (:class:`~.aliases.Aliases`); :meth:`get` resolves them
+    aliases: Any
+
+    async def update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        """Apply Qdrant's alias actions, all or none (:func:`~.aliases.apply_actions` lists the errors)."""
 
     async def start(self) -> None:
         """Open (or connect to) the collections and start background upkeep."""

@@ -60,6 +60,12 @@ class ResponseTooLarge(CollectionError):
     """A search's hits (texts and payloads included) exceed ``collections_max_response_bytes``."""
 
 
+class AliasNotFound(CollectionError):
+    """No collection alias of that name."""
+
+    param = "alias_name"
+
+
 class SnapshotNotFound(CollectionError):
     """No snapshot of that name for the collection."""
 

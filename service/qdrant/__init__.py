@@ -9,7 +9,7 @@ are the collections', on either backend); the native ``/collections`` API is unc
 * :mod:`.ids`: Qdrant point ids (unsigned integers, UUIDs) onto the collections' ids;
 * :mod:`.filters`: Qdrant filters onto the collections' filter grammar;
 * :mod:`.models`: request bodies; :mod:`.results`: ``Record`` and ``ScoredPoint``;
-* :mod:`.collections`, :mod:`.points`, :mod:`.batch`, :mod:`.query`, :mod:`.groups`, :mod:`.facet`, :mod:`.snapshots`: the routes, each citing the Qdrant API
+* :mod:`.collections`, :mod:`.points`, :mod:`.batch`, :mod:`.query`, :mod:`.groups`, :mod:`.facet`, :mod:`.snapshots`, :mod:`.aliases`: the routes, each citing the Qdrant API
   reference route it follows (https://api.qdrant.tech/api-reference).
 
 Clients: ``QdrantClient(url="http://host:port/qdrant", prefer_grpc=False)`` (the URL's path is the prefix; gRPC is
@@ -18,6 +18,7 @@ not served), with ``cloud_inference=True`` to send ``Document`` objects for embe
 
 from __future__ import annotations
 
+from .aliases import router as aliases_router
 from .batch import router as batch_router
 from .collections import router as collections_router
 from .envelope import PREFIX, error_body
@@ -27,6 +28,15 @@ from .points import router as points_router
 from .query import router as query_router
 from .snapshots import router as snapshots_router
 
-ROUTERS = (collections_router, points_router, batch_router, query_router, groups_router, facet_router, snapshots_router)
+ROUTERS = (
+    collections_router,
+    points_router,
+    batch_router,
+    query_router,
+    groups_router,
+    facet_router,
+    snapshots_router,
+    aliases_router,
+)
 
 __all__ = ["PREFIX", "ROUTERS", "error_body"]

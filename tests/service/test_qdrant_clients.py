@@ -543,6 +543,60 @@ def test_snapshot_upload_streams_past_the_payload_limit(env):
         assert c.delete(f"/collections/{name}").status_code == 200
 
 
+def test_qdrant_aliases_blue_green_switch(env, sts):
+    """qdrant-client's collection aliases: an alias answers as its collection (queries, upserts, counts); a delete +
+    create in one request moves it to another collection atomically; a request with a failing action changes
+    nothing; aliases and collections share one namespace (409); a collection is not deleted by an alias (404) and
+    takes its aliases with it when deleted. The native routes list the same aliases."""
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    url, c = env["server"].url, env["client"]
+    sentences, _, questions = sts
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    doc = lambda t: models.Document(text=t, model="all-minilm-l6-v2")  # noqa: E731
+    for name, part in (("blue", sentences[:100]), ("green", sentences[100:])):
+        client.create_collection(name, vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+        client.upsert(name, points=[models.PointStruct(id=i, vector=doc(t), payload={"row": i, "in": name})
+                                    for i, t in enumerate(part)])  # fmt: skip
+
+    def top(name):
+        return [(p.id, p.payload["in"]) for p in client.query_points(name, query=doc(questions[2]), limit=K).points]
+
+    def create(coll, alias):
+        return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=coll, alias_name=alias))
+
+    delete = lambda alias: models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))  # noqa: E731
+    assert client.update_collection_aliases(change_aliases_operations=[create("blue", "prod")])
+    assert [(a.alias_name, a.collection_name) for a in client.get_aliases().aliases] == [("prod", "blue")]
+    assert [a.alias_name for a in client.get_collection_aliases("blue").aliases] == ["prod"]
+    assert top("prod") == top("blue") and {x[1] for x in top("prod")} == {"blue"}
+    client.upsert("prod", points=[models.PointStruct(id=999, vector=doc(questions[2]), payload={"in": "blue"})])
+    assert client.count("blue").count == 101 and top("prod")[0] == (999, "blue")
+    assert client.get_collection("prod").points_count == 101
+    # the switch: one request, both actions
+    assert client.update_collection_aliases(change_aliases_operations=[delete("prod"), create("green", "prod")])
+    assert top("prod") == top("green") and {x[1] for x in top("prod")} == {"green"}
+    # all or none: the rename is undone by the failing delete after it
+    rename = models.RenameAliasOperation(rename_alias=models.RenameAlias(old_alias_name="prod", new_alias_name="live"))
+    with pytest.raises(UnexpectedResponse) as e:
+        client.update_collection_aliases(change_aliases_operations=[rename, delete("missing")])
+    assert e.value.status_code == 404
+    assert [(a.alias_name, a.collection_name) for a in client.get_aliases().aliases] == [("prod", "green")]
+    for ops in ([create("green", "blue")], [create("nope", "x")]):  # a collection's name; a missing collection
+        with pytest.raises(UnexpectedResponse) as e:
+            client.update_collection_aliases(change_aliases_operations=ops)
+        assert e.value.status_code in (404, 409)
+    r = c.put("/qdrant/collections/prod", json={"vectors": {"size": 384, "distance": "Cosine"}})
+    assert r.status_code == 409, r.text
+    assert c.delete("/collections/prod").status_code == 404 and client.collection_exists("green")
+    assert c.get("/aliases").json() == {"aliases": [{"alias_name": "prod", "collection_name": "green"}]}
+    assert c.get("/collections/green/aliases").json()["aliases"] == [{"alias_name": "prod", "collection_name": "green"}]
+    client.delete_collection("green")
+    assert client.get_aliases().aliases == [] and c.get("/collections/prod").status_code == 404
+    client.delete_collection("blue")
+
+
 def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
     url, c = env["server"].url, env["client"]
     sentences, _, questions = sts

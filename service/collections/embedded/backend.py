@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import shutil
@@ -21,9 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from artifact_contract.fsio import fsync_dir
+from artifact_contract.fsio import atomic_write_bytes, fsync_dir
 
 from ...tasks import cancel_and_wait
+from ..aliases import Aliases
 from ..backend import NAME_RE, CollectionSettings, new_spec
 from ..errors import CollectionClosed, CollectionExists, CollectionNotFound
 from .collection import Collection
@@ -62,6 +64,7 @@ class EmbeddedBackend:
         )
         self._task: asyncio.Task | None = None
         self.snapshots = EmbeddedSnapshots(self, Path(snapshots_dir or self.root.parent / "snapshots"))
+        self.aliases = Aliases(self._load_aliases, self._save_aliases)  # in <data_dir>/aliases.json
 
     @classmethod
     def from_settings(cls, settings: Any) -> EmbeddedBackend:
@@ -88,6 +91,7 @@ class EmbeddedBackend:
         """Open every collection in ``root`` (loading snapshots and replaying writes) and start upkeep."""
         self.root.mkdir(parents=True, exist_ok=True)
         await self.run(finish_swaps, self.root)
+        await self.run(self.aliases.reload)
         await self.run(self.snapshots.start)
         for p in sorted(self.root.iterdir()):
             if p.name.startswith("."):  # unfinished create, delete or recovery
@@ -131,13 +135,25 @@ class EmbeddedBackend:
                     log.exception("collection %s: background upkeep failed", c.name)
 
     # --- registry ---------------------------------------------------------------------------------------------------
+    def _load_aliases(self) -> dict[str, str]:
+        p = self.root.parent / "aliases.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def _save_aliases(self, aliases: dict[str, str]) -> None:
+        atomic_write_bytes(self.root.parent / "aliases.json", json.dumps(aliases, indent=1).encode())
+
+    async def update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        """Apply Qdrant's alias ``actions`` all or none (:meth:`..aliases.Aliases.update`)."""
+        async with self._lock:
+            await self.run(self.aliases.update, actions, self.collections.__contains__)
+
     def get(self, name: str) -> Collection:
-        """The open collection ``name``.
+        """The open collection ``name`` (or that the alias ``name`` names).
 
         Raises:
             CollectionNotFound: no such collection.
         """
-        c = self.collections.get(name)
+        c = self.collections.get(name) or self.collections.get(self.aliases.resolve(name) or "")
         if c is None:
             raise CollectionNotFound(f"collection {name!r} not found")
         return c
@@ -153,8 +169,8 @@ class EmbeddedBackend:
         """
         spec = new_spec(name, kind, params, metric, dimension)
         async with self._lock:
-            if name in self.collections:
-                raise CollectionExists(f"collection {name!r} already exists")
+            if name in self.collections or self.aliases.resolve(name):
+                raise CollectionExists(f"collection or alias {name!r} already exists")
             try:
                 c = await self.run(
                     Collection.create,
@@ -169,14 +185,16 @@ class EmbeddedBackend:
             return c
 
     async def delete(self, name: str) -> None:
-        """Delete collection ``name`` and its files (waits for running operations on it).
+        """Delete collection ``name`` (not an alias), its aliases and its files (waits for running operations on it).
 
         Raises:
             CollectionNotFound: no such collection.
         """
         async with self._lock:
-            c = self.get(name)
-            del self.collections[name]
+            c = self.collections.pop(name, None)  # a collection's own name: deleting by an alias is refused
+            if c is None:
+                raise CollectionNotFound(f"collection {name!r} not found")
+            await self.run(self.aliases.drop_collection, name)
         await self.run(c.close)
 
         def _remove() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from artifact_contract.fsio import fsync_dir
 
 from ..backend import NAME_RE
-from ..errors import CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
+from ..errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
 from ..snapshots import clean_downloads
 from .archive import NAME_RE as ARCHIVE_RE
 from .archive import extract_archive, list_archives, write_archive
@@ -60,9 +60,10 @@ class EmbeddedSnapshots:
                         shutil.rmtree(p, ignore_errors=True)
 
     def _dir(self, name: str) -> Path:
+        """The folder of collection ``name``'s snapshots (an alias: of the collection it names)."""
         if not NAME_RE.match(name):
             raise CollectionNotFound(f"collection {name!r} not found")
-        return self.directory / name
+        return self.directory / (self.backend.aliases.resolve(name) or name)
 
     async def create(self, name: str) -> dict[str, Any]:
         """Snapshot collection ``name`` (one at a time per collection). Raises CollectionNotFound."""
@@ -74,7 +75,7 @@ class EmbeddedSnapshots:
     async def list(self, name: str) -> list[dict[str, Any]]:
         """The snapshots of ``name``, oldest first. Raises CollectionNotFound: no such collection and no snapshot."""
         d = self._dir(name)
-        if name not in self.backend.collections and not d.is_dir():
+        if d.name not in self.backend.collections and not d.is_dir():
             raise CollectionNotFound(f"collection {name!r} not found")
         return await self.backend.run(list_archives, d)
 
@@ -105,6 +106,8 @@ class EmbeddedSnapshots:
         if not NAME_RE.match(name):
             raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
         b = self.backend
+        if b.aliases.resolve(name):
+            raise CollectionExists(f"{name!r} is an alias; recover into a collection's own name", param="name")
         staging = b.root / f".restoring-{name}-{os.getpid()}-{time.monotonic_ns()}"
         ready = b.root / f"{RESTORED}{name}"
         try:

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ...tasks import cancel_and_wait
+from ..aliases import Aliases
 from ..backend import NAME_RE, CollectionSettings, ReadConsistency, new_spec
 from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
@@ -68,6 +69,7 @@ class MilvusBackend:
         self.breaker = Breaker()
         self._reload_lock = threading.Lock()
         self._reloaded_at = 0.0
+        self.aliases = Aliases(lambda: self.registry.aliases(), lambda m: self.registry.put_aliases(m))
 
     @classmethod
     def from_settings(cls, settings: Any) -> MilvusBackend:
@@ -102,8 +104,7 @@ class MilvusBackend:
         fut = loop.run_in_executor(self._pool, functools.partial(self._guarded, fn, *args, **kw))
         if getattr(fn, "long_call", False) or self.client is None:
             return await fut
-        # pymilvus may take a few seconds past its timeout (its last back-off): the caller does not wait for it, and
-        # is released as soon as the breaker opens (another call found Milvus down)
+        # pymilvus may overrun its timeout (its last back-off): the caller is released at the bound or the breaker
         t0, bound, suspected = loop.time(), self.client.timeout + 0.5, False
         while not (await asyncio.wait({fut}, timeout=0.25))[0]:
             waited = loop.time() - t0
@@ -239,6 +240,7 @@ class MilvusBackend:
                 h.update(rec, stats.get(name))
         for name in set(self.handles) - set(recs):
             self.handles.pop(name).closed = True
+        self.aliases.reload()
 
     def refresh_one(self, name: str) -> None:
         """Re-read the record of ``name`` now."""
@@ -300,11 +302,9 @@ class MilvusBackend:
 
     # --- collections ------------------------------------------------------------------------------------------
     def get(self, name: str) -> MilvusCollection:
-        """The collection ``name`` (re-read from the registry if this view does not know it yet).
-
-        Raises:
-            CollectionNotFound: no such collection.
-        """
+        """The collection ``name``, or that the alias ``name`` names (re-read from the registry if this view does not
+        know it yet). Raises CollectionNotFound."""
+        name = name if name in self.handles else self.aliases.resolve(name) or name  # an alias: this view's
         h = self.handles.get(name)
         if h is None and NAME_RE.match(name):
             self.refresh_one(name)
@@ -339,8 +339,8 @@ class MilvusBackend:
         try:
             if self.registry.claim(key, owner, s.milvus_claim_ttl_s, self.claim_settle_s) is None:
                 raise CollectionExists(f"collection {name!r} already exists (another replica is creating it)")
-            if self.registry.record(name) is not None:
-                raise CollectionExists(f"collection {name!r} already exists")
+            if self.registry.record(name) is not None or name in self.registry.aliases():
+                raise CollectionExists(f"collection or alias {name!r} already exists")
             physical = self.physical_name(name)
             create_physical(self.client, physical, spec, "Strong")
             rec = {"name": name, "kind": spec.kind, "metric": spec.metric, "params": spec.params,
@@ -353,8 +353,13 @@ class MilvusBackend:
         self.handles[name] = h = MilvusCollection(self, rec)
         return h
 
+    async def update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        """Apply Qdrant's alias ``actions``, all or none (:meth:`..aliases.Aliases.update`)."""
+        async with self._lock:
+            await self.run(self.aliases.update, actions, self.registry.has)
+
     async def delete(self, name: str) -> None:
-        """Delete collection ``name``: its record, alias, physical collections, status and claims.
+        """Delete collection ``name`` (not an alias): record, aliases, Milvus alias, physical collections, claims.
 
         Raises:
             CollectionNotFound: no such collection.
@@ -364,8 +369,7 @@ class MilvusBackend:
 
     @long_call
     def _delete(self, name: str) -> None:
-        # replicas deleting the same name at once: the earliest claim deletes, the others find it gone (404), as
-        # concurrent deletes on the embedded backend do
+        # concurrent deletes of one name: the earliest claim deletes, the others find it gone (404), as on embedded
         owner, key = f"delete:{time.time_ns()}", f"-{name}"
         s = self.settings
         try:
@@ -381,6 +385,7 @@ class MilvusBackend:
             raise CollectionNotFound(f"collection {name!r} not found")
         self.registry.remove([f"c:{name}", f"s:{name}"])
         self.registry.release(name)
+        self.aliases.drop_collection(name)
         try:
             self.client.drop_alias(self.alias(name))
         except Exception:

@@ -11,6 +11,7 @@ reads, holding one JSON document per row:
 * ``l:<name>:<owner>``: a claim on re-embedding ``name`` (``l:+<name>:<owner>``: on creating it):
   ``{owner, at, until}``.
 * ``r:<physical>``: a retired physical collection, ``{drop_after}``.
+* ``aliases``: the collection aliases, ``{map: {alias: collection}}`` (one row: a change of several is atomic).
 
 Claims: Milvus has no compare-and-set, so a re-embedding is claimed by order: a replica writes its claim, waits
 ``settle_s`` (so that every claim written before its own is visible), then holds the re-embedding if its claim is
@@ -95,6 +96,18 @@ class Registry:
     def record(self, name: str) -> dict[str, Any] | None:
         """The record of ``name`` read now, or None."""
         return self._query(f"key == {json.dumps('c:' + name, ensure_ascii=False)}").get(f"c:{name}")
+
+    def aliases(self) -> dict[str, str]:
+        """The collection aliases ``{alias: collection}`` read now."""
+        return self._query('key == "aliases"').get("aliases", {}).get("map", {})
+
+    def put_aliases(self, aliases: dict[str, str]) -> None:
+        """Replace the collection aliases (one row write)."""
+        self.put("aliases", {"map": aliases})
+
+    def has(self, name: str) -> bool:
+        """Whether collection ``name`` has a record now."""
+        return self.record(name) is not None
 
     def retired(self) -> dict[str, dict[str, Any]]:
         """``{physical: {drop_after}}``: physical collections to drop once no replica can still use them."""
