@@ -96,6 +96,13 @@ def test_two_replicas_share_collections_and_switch_once(milvus_uri, default_arti
         assert ca.get("/collections/stsb/points/b1").json()["text"] == extra[0]
         assert _ids(ca, queries) == _ids(cb, queries)
         assert _info(cb)["count"] == N + 1
+        # an alias made through A answers through B once B's view refreshed (collections_milvus_refresh_s)
+        r = ca.post("/collections/aliases", json={"actions": [{"create_alias": {"collection_name": "stsb",
+                                                                                "alias_name": "live"}}]})  # fmt: skip
+        assert r.status_code == 200, r.text
+        _wait(lambda: cb.get("/collections/live/points/17").status_code == 200, 30, "the alias on replica B")
+        assert cb.get("/collections/live/points/17").json()["text"] == base[17]
+        assert cb.get("/aliases").json()["aliases"] == [{"alias_name": "live", "collection_name": "stsb"}]
         # concurrent deletes of one collection through both replicas: exactly one answers 200, the others 404
         assert ca.put("/collections/doomed", json={}).status_code == 200
         with ThreadPoolExecutor(8) as ex:
