@@ -87,8 +87,10 @@ class Aliases:
         self._lock = threading.Lock()
 
     def reload(self) -> None:
-        """Read the persisted map (at start; the milvus backend at each refresh)."""
-        self.map = dict(self._load())
+        """Read the persisted map (at start; the milvus backend at each refresh). Under the lock of :meth:`update`:
+        a read from before an update's write must not replace the map that update set. Blocking."""
+        with self._lock:
+            self.map = dict(self._load())
 
     def resolve(self, name: str) -> str | None:
         """The collection an alias names, or None."""

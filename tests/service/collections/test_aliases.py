@@ -66,3 +66,34 @@ def test_embedded_aliases_persist_resolve_and_go_with_their_collection(tmp_path)
         await b2.close()
 
     asyncio.run(main())
+
+
+def test_a_reload_that_read_before_an_update_does_not_undo_it():
+    """The milvus backend reloads the map at every refresh, on another thread than an update: a reload that read the
+    stored map before an update was saved must not put that old map back after it (the update would be lost from
+    this view until the next refresh, and the alias a 404)."""
+    import threading
+
+    from service.collections.aliases import Aliases
+
+    stored: dict[str, str] = {}
+    in_load, release = threading.Event(), threading.Event()
+
+    def load() -> dict[str, str]:
+        snapshot = dict(stored)
+        if threading.current_thread().name == "refresh":  # the refresh reads the old map, then stalls
+            in_load.set()
+            release.wait(5)
+        return snapshot
+
+    aliases = Aliases(load, lambda m: stored.update(m) if m else stored.clear())
+    refresh = threading.Thread(target=aliases.reload, name="refresh")
+    refresh.start()
+    assert in_load.wait(5)
+    update = threading.Thread(target=aliases.update, args=([create("blue", "prod")], {"blue"}.__contains__))
+    update.start()
+    update.join(0.5)  # without the lock it finishes here, before the stale reload lands
+    release.set()
+    refresh.join(5)
+    update.join(5)
+    assert stored == {"prod": "blue"} and aliases.resolve("prod") == "blue"
