@@ -4,11 +4,12 @@ keeping them across a restart (the routes, both backends and qdrant-client: test
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
 
-from service.collections.aliases import apply_actions
+from service.collections.aliases import Aliases, apply_actions
 from service.collections.embedded.backend import EmbeddedBackend
 from service.collections.errors import AliasNotFound, CollectionExists, CollectionNotFound, InvalidCollectionRequest
 
@@ -72,10 +73,6 @@ def test_a_reload_that_read_before_an_update_does_not_undo_it():
     """The milvus backend reloads the map at every refresh, on another thread than an update: a reload that read the
     stored map before an update was saved must not put that old map back after it (the update would be lost from
     this view until the next refresh, and the alias a 404)."""
-    import threading
-
-    from service.collections.aliases import Aliases
-
     stored: dict[str, str] = {}
     in_load, release = threading.Event(), threading.Event()
 
@@ -86,7 +83,11 @@ def test_a_reload_that_read_before_an_update_does_not_undo_it():
             release.wait(5)
         return snapshot
 
-    aliases = Aliases(load, lambda m: stored.update(m) if m else stored.clear())
+    def save(new: dict[str, str]) -> None:  # a whole map in one write, as both backends' saves
+        stored.clear()
+        stored.update(new)
+
+    aliases = Aliases(load, save)
     refresh = threading.Thread(target=aliases.reload, name="refresh")
     refresh.start()
     assert in_load.wait(5)
