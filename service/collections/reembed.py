@@ -209,7 +209,7 @@ class Reembedder:
         run = self.backend.run
         st = tg.status
         log.info("collection %s: re-embedding from %s to %s", c.name, model_id(c.model), info.id)
-        t0, n0, published, cursor = time.monotonic(), st["done"], 0.0, None
+        t0, own, published, cursor = time.monotonic(), 0, 0.0, None  # own: points this task embedded
         while True:
             rows, cursor = await run(tg.pending, cursor, BATCH)
             if not rows:
@@ -225,20 +225,20 @@ class Reembedder:
             res = await self._encode([r[1] for r in rows], lm)
             await run(tg.write, [r[0] for r in rows], res.embeddings)
             st["done"] += len(rows)
+            own += len(rows)
             st["total"] = max(await self._count(c), st["done"])
             el = time.monotonic() - t0
             rate = float(self.backend.settings.reembed_rate or 0.0)
-            if rate > 0 and (slack := (st["done"] - n0) / rate - el) > 0:
+            if rate > 0 and (slack := own / rate - el) > 0:
                 await asyncio.sleep(slack)  # collections_reembed_rate: leave the CPU to live traffic
                 el = time.monotonic() - t0
-            st["rate_per_s"] = round((st["done"] - n0) / el, 2) if el > 0 else None
+            st["rate_per_s"] = round(own / el, 2) if el > 0 else None
             if time.monotonic() - published >= PUBLISH_EVERY_S:
                 if not await run(tg.renew):
                     return False
                 await run(tg.publish_status)
                 published = time.monotonic()
         el = time.monotonic() - t0
-        own = st["done"] - n0  # points this task embedded (live upserts write the target themselves)
         n = await self._count(c)
         st.update(state="completed", done=n, total=n, finished_at=time.time(), seconds=round(el, 3))
         st["rate_per_s"] = round(own / el, 2) if el > 0 else None

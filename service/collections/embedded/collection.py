@@ -289,6 +289,8 @@ class Collection:
                 target.table.promote(target.model, spec.dimension, config)
                 self.index, self.spec, self.model = index, spec, dict(target.model)
                 self._target = None
+                # with the model, under the same lock as info(): never the new model beside a "running" state
+                target.status.update(state="completed", done=self._count, total=self._count, finished_at=time.time())
                 self._snapshot_seq, self._snapshot_time = 0, time.monotonic()
         log.info(
             "collection %s: switched to %s (%d points, dimension %d; index built in %.2fs)",
@@ -382,15 +384,17 @@ class Collection:
         return self._seq
 
     def info(self, consistency: Any = None) -> dict[str, Any]:
-        """Description for ``GET /collections/{name}`` (always strong)."""
-        idx = self.index
-        index = {"type": self.spec.kind, "params": self.spec.params, "trained": idx.trained,
-                 "in_use": self.spec.kind if idx.trained else "flat (until trained)", "vectors": idx.ntotal,
-                 "tombstones": idx.n_tombstones}  # fmt: skip
-        return {
-            "name": self.name, "status": "ok" if not self._closed else "closed", "count": self._count,
-            "dimension": self.spec.dimension, "metric": self.spec.metric, "index": index, "trained": idx.trained,
-            "model": self.model, "reembedding": self.reembed_status, "sequence": self._seq,
-            "snapshot_sequence": self._snapshot_seq, "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),
-            "created_at": self.created_at,
-        }  # fmt: skip
+        """Description for ``GET /collections/{name}`` (always strong; under the read lock, so a switch is seen
+        whole: model, dimension, index and the re-embedding's state together)."""
+        with self._rw.read():
+            idx = self.index
+            index = {"type": self.spec.kind, "params": self.spec.params, "trained": idx.trained,
+                     "in_use": self.spec.kind if idx.trained else "flat (until trained)", "vectors": idx.ntotal,
+                     "tombstones": idx.n_tombstones}  # fmt: skip
+            return {
+                "name": self.name, "status": "ok" if not self._closed else "closed", "count": self._count,
+                "dimension": self.spec.dimension, "metric": self.spec.metric, "index": index, "trained": idx.trained,
+                "model": self.model, "reembedding": self.reembed_status, "sequence": self._seq,
+                "snapshot_sequence": self._snapshot_seq,
+                "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3), "created_at": self.created_at,
+            }  # fmt: skip

@@ -303,6 +303,26 @@ def test_a_crash_right_after_a_model_switch_never_loads_the_old_vectors(tmp_path
     assert [round(h[0].score, 4) for h in hits] == [1.0, 1.0, 1.0]
 
 
+def test_the_switch_and_the_completed_state_are_one_change_for_readers(tmp_path):
+    """GET /collections/{name} reads the model and the re-embedding's state together: the switch marks the state
+    completed under the lock that swaps the model (the snapshot after it and the re-embedder's own bookkeeping take
+    seconds on a large collection, and a reader must not see the new model beside a "running" state meanwhile)."""
+    rng = np.random.default_rng(0)
+    c = make(tmp_path, "flat")
+    c.upsert(list(range(20)), ["t"] * 20, [None] * 20, unit(rng, 20), model=MODEL)
+    target = c.begin_reembed({**MODEL, "version": "2", "sha256": "b" * 64}, D)
+    assert c.info()["reembedding"]["state"] == "running"
+    rows, _ = target.pending(None, 100)
+    target.write([r[0] for r in rows], unit(rng, 20))
+    assert target.complete()
+    info = c.info()
+    assert info["model"]["version"] == "2"
+    assert (info["reembedding"]["state"], info["reembedding"]["done"], info["reembedding"]["total"]) == (
+        "completed", 20, 20,
+    )  # fmt: skip
+    c.close()
+
+
 def test_set_payload_never_writes_back_vectors_of_a_model_switched_away(tmp_path):
     """set_payload writes each page back with its stored vectors; a switch that completes between the read and the
     write makes it read the page again (the new model's vectors), not store the old ones under the new model."""
