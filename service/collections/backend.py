@@ -35,7 +35,7 @@ from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
 
 T = TypeVar("T")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # \Z, not $: "$" also matches before a final newline
 
 
 def same_model(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
