@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.search_bench import corpus_embeddings  # noqa: E402
 from service.collections import open_backend  # noqa: E402
-from service.collections.backend import ReadConsistency  # noqa: E402
+from service.collections.backend import ReadConsistency, single_config  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.milvus_utils import milvus_server  # noqa: E402
 from tests.server_utils import free_port, run_server  # noqa: E402
@@ -101,7 +101,9 @@ def bench_backend(
     loop.run_until_complete(backend.start())
     try:
         cname = "bench_" + "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
-        c = loop.run_until_complete(backend.create(cname, "hnsw", dict(PARAMS), "cosine", MODEL, X.shape[1]))
+        c = loop.run_until_complete(
+            backend.create(cname, single_config(cname, "hnsw", dict(PARAMS), "cosine", MODEL, X.shape[1]))
+        )
         n = len(X)
         cut = n - n // 10  # the last 10 % are loaded by 4 writers at once
         batches = [(i, min(i + batch, cut)) for i in range(0, cut, batch)]

@@ -1,17 +1,21 @@
 """HTTP routes of the collections (Qdrant's names, OpenAI-shaped errors).
 
 ============================================  ==================================================
-``PUT    /collections/{name}``                create ``{index, params, metric}``
+``PUT    /collections/{name}``                create ``{index, params, metric}`` (one model-bound vector), or
+                                              ``{vectors: {name: {model | size, metric, index, params}},
+                                              sparse_vectors: {name: {modifier}}}``
 ``GET    /collections``                       list ``{"collections": [info, ...]}``
 ``GET    /collections/{name}``                info: count, index (type, params, trained), dimension, model
 ``DELETE /collections/{name}``                delete it and its files
-``PUT    /collections/{name}/points``         upsert ``{points: [{id, text, vector, payload}]}`` (durable on answer)
+``PUT    /collections/{name}/points``         upsert ``{points: [{id, text, vector, vectors, payload}]}`` (durable
+                                              on answer; ``vectors``: named ``{name: [float] | {indices, values}}``)
 ``POST   /collections/{name}/points/delete``  delete ``{ids: [...]}`` or ``{filter: {...}}``
 ``GET    /collections/{name}/points/{id}``    one point ``{id, text, payload}`` (``?with_vector=true``,
                                               ``?id_type=auto|int|string``; ids may contain ``/``)
 ``POST   /collections/{name}/points/scroll``  ``{filter, start, limit, with_vector}`` -> ``{points, next}``
 ``POST   /collections/{name}/points/count``   ``{filter}`` -> ``{count}``
-``POST   /collections/{name}/search``         ``{query, top_k, filter, score_threshold, with_payload, with_text}``
+``POST   /collections/{name}/search``         ``{query, using, top_k, filter, score_threshold, with_payload,
+                                              with_text}``
                                               -> ``[{id, score, text, payload}]``
 ``POST   /collections/{name}/search/batch``   ``{searches: [search, ...]}`` -> ``[[hit, ...], ...]``
 ============================================  ==================================================
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import (
     BaseModel,
@@ -47,6 +50,7 @@ from ..routes import JSONRoute, json_response, mark_write
 from .backend import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from .errors import CollectionsNotReady, InvalidCollectionRequest
 from .index import index_kinds
+from .payload_update import check_payload_values
 from .service import CollectionService
 
 router = APIRouter(tags=["collections"], route_class=JSONRoute)
@@ -66,13 +70,53 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]  # a num
 PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
 
+class DenseVectorIn(BaseModel):
+    """One named dense vector of a new collection: ``model: true`` binds it to the active model (the service embeds
+    each point's text; ``size`` is the model's), else it is client-supplied (``size`` required, vectors sent in each
+    point's ``vectors``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: StrictBool = False
+    size: Annotated[StrictInt, Field(ge=1, le=65536)] | None = None
+    metric: Literal["cosine", "dot", "l2"] = "cosine"
+    index: IndexKind = "flat"
+    params: dict[str, Any] | None = None
+
+
+class SparseVectorIn(BaseModel):
+    """One named sparse vector of a new collection: ``modifier: idf`` weights query terms by their IDF over the
+    collection (Qdrant's ``SparseVectorParams.modifier``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    modifier: Literal["none", "idf"] = "none"
+
+
 class CreateCollection(BaseModel):
-    """Body of ``PUT /collections/{name}``."""
+    """Body of ``PUT /collections/{name}``: one unnamed vector bound to the active model (``index``, ``params``,
+    ``metric``), or the named ``vectors`` and ``sparse_vectors`` given (then ``index``/``params``/``metric`` are
+    those of each vector)."""
 
     model_config = ConfigDict(extra="forbid")
     index: IndexKind = "flat"
     params: dict[str, Any] | None = None
     metric: Literal["cosine", "dot", "l2"] = "cosine"
+    vectors: dict[StrictStr, DenseVectorIn] | None = None
+    sparse_vectors: dict[StrictStr, SparseVectorIn] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> CreateCollection:
+        named = self.vectors is not None or self.sparse_vectors is not None
+        if named and self.model_fields_set & {"index", "params", "metric"}:
+            raise ValueError("with 'vectors' or 'sparse_vectors', give index, params and metric per vector")
+        return self
+
+
+class SparseIn(BaseModel):
+    """A sparse vector: ``indices`` (unsigned 32-bit, unique) and their ``values``."""
+
+    model_config = ConfigDict(extra="forbid")
+    indices: list[StrictInt]
+    values: list[FiniteFloat]
 
 
 class PointIn(BaseModel):
@@ -84,12 +128,13 @@ class PointIn(BaseModel):
     id: PointId
     text: Annotated[StrictStr, Field(min_length=1)] | None = None
     vector: Annotated[list[FiniteFloat], Field(min_length=1)] | None = None
+    vectors: dict[StrictStr, Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn] | None = None
     payload: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _text_or_vector(self) -> PointIn:
-        if self.text is None and self.vector is None:
-            raise ValueError("give 'text' (embedded here) or 'vector' (made by the collection's model), or both")
+        if self.text is None and self.vector is None and not self.vectors:
+            raise ValueError("give 'text' (embedded here), 'vector' (made by the collection's model) or 'vectors'")
         return self
 
     @field_validator("payload")
@@ -98,37 +143,6 @@ class PointIn(BaseModel):
         if v is not None:
             check_payload_values(v)
         return v
-
-
-INT64 = (-(2**63), 2**63 - 1)  # what SQLite stores and filters compare as integers
-
-
-MAX_PAYLOAD_DEPTH = 32  # nesting of objects and arrays in a payload
-
-
-def check_payload_values(v: Any, path: str = "payload", depth: int = 0) -> None:
-    """Payloads are plain JSON whose numbers a filter can match: no NaN/Infinity, integers within signed 64 bits,
-    objects and arrays nested at most :data:`MAX_PAYLOAD_DEPTH` deep.
-
-    Raises:
-        ValueError: naming the offending path.
-    """
-    if isinstance(v, (dict, list)) and depth >= MAX_PAYLOAD_DEPTH:
-        raise ValueError(f"{path}: payload nested more than {MAX_PAYLOAD_DEPTH} deep")
-    if isinstance(v, dict):
-        for k, x in v.items():
-            check_payload_values(x, f"{path}.{k}", depth + 1)
-    elif isinstance(v, list):
-        for i, x in enumerate(v):
-            check_payload_values(x, f"{path}[{i}]", depth + 1)
-    elif isinstance(v, bool) or v is None or isinstance(v, str):
-        return
-    elif isinstance(v, int):
-        if not INT64[0] <= v <= INT64[1]:
-            raise ValueError(f"{path}: integer {v} is outside the signed 64-bit range filters can compare")
-    elif isinstance(v, float):
-        if not np.isfinite(v):
-            raise ValueError(f"{path}: payload must be plain JSON (no NaN/Infinity)")
 
 
 class UpsertPoints(BaseModel):
@@ -160,7 +174,7 @@ class ScrollRequest(BaseModel):
     filter: Any = None
     start: PointId | None = None
     limit: StrictInt = Field(10, ge=1)
-    with_vector: StrictBool = False
+    with_vector: StrictBool | list[StrictStr] = False
 
 
 class CountRequest(BaseModel):
@@ -171,10 +185,12 @@ class CountRequest(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    """One search: ``query`` (text or vector), ``top_k``, optional ``filter`` and ``score_threshold``."""
+    """One search: ``query`` (a text, a dense vector or a sparse ``{indices, values}``) by the vector ``using``
+    (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``."""
 
     model_config = ConfigDict(extra="forbid")
-    query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)]
+    query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn
+    using: StrictStr | None = None
     top_k: StrictInt = Field(10, ge=1)
     filter: Any = None
     score_threshold: FiniteFloat | None = None
@@ -251,8 +267,12 @@ def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
 # --- collections -------------------------------------------------------------------------------------------------
 @router.put("/collections/{name}", dependencies=WRITES)
 async def create_collection(name: str, body: CreateCollection, svc: Service) -> Response:
-    """Create a collection embedded by the active model; answers its info."""
-    c = await svc.create(name, body.index, body.params, body.metric)
+    """Create a collection (its vectors: see :class:`CreateCollection`); answers its info."""
+    dense = {n: {"bound": v.model, "size": v.size, "metric": v.metric, "index": v.index, "params": v.params}
+             for n, v in (body.vectors or {}).items()}  # fmt: skip
+    sparse = {n: {"modifier": v.modifier} for n, v in (body.sparse_vectors or {}).items()}
+    named = body.vectors is not None or body.sparse_vectors is not None
+    c = await svc.create(name, body.index, body.params, body.metric, *((dense, sparse) if named else ()))
     return json_response(await svc.backend.run(c.info))
 
 
@@ -282,9 +302,12 @@ async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Time
     """Embed and upsert points; answers once the write is durable (SQLite commit, fsynced) and searchable."""
     pts = body.points
     with timed("upsert", name):
+        named = [{k: v.model_dump() if isinstance(v, SparseIn) else v for k, v in (p.vectors or {}).items()}
+                 for p in pts]  # fmt: skip
         n, seq = await svc.upsert(
-            name, [p.id for p in pts], [p.text or "" for p in pts], [p.payload for p in pts], [p.vector for p in pts]
-        )
+            name, [p.id for p in pts], [p.text or "" for p in pts], [p.payload for p in pts], [p.vector for p in pts],
+            named=named,
+        )  # fmt: skip
     return json_response({"status": "completed", "upserted": n, "sequence": seq})
 
 

@@ -32,6 +32,7 @@ from ..settings import ReadConsistencyLevel
 from .errors import InvalidCollectionRequest, ResponseTooLarge
 from .filters import Filter
 from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
+from .schema import SparseVec, VectorsConfig
 
 T = TypeVar("T")
 
@@ -57,6 +58,23 @@ def new_spec(name: str, kind: str, params: dict[str, Any] | None, metric: str, d
         return IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
     except IndexConfigError as e:
         raise InvalidCollectionRequest(str(e), param="params") from e
+
+
+def single_config(
+    name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
+) -> VectorsConfig:
+    """The vectors config of a collection with one model-bound unnamed vector (what every collection was before named
+    vectors), every value checked (:func:`new_spec`).
+
+    Raises:
+        InvalidCollectionRequest: as :func:`new_spec`.
+    """
+    return VectorsConfig.single(new_spec(name, kind, params, metric, dimension), model)
+
+
+def check_name(name: str) -> None:
+    """Raises :class:`~.errors.InvalidCollectionRequest` unless ``name`` is a valid collection name."""
+    new_spec(name, "flat", None, "cosine", 1)
 
 
 def model_id(model: dict[str, Any]) -> str:
@@ -189,14 +207,16 @@ class CollectionHandle(Protocol):
 
     name: str
     reembed_status: dict[str, Any] | None  # the last re-embedding's progress (see ReembedTarget.status)
+    vectors: VectorsConfig  # the collection's named vectors (:mod:`.schema`)
 
     @property
-    def spec(self) -> IndexSpec:
-        """The index spec: kind, metric, complete params, vector dimension."""
+    def spec(self) -> IndexSpec | None:
+        """The model-bound vector's index spec: kind, metric, complete params, vector dimension (None without one)."""
 
     @property
-    def model(self) -> dict[str, Any]:
-        """The ``{name, version, sha256}`` record of the model that embedded the collection's vectors."""
+    def model(self) -> dict[str, Any] | None:
+        """The ``{name, version, sha256}`` record of the model that embedded the model-bound vectors (None: the
+        collection has no model-bound vector)."""
 
     @property
     def count(self) -> int:
@@ -219,11 +239,14 @@ class CollectionHandle(Protocol):
         model: dict[str, Any] | None = None,
         shadow_model: dict[str, Any] | None = None,
         shadow_vectors: np.ndarray | None = None,
+        named: list[dict[str, np.ndarray | SparseVec]] | None = None,
     ) -> int:
         """Insert or replace points (a repeated id keeps its last occurrence); returns once durable and searchable.
 
-        ``vectors``: float32 ``(n, dimension)`` made by ``model``; while a re-embedding runs, ``shadow_vectors``
-        (float32 ``(n, target dimension)``) made by its target ``shadow_model`` are written to it too.
+        ``vectors``: float32 ``(n, dimension)`` of the model-bound vector, made by ``model`` (None: the collection
+        has none); while a re-embedding runs, ``shadow_vectors`` (float32 ``(n, target dimension)``) made by its
+        target ``shadow_model`` are written to it too. ``named``: per point, its other vectors by name (float32
+        ``(d,)`` dense, :class:`~.schema.SparseVec` sparse; checked against :attr:`vectors` by the caller).
 
         Returns:
             the write's sequence number.
@@ -238,14 +261,17 @@ class CollectionHandle(Protocol):
         """Delete by ids and/or payload filter; returns ``(deleted, sequence)`` once durable."""
 
     def get(
-        self, point_id: int | str, with_vector: bool = False, consistency: ReadConsistency = STRONG
+        self, point_id: int | str, with_vector: bool | list[str] = False, consistency: ReadConsistency = STRONG
     ) -> dict[str, Any] | None:
-        """``{id, text, payload[, vector]}`` or None, read at ``consistency``."""
+        """``{id, text, payload[, vector][, vectors]}`` or None, read at ``consistency``. ``with_vector``: True for
+        every vector, or the names wanted: ``vector`` is the model-bound vector, ``vectors`` the other named ones
+        the point holds (``{name: [float] | {indices, values}}``; present when the collection has any)."""
 
     def scroll(
-        self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool = False
+        self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool | list[str] = False
     ) -> list[dict[str, Any]]:
-        """Up to ``limit`` points ``{id, text, payload[, vector]}`` matching ``where``, in the order of their stored
+        """Up to ``limit`` points ``{id, text, payload[, vector][, vectors]}`` (as :meth:`get`) matching ``where``, in
+        the order of their stored
         keys (:func:`.ids.encode_id`, compared byte by byte: string ids before integer ids, integers as decimal
         text), from the point whose id is ``start`` (inclusive; None: from the first)."""
 
@@ -263,10 +289,13 @@ class CollectionHandle(Protocol):
         model: dict[str, Any] | None = None,
         budget: ResponseBudget | None = None,
         consistency: ReadConsistency = STRONG,
+        using: str | None = None,
     ) -> list[list[Hit]]:
-        """The ``top_k`` best points among those matching ``where`` for each query (float32 ``(nq, d)``
-        made by ``model``), best first, without those scoring below (cosine/dot) or beyond (l2) the threshold,
-        read at ``consistency``.
+        """The ``top_k`` best points among those matching ``where`` for each query by the vector ``using`` (None:
+        the model-bound one; float32 ``(nq, d)`` dense queries, made by ``model`` for the model-bound vector, or a
+        list of :class:`~.schema.SparseVec`), best first, without those scoring below (cosine/dot/sparse) or beyond
+        (l2) the threshold, read at ``consistency``. A sparse search scores by the exact dot product and returns
+        only points sharing a term with the query.
         The hits' bytes are spent from ``budget`` before their texts and payloads are read where the backend can
         (embedded), else as they arrive.
 
@@ -314,10 +343,13 @@ class VectorBackend(Protocol):
     def list(self) -> list[CollectionHandle]:
         """Every collection, sorted by name."""
 
-    async def create(
-        self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
-    ) -> CollectionHandle:
-        """Raises :class:`~.errors.InvalidCollectionRequest` or :class:`~.errors.CollectionExists`."""
+    async def create(self, name: str, vectors: VectorsConfig) -> CollectionHandle:
+        """Create collection ``name`` holding the (checked) ``vectors``.
+
+        Raises:
+            InvalidCollectionRequest: a bad name, or vectors the backend cannot hold (``unsupported``).
+            CollectionExists: the name is taken.
+        """
 
     async def delete(self, name: str) -> None:
         """Raises :class:`~.errors.CollectionNotFound`."""

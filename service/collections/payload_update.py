@@ -17,6 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged
 
 
@@ -112,13 +114,14 @@ async def _rewrite(
     for where in wheres:
         start = None
         while True:
-            model = dict((await svc.collection(name)).model)  # the stored vectors read below are this model's
+            model = (await svc.collection(name)).model  # the stored vectors read below are this model's
             points, after = await svc.scroll(name, start, page, where, with_vector=True)
             if points:
-                ids_, texts, vecs = zip(*((p["id"], p["text"], p["vector"]) for p in points))
-                try:
-                    _, seq = await svc.upsert(name, list(ids_), list(texts), updated(points), list(vecs),
-                                              vectors_model=model)  # fmt: skip
+                ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
+                vecs, named = [p.get("vector") for p in points], [p.get("vectors") for p in points]
+                try:  # every vector written back as stored: the model-bound one and the named others
+                    _, seq = await svc.upsert(name, ids_, texts, updated(points), vecs if model else None,
+                                              vectors_model=model and dict(model), named=named)  # fmt: skip
                 except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
                     stale += 1
                     if stale == RETRIES:
@@ -127,3 +130,34 @@ async def _rewrite(
             if (start := after) is None:
                 break
     return seq
+
+
+INT64 = (-(2**63), 2**63 - 1)  # what SQLite stores and filters compare as integers
+
+
+MAX_PAYLOAD_DEPTH = 32  # nesting of objects and arrays in a payload
+
+
+def check_payload_values(v: Any, path: str = "payload", depth: int = 0) -> None:
+    """Payloads are plain JSON whose numbers a filter can match: no NaN/Infinity, integers within signed 64 bits,
+    objects and arrays nested at most :data:`MAX_PAYLOAD_DEPTH` deep.
+
+    Raises:
+        ValueError: naming the offending path.
+    """
+    if isinstance(v, (dict, list)) and depth >= MAX_PAYLOAD_DEPTH:
+        raise ValueError(f"{path}: payload nested more than {MAX_PAYLOAD_DEPTH} deep")
+    if isinstance(v, dict):
+        for k, x in v.items():
+            check_payload_values(x, f"{path}.{k}", depth + 1)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            check_payload_values(x, f"{path}[{i}]", depth + 1)
+    elif isinstance(v, bool) or v is None or isinstance(v, str):
+        return
+    elif isinstance(v, int):
+        if not INT64[0] <= v <= INT64[1]:
+            raise ValueError(f"{path}: integer {v} is outside the signed 64-bit range filters can compare")
+    elif isinstance(v, float):
+        if not np.isfinite(v):
+            raise ValueError(f"{path}: payload must be plain JSON (no NaN/Infinity)")

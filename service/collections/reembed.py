@@ -80,7 +80,7 @@ class Reembedder:
 
     def models_in_use(self) -> set[tuple[str, str]]:
         """``{(collection, model_id)}``: every collection needs the model it is embedded with (searches, upserts)."""
-        return {(c.name, model_id(c.model)) for c in self.backend.list()}
+        return {(c.name, model_id(c.model)) for c in self.backend.list() if c.model is not None}
 
     async def start(self) -> None:
         """Resume: load the models collections are on (best effort) and re-embed those not on the active model."""
@@ -90,11 +90,13 @@ class Reembedder:
     async def adopt(self, c: CollectionHandle) -> None:
         """Take on collection ``c`` as found (at start, or recovered from a snapshot, replacing one of its name):
         stop a re-embedding of the collection it replaces, load its model (best effort), and re-embed it if it is
-        not on the active model."""
+        not on the active model. A collection without a model-bound vector has nothing to re-embed."""
         t = self.tasks.pop(c.name, None)
         if t is not None and not t.done():
             t.cancel()
             await asyncio.gather(t, return_exceptions=True)
+        if c.model is None:
+            return
         try:
             await self.control.load(c.model["name"], c.model["version"])
         except Exception as e:
@@ -115,6 +117,8 @@ class Reembedder:
         return await self.backend.run(lambda: c.count)  # a network call on a shared backend: off the event loop
 
     async def _ensure(self, c: CollectionHandle, info: Any) -> None:
+        if c.model is None:  # only client-supplied and sparse vectors: they do not follow the model
+            return
         target = {"name": info.name, "version": info.version, "sha256": info.sha256}
         t = self.tasks.get(c.name)
         running = t is not None and not t.done()

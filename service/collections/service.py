@@ -17,15 +17,15 @@ Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP i
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
-from .backend import CollectionHandle, Hit, ReadConsistency, ResponseBudget, VectorBackend
+from . import searching
+from .backend import CollectionHandle, Hit, ReadConsistency, VectorBackend, check_name, single_config
 from .errors import (
     RETRIES,
     CollectionNotFound,
@@ -38,20 +38,9 @@ from .errors import (
 )
 from .filters import Filter, FilterError, parse_filter
 from .payload_update import check_payload_sizes, delete_payload_keys, set_payload
+from .schema import new_vectors_config, point_vectors
+from .searching import SearchSpec
 from .vectors import query_problem
-
-HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
-
-
-class SearchSpec(Protocol):
-    """One search as the routes receive it (the API's ``SearchRequest`` has these fields)."""
-
-    query: str | list[float]
-    top_k: int
-    filter: Any
-    score_threshold: float | None
-    with_payload: bool
-    with_text: bool
 
 
 class CollectionService:
@@ -152,11 +141,31 @@ class CollectionService:
                  for i in range(0, len(texts), chunk)]  # fmt: skip
         return np.concatenate(parts).astype(np.float32, copy=False)
 
-    async def create(self, name: str, index: str, params: dict[str, Any] | None, metric: str) -> CollectionHandle:
-        """A new collection embedded by the active model (see :meth:`VectorBackend.create` for errors)."""
+    async def create(
+        self,
+        name: str,
+        index: str = "flat",
+        params: dict[str, Any] | None = None,
+        metric: str = "cosine",
+        dense: dict[str, dict[str, Any]] | None = None,
+        sparse: dict[str, dict[str, Any]] | None = None,
+    ) -> CollectionHandle:
+        """A new collection. Without ``dense`` and ``sparse``: one unnamed vector bound to the active model, indexed
+        by ``index`` (``params``) with ``metric``. Else the named vectors given (:func:`.schema.new_vectors_config`:
+        ``dense`` ``{name: {bound, size, metric, index, params}}``, ``sparse`` ``{name: {modifier, model}}``), a
+        model-bound one bound to the active model.
+
+        Raises:
+            InvalidCollectionRequest, CollectionExists (see :meth:`VectorBackend.create`).
+        """
         info = self.embedder().resolve(None).info
         model = {"name": info.name, "version": info.version, "sha256": info.sha256}
-        return await self.backend.create(name, index, params, metric, model, info.dimension)
+        if dense is None and sparse is None:
+            config = single_config(name, index, params, metric, model, info.dimension)
+        else:
+            check_name(name)
+            config = new_vectors_config(dense or {}, sparse or {}, model, info.dimension)
+        return await self.backend.create(name, config)
 
     async def upsert(
         self,
@@ -166,6 +175,7 @@ class CollectionService:
         payloads: list[dict[str, Any] | None],
         vectors: Sequence[Sequence[float] | None] | None = None,
         vectors_model: dict[str, Any] | None = None,
+        named: Sequence[dict[str, Any] | None] | None = None,
     ) -> tuple[int, int]:
         """Embed and upsert points; returns ``(distinct ids written, sequence)`` once durable and searchable.
 
@@ -177,6 +187,8 @@ class CollectionService:
                 runs.
             vectors_model: the model the given vectors were made by (stored vectors written back); a write under
                 any other model raises ModelChanged at once, so that the caller reads them again.
+            named: per point, its vectors other than the model-bound one, ``{name: [float] | {indices, values}}``
+                (client-supplied dense and sparse vectors of the collection), checked here.
 
         Raises:
             CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`~.errors.RETRIES` attempts);
@@ -189,6 +201,17 @@ class CollectionService:
             raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
         self._check_payload_sizes(payloads)
         given = {i: v for i, v in enumerate(vectors or []) if v is not None}
+        extra = point_vectors(c.vectors, named) if named and any(named) else None
+        if c.model is None:  # no model-bound vector: nothing to embed
+            if given:
+                raise InvalidCollectionRequest(f"collection {name!r} has no unnamed vector", "vector")
+            seq = await self.backend.run(c.upsert, ids, texts, payloads, None, named=extra)
+            return len(set(ids)), seq
+        if missing := [i for i, t in enumerate(texts) if not t and i not in given]:
+            raise InvalidCollectionRequest(
+                f"points[{missing[0]}] has no text and no 'vector': collection {name!r} embeds its model-bound vector "
+                "from the text", f"points[{missing[0]}]",
+            )  # fmt: skip
         for attempt in range(RETRIES):
             model, smodel = dict(c.model), c.reembed_model
             if vectors_model is not None and vectors_model != model:
@@ -202,8 +225,9 @@ class CollectionService:
             svectors = await self.embed(c, texts, smodel) if smodel else None
             try:
                 seq = await self.backend.run(
-                    c.upsert, ids, texts, payloads, vecs, model=model, shadow_model=smodel, shadow_vectors=svectors
-                )
+                    c.upsert, ids, texts, payloads, vecs, model=model, shadow_model=smodel, shadow_vectors=svectors,
+                    named=extra,
+                )  # fmt: skip
                 return len(set(ids)), seq  # a repeated id is written once (the last occurrence wins)
             except ModelChanged as e:
                 if attempt == RETRIES - 1:
@@ -315,72 +339,11 @@ class CollectionService:
     async def search(
         self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency | None = None
     ) -> list[list[Hit]]:
-        """One list of hits per search, best first, read at ``consistency`` (default :meth:`read_consistency`).
+        """One list of hits per search, best first, read at ``consistency`` (default :meth:`read_consistency`):
+        :func:`.searching.search` (each search by its ``using`` vector, default the collection's default one).
         ``param``: ``query`` (one search) or ``searches`` (a batch), used to name the field at fault.
 
         Raises:
             CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
         """
-        if param == "searches" and len(searches) > self.settings.max_batch_searches:
-            raise TooManyItems(
-                f"{len(searches)} searches in one request; the maximum is {self.settings.max_batch_searches}",
-                "searches",
-                "too_many_searches",
-            )
-        for attempt in range(RETRIES):
-            try:
-                return await self._search_once(name, searches, param, consistency or self.read_consistency())
-            except ModelChanged as e:
-                if attempt == RETRIES - 1:
-                    raise ModelChanged(f"collection {name!r} changed model during the search; retry ({e})") from e
-        raise AssertionError("unreachable")
-
-    async def _search_once(
-        self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency
-    ) -> list[list[Hit]]:
-        c = await self.collection(name)
-        model, d = dict(c.model), c.spec.dimension
-        plans: list[tuple[SearchSpec, Filter | None, int | np.ndarray]] = []
-        texts: list[str] = []
-        for i, s in enumerate(searches):
-            pre = f"{param}[{i}]." if param == "searches" else ""
-            if s.top_k > self.settings.max_top_k:
-                raise InvalidCollectionRequest(f"top_k must be at most {self.settings.max_top_k}", f"{pre}top_k")
-            where = self.parse_filter(s.filter, f"{pre}filter")
-            if isinstance(s.query, str):
-                plans.append((s, where, len(texts)))
-                texts.append(s.query)
-                continue
-            v = np.asarray(s.query, dtype=np.float32)
-            if len(v) != d:
-                raise InvalidCollectionRequest(
-                    f"query vector has dimension {len(v)}; collection {name!r} has {d}",
-                    f"{pre}query",
-                    "wrong_dimension",
-                )
-            if (problem := query_problem(v, c.spec.metric)) is not None:
-                raise InvalidCollectionRequest(problem, f"{pre}query")
-            plans.append((s, where, v))
-        qvecs = await self.embed(c, texts, model) if texts else None
-
-        budget = ResponseBudget(self.settings.max_response_bytes)  # one for the whole response
-        # searches that differ only in their query vector go to the backend as one multi-query search (one Milvus
-        # RPC, one FAISS call), each group its own bounded backend call
-        groups: dict[tuple, list[int]] = {}
-        for i, (s, _, _) in enumerate(plans):
-            key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text)
-            groups.setdefault(key, []).append(i)
-        out: list[list[Hit] | None] = [None] * len(plans)
-        for members in groups.values():
-            s, where, _ = plans[members[0]]
-            step = max(1, HITS_PER_CALL // s.top_k)  # the budget is checked between calls: no call returns gigabytes
-            for k in range(0, len(members), step):
-                part = members[k : k + step]
-                vecs = np.stack([qvecs[q] if isinstance(q, int) else q for _, _, q in (plans[i] for i in part)])
-                hits = await self.backend.run(
-                    c.search, vecs, s.top_k, where, s.score_threshold, s.with_payload, s.with_text, model=model,
-                    budget=budget, consistency=consistency,
-                )  # fmt: skip
-                for i, h in zip(part, hits):
-                    out[i] = h
-        return out  # type: ignore[return-value]
+        return await searching.search(self, name, searches, param, consistency or self.read_consistency())

@@ -26,8 +26,9 @@ from artifact_contract.fsio import atomic_write_bytes, fsync_dir
 
 from ...tasks import cancel_and_wait
 from ..aliases import Aliases
-from ..backend import NAME_RE, CollectionSettings, new_spec
+from ..backend import NAME_RE, CollectionSettings, check_name
 from ..errors import CollectionClosed, CollectionExists, CollectionNotFound
+from ..schema import VectorsConfig
 from .collection import Collection
 from .snapshot_store import EmbeddedSnapshots, finish_swaps
 
@@ -158,16 +159,14 @@ class EmbeddedBackend:
             raise CollectionNotFound(f"collection {name!r} not found")
         return c
 
-    async def create(
-        self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
-    ) -> Collection:
-        """Create collection ``name`` for vectors of ``dimension`` embedded by ``model`` ({name, version, sha256}).
+    async def create(self, name: str, vectors: VectorsConfig) -> Collection:
+        """Create collection ``name`` holding ``vectors`` (checked: :func:`~..schema.new_vectors_config`).
 
         Raises:
-            InvalidCollectionRequest: bad name, index kind, params or metric.
+            InvalidCollectionRequest: bad name.
             CollectionExists: the name is taken.
         """
-        spec = new_spec(name, kind, params, metric, dimension)
+        check_name(name)
         async with self._lock:
             if name in self.collections or self.aliases.resolve(name):
                 raise CollectionExists(f"collection or alias {name!r} already exists")
@@ -175,8 +174,7 @@ class EmbeddedBackend:
                 c = await self.run(
                     Collection.create,
                     self.root / name,
-                    spec,
-                    model,
+                    vectors,
                     exact_filter_threshold=self.settings.exact_filter_threshold,
                 )
             except FileExistsError as e:

@@ -1,5 +1,6 @@
 """One embedded collection: a SQLite :class:`~.store.Store` (truth) plus a derived FAISS
-:class:`~..index.VectorIndex`; implements :class:`~..backend.CollectionHandle`.
+:class:`~..index.VectorIndex` of its model-bound vector and :class:`~.named.NamedIndexes` of its other named vectors
+(docs/architecture.md, "Named vectors"); implements :class:`~..backend.CollectionHandle`.
 
 Concurrency: searches hold the read side of a readers-writer lock for the FAISS search *and* the SQLite row
 lookups; a write holds a write mutex (one write at a time) and, for its SQLite commit plus the FAISS update, the
@@ -22,27 +23,28 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Hit, model_id, same_model
+from ..backend import Hit, same_model
 from ..errors import CollectionClosed, ModelChanged
 from ..filters import Filter
 from ..ids import decode_id, encode_id
-from ..index import IndexSpec, VectorIndex, exact_search, get_type, higher_is_better
-from ..vectors import unit_rows
+from ..index import IndexSpec, VectorIndex, higher_is_better
+from ..schema import VectorsConfig
 from .locks import RWLock
-from .search import assemble_hits, left_out, point_dict, rerank
+from .named import NamedIndexes, prepared
+from .reembedding import Reembedding
+from .search import assemble_hits, dense_search, left_out, point_dict
 from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
 from .store import Store
-from .target import EmbeddedTarget
 
 log = logging.getLogger("service.collections")
 
 
-class Collection:
+class Collection(Reembedding):
     """A named, persistent set of points with a FAISS index.
 
     Use :meth:`create` for a new one and :meth:`open` for an existing directory.
-    Attributes ``name``, ``path``, ``spec`` (:class:`IndexSpec`), ``model`` (dict with
-    name, version, sha256) are fixed at creation.
+    Attributes ``name``, ``path``, ``vectors`` (:class:`~..schema.VectorsConfig`); ``spec`` (:class:`IndexSpec`) and
+    ``model`` (dict with name, version, sha256) are the model-bound vector's (None without one).
 
     Args:
         exact_filter_threshold: a filtered search whose filter matches at most this many
@@ -55,12 +57,17 @@ class Collection:
         self.name = self.path.name
         self.store = store
         meta = store.meta()
-        cfg = meta["config"]
-        self.spec = IndexSpec(cfg["index"], cfg["metric"], cfg["params"], int(meta["dimension"]))
-        self.model: dict[str, Any] = meta["model"]
+        # the model-bound vector's spec and model are the meta keys a re-embedding's switch rewrites
+        cfg, self.model = meta.get("config"), meta.get("model")
+        self.spec = IndexSpec(cfg["index"], cfg["metric"], cfg["params"], int(meta["dimension"])) if cfg else None
+        vectors = VectorsConfig.from_json(meta["vectors"]) if "vectors" in meta else None
+        if vectors is None:  # a collection from before named vectors: one model-bound vector ""
+            vectors = VectorsConfig.single(self.spec, self.model)
+        self.vectors = vectors.with_bound_spec(self.spec, self.model) if self.spec else vectors
+        self.named = NamedIndexes(store, self.vectors)
         self.created_at: float = meta.get("created_at", 0.0)
         self.exact_filter_threshold = exact_filter_threshold
-        self.index = VectorIndex(self.spec)
+        self.index = VectorIndex(self.spec) if self.spec else None
         self._seq = int(meta["seq"])
         self._count = 0
         self._snapshot_seq = 0
@@ -70,22 +77,22 @@ class Collection:
         self._closed = False
         self.last_error: str | None = None
         # re-embedding towards another model: its target while attached, and its status (kept after it ends)
-        self._target: EmbeddedTarget | None = None
+        self._target: Any = None  # an EmbeddedTarget
         self.reembed_status: dict[str, Any] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, spec: IndexSpec, model: dict[str, Any], **kw: Any) -> Collection:
+    def create(cls, path: Path, vectors: VectorsConfig, **kw: Any) -> Collection:
         """Create a collection directory at ``path`` atomically (see :meth:`Store.create_directory`) and open it.
 
         Raises:
             FileExistsError: ``path`` exists.
         """
-        meta = {
-            "config": {"index": spec.kind, "metric": spec.metric, "params": spec.params},
-            "dimension": spec.dimension,
-            "model": model,
-        }
+        meta: dict[str, Any] = {"vectors": vectors.to_json()}
+        if (b := vectors.bound) is not None:
+            spec = b.spec
+            meta.update(config={"index": spec.kind, "metric": spec.metric, "params": spec.params},
+                        dimension=spec.dimension, model=b.model)  # fmt: skip
         Store.create_directory(Path(path), meta)
         return cls.open(path, **kw)
 
@@ -97,7 +104,14 @@ class Collection:
         return c
 
     def _load(self) -> None:
-        self.index, self._count, self._seq, self._snapshot_seq = load_index(self.name, self.path, self.store, self.spec)
+        if self.spec is not None:
+            self.index, self._count, self._seq, self._snapshot_seq = load_index(
+                self.name, self.path, self.store, self.spec
+            )
+        else:
+            self._count, self._seq = self.store.count(), self.store.seq()
+        if self.named.dense or self.vectors.sparse:
+            log.info("collection %s: named vectors loaded in %.2fs", self.name, self.named.load())
 
     def _build_index(self, count: int) -> VectorIndex:
         return build_index(self.store, self.spec, count)
@@ -127,11 +141,11 @@ class Collection:
         v = np.ascontiguousarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != self.spec.dimension:
             raise ValueError(f"vectors must have shape (n, {self.spec.dimension}), got {v.shape}")
-        if self.spec.metric == "cosine":
-            return unit_rows(v)
-        return np.ascontiguousarray(v, dtype=np.float32)
+        return prepared(v, self.spec.metric)
 
-    def upsert(self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None) -> int:
+    def upsert(
+        self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None, named=None
+    ) -> int:
         """Insert or replace points durably (SQLite commit, fsynced) and searchably (FAISS updated); also writes the
         attached re-embedding's vectors. See :meth:`~..backend.CollectionHandle.upsert` for the arguments.
 
@@ -154,12 +168,16 @@ class Collection:
             shadow = self._target
             if shadow is not None and (shadow_vectors is None or not same_model(shadow_model, shadow.model)):
                 raise ModelChanged(f"collection {self.name} is being re-embedded with {shadow.model}")
-            vecs = self._prepare(vectors)[order]
+            vecs = self._prepare(vectors)[order] if self.spec is not None else None
+            extra = self.named.prepare([named[i] for i in order]) if named else None
             with self._rw.write():
-                seq, new_iids, old_iids = self.store.upsert(keys, texts_, payloads_, vecs)
+                seq, new_iids, old_iids = self.store.upsert(keys, texts_, payloads_, vecs, extra)
                 self._seq = seq
                 self._count += len(new_iids) - len(old_iids)
-                self._apply(lambda: (self.index.remove(old_iids), self.index.add(new_iids, vecs)))
+                if self.index is not None:
+                    self._apply(lambda: (self.index.remove(old_iids), self.index.add(new_iids, vecs)))
+                self.named.removed(old_iids, self.store.named_removed)
+                self.named.added(new_iids, extra or [])
             if shadow is not None:
                 shadow.write(new_iids, np.asarray(shadow_vectors, dtype=np.float32)[order])
         return seq
@@ -173,7 +191,9 @@ class Collection:
                 seq, old = self.store.delete(keys, where)
                 self._seq = seq
                 self._count -= len(old)
-                self._apply(lambda: self.index.remove(old))
+                if self.index is not None:
+                    self._apply(lambda: self.index.remove(old))
+                self.named.removed(old, self.store.named_removed)
         return len(old), seq
 
     def _apply(self, fn: Any) -> None:
@@ -188,7 +208,8 @@ class Collection:
     # --- maintenance ----------------------------------------------------------------------------------------
     def needs_maintenance(self) -> bool:
         """An HNSW rebuild (too many tombstones) or IVF-PQ training (enough points) is due."""
-        return not self._closed and (self.index.needs_rebuild() or self.index.needs_training(self._count))
+        idx = self.index
+        return not self._closed and idx is not None and (idx.needs_rebuild() or idx.needs_training(self._count))
 
     def maintain(self) -> str | None:
         """Rebuild or train the index if due, beside the live one, then swap it in.
@@ -196,7 +217,7 @@ class Collection:
         Searches continue on the old index meanwhile; writes wait. Returns what was done.
         """
         with self._wmutex:
-            if self._closed or not (self.index.needs_rebuild() or self.index.needs_training(self._count)):
+            if not self.needs_maintenance():
                 return None
             what = "trained ivf_pq" if self.index.needs_training(self._count) else "rebuilt hnsw"
             t0 = time.monotonic()
@@ -223,84 +244,13 @@ class Collection:
             if self._closed or self._seq == self._snapshot_seq:
                 return None
             seq = self._seq
-            self.index.write_snapshot(snapshot_path(self.path, seq), seq)
+            if self.index is not None:
+                self.index.write_snapshot(snapshot_path(self.path, seq), seq)
             self.store.prune_removed(seq)
             remove_snapshots(self.path, below=seq)
             self._snapshot_seq = seq
             self._snapshot_time = time.monotonic()
             return seq
-
-    # --- re-embedding ---------------------------------------------------------------------------------------
-    @property
-    def reembed_model(self) -> dict[str, Any] | None:
-        """The target model of the attached re-embedding (upserts must carry its vectors too), else None."""
-        t = self._target
-        return dict(t.model) if t is not None else None
-
-    def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str = "") -> EmbeddedTarget:
-        """Attach a re-embedding towards ``model`` (resuming its stored target vectors if it was interrupted);
-        from now on every upsert writes both vectors. ``owner`` is not needed: one process owns the collection.
-
-        Raises:
-            InvalidCollectionRequest: the index params cannot be carried to ``dimension``.
-            CollectionClosed: the collection was deleted.
-        """
-        target = EmbeddedTarget(self, model, dimension)
-        target.prepare()
-        with self._wmutex:
-            self._check_open()
-            if self._target is not None:
-                self._target.abandoned = True
-            self._target = target
-            self.reembed_status = target.status
-        return target
-
-    def detach_reembed(self, target: EmbeddedTarget) -> None:
-        """Stop writing ``target``'s vectors (if it is still the attached one)."""
-        with self._wmutex:
-            if self._target is target:
-                self._target = None
-
-    def complete_reembed(self, target: EmbeddedTarget) -> bool:
-        """Switch to ``target``'s vectors: the new index is built beside the old one (searches go on, writes wait),
-        then one SQLite transaction moves the vectors and records the model, dimension and index params, and the
-        index, spec and model are swapped under the write side; the old snapshots are deleted.
-
-        Returns:
-            True when switched; False when points still lack a target vector or ``target`` is not attached.
-        """
-        with self._wmutex:
-            self._check_open()
-            if self._target is not target or target.table.missing():
-                return False
-            spec = target.spec
-            n = get_type(spec.kind).train_sample_size(spec, self._count)
-            t0 = time.monotonic()
-            index = VectorIndex.build(
-                spec, target.table.iter_vectors(), train_sample=target.table.sample(n) if n else None
-            )
-            built = time.monotonic() - t0
-            with self._rw.write():
-                # the old vectors' snapshots go first: the promote keeps the sequence number, so after a crash
-                # between the two one of them would load as if it held the new model's vectors; without one, an
-                # open rebuilds from SQLite, whichever side of the promote the crash fell
-                remove_snapshots(self.path)
-                config = {"index": spec.kind, "metric": spec.metric, "params": spec.params}
-                target.table.promote(target.model, spec.dimension, config)
-                self.index, self.spec, self.model = index, spec, dict(target.model)
-                self._target = None
-                # with the model, under the same lock as info(): never the new model beside a "running" state
-                target.status.update(state="completed", done=self._count, total=self._count, finished_at=time.time())
-                self._snapshot_seq, self._snapshot_time = 0, time.monotonic()
-        log.info(
-            "collection %s: switched to %s (%d points, dimension %d; index built in %.2fs)",
-            self.name, model_id(target.model), self._count, spec.dimension, built,
-        )  # fmt: skip
-        try:
-            self.snapshot()
-        except Exception:
-            log.exception("collection %s: snapshot after the switch failed (SQLite has everything)", self.name)
-        return True
 
     # --- reads --------------------------------------------------------------------------------------------------
     def search(
@@ -314,58 +264,73 @@ class Collection:
         model=None,
         budget=None,
         consistency=None,
+        using=None,
     ) -> list[list[Hit]]:
-        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`). A filter only leaving listed
-        points out is a search for that many more hits (:func:`.search.left_out`). A filter matching at most
-        ``exact_filter_threshold`` points is answered exactly over their stored vectors; a broader one restricts the
-        FAISS search with an ``IDSelector``; IVF-PQ candidates are re-ranked exactly. Always strong (``consistency``
-        is accepted and needs nothing: a write is answered once searchable).
+        """Nearest points of each query by the vector ``using`` (None: the model-bound one), see
+        :meth:`~..backend.CollectionHandle.search`. A filter only leaving listed points out is a search for that many
+        more hits (:func:`.search.left_out`). A dense search is :func:`.search.dense_search` (exact over a narrow
+        filter's points, else FAISS); a sparse one is exact (:meth:`.named.NamedIndexes.sparse_search`). Always
+        strong (``consistency`` is accepted and needs nothing: a write is answered once searchable).
 
         Raises:
             CollectionClosed, ModelChanged.
         """
+        using = self.vectors.bound.name if using is None and self.vectors.bound else using
+        bound = self.vectors.bound is not None and using == self.vectors.bound.name
         with self._rw.read():
             self._check_open()
-            if model is not None and not same_model(model, self.model):
+            if bound and model is not None and not same_model(model, self.model):
                 raise ModelChanged(f"collection {self.name} is now embedded by {self.model}")
-            q, (where, dropped) = self._prepare(queries), left_out(self.store, where)
-            allowed, exact, k = None, None, top_k + len(dropped)
+            (where, dropped), nq = left_out(self.store, where), len(queries)
+            allowed, k = None, top_k + len(dropped)
             if where is not None:
-                cap = self.exact_filter_threshold
                 allowed = self.store.matching_iids(where)
                 if len(allowed) == 0:
-                    return [[] for _ in range(len(q))]
-                if len(allowed) <= cap:
-                    ids, vecs = self.store.vectors_for(allowed, self.spec.dimension)
-                    exact = exact_search(q, vecs, ids, top_k, self.spec.metric)
-            if exact is not None:
-                D, I = exact
-            elif (factor := self.index.rerank_factor()) > 1:
-                D, I = rerank(self.index, self.store, q, k, allowed, factor, self.spec)
+                    return [[] for _ in range(nq)]
+            if using in self.vectors.sparse:
+                D, I = self.named.sparse_search(using, queries, k, allowed)
+                metric = "dot"
             else:
-                D, I = self.index.search(q, k, allowed)
+                if bound:
+                    index, q = self.index, self._prepare(queries)
+                    fetch = lambda iids: self.store.vectors_for(iids, self.spec.dimension)  # noqa: E731
+                else:
+                    index, q = self.named.indexes[using], prepared(queries, self.named.dense[using].spec.metric)
+                    fetch = lambda iids: self.named.fetch_dense(using, iids)  # noqa: E731
+                D, I = dense_search(index, fetch, q, top_k, k, allowed, self.exact_filter_threshold)
+                metric = index.spec.metric
             if len(dropped):
                 I = np.where(np.isin(I, dropped), -1, I)  # left out (assemble_hits skips -1)
-            hib = higher_is_better(self.spec.metric)
             found, counts = np.unique(I[I >= 0], return_counts=True)
             wanted = [int(i) for i in found]
             hits_per_row = dict(zip(wanted, (int(n) for n in counts)))
             rows = self.store.rows_for(wanted, with_text, with_payload, budget, hits_per_row) if wanted else {}
-        return assemble_hits(D, I, rows, top_k, score_threshold, hib)
+        return assemble_hits(D, I, rows, top_k, score_threshold, higher_is_better(metric))
 
-    def get(self, point_id: int | str, with_vector: bool = False, consistency: Any = None) -> dict[str, Any] | None:
-        """The stored point ``{id, text, payload[, vector]}`` or None (always strong)."""
+    def _points(self, rows: list[tuple], with_vector: Any) -> list[dict[str, Any]]:
+        """Stored rows ``(id, iid, text, payload, vector bytes)`` as points: ``vector`` the model-bound vector and
+        ``vectors`` the named others asked for by ``with_vector`` (True: all; a list: those names)."""
+        b = self.vectors.bound
+        others = [n for n in [*self.named.dense, *self.vectors.sparse] if with_vector is True or
+                  (isinstance(with_vector, list) and n in with_vector)]  # fmt: skip
+        want_bound = with_vector is True or (isinstance(with_vector, list) and b is not None and b.name in with_vector)
+        named = self.named.vectors_of([r[1] for r in rows], others) if others else {}
+        return [point_dict(pid, t, p, v if want_bound else None, named.get(iid, {}) if self.named.counts else None)
+                for pid, iid, t, p, v in rows]  # fmt: skip
+
+    def get(self, point_id: int | str, with_vector: Any = False, consistency: Any = None) -> dict[str, Any] | None:
+        """The stored point ``{id, text, payload[, vector][, vectors]}`` or None (always strong)."""
         with self._rw.read():
             self._check_open()
             row = self.store.get(encode_id(point_id))
-        return None if row is None else point_dict(point_id, row[1], row[2], row[3] if with_vector else None)
+            return None if row is None else self._points([(point_id, *row)], with_vector)[0]
 
     def scroll(self, start, limit, where=None, with_vector=False) -> list[dict[str, Any]]:
         """Points in stored-key order from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`)."""
         with self._rw.read():
             self._check_open()
-            rows = self.store.scroll(None if start is None else encode_id(start), limit, where, with_vector)
-        return [point_dict(decode_id(k), t, p, v) for k, t, p, v in rows]
+            rows = self.store.scroll(None if start is None else encode_id(start), limit, where, bool(with_vector))
+            return self._points([(decode_id(k), i, t, p, v) for k, i, t, p, v in rows], with_vector)
 
     def count_matching(self, where: Filter | None = None) -> int:
         """Live points matching ``where``, counted exactly."""
@@ -385,16 +350,22 @@ class Collection:
 
     def info(self, consistency: Any = None) -> dict[str, Any]:
         """Description for ``GET /collections/{name}`` (always strong; under the read lock, so a switch is seen
-        whole: model, dimension, index and the re-embedding's state together)."""
+        whole: model, dimension, index and the re-embedding's state together). ``dimension``, ``metric``, ``index``
+        and ``model`` are the model-bound vector's (None / empty without one); ``vectors`` describes them all."""
         with self._rw.read():
-            idx = self.index
-            index = {"type": self.spec.kind, "params": self.spec.params, "trained": idx.trained,
-                     "in_use": self.spec.kind if idx.trained else "flat (until trained)", "vectors": idx.ntotal,
-                     "tombstones": idx.n_tombstones}  # fmt: skip
+            idx, spec = self.index, self.spec
+            index = {"type": spec.kind if spec else None, "params": spec.params if spec else {},
+                     "trained": idx.trained if idx else True, "vectors": idx.ntotal if idx else 0,
+                     "in_use": (spec.kind if idx.trained else "flat (until trained)") if idx else None,
+                     "tombstones": idx.n_tombstones if idx else 0}  # fmt: skip
+            vectors = self.vectors.to_json()
+            for kind in ("dense", "sparse"):
+                for n, v in vectors[kind].items():
+                    v.update(self.named.info().get(n, {"points": self._count}))
             return {
                 "name": self.name, "status": "ok" if not self._closed else "closed", "count": self._count,
-                "dimension": self.spec.dimension, "metric": self.spec.metric, "index": index, "trained": idx.trained,
-                "model": self.model, "reembedding": self.reembed_status, "sequence": self._seq,
-                "snapshot_sequence": self._snapshot_seq,
+                "dimension": spec.dimension if spec else None, "metric": spec.metric if spec else None,
+                "index": index, "trained": index["trained"], "model": self.model, "vectors": vectors,
+                "reembedding": self.reembed_status, "sequence": self._seq, "snapshot_sequence": self._snapshot_seq,
                 "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3), "created_at": self.created_at,
             }  # fmt: skip

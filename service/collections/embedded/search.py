@@ -4,6 +4,7 @@ into :class:`~..backend.Hit` lists."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,8 @@ import numpy as np
 from ..backend import Hit
 from ..filters import Filter, Ids, Not
 from ..ids import decode_id
-from ..index import IndexSpec, VectorIndex, exact_search
+from ..index import VectorIndex, exact_search
+from ..schema import SparseVec
 from .store import Store
 
 
@@ -25,18 +27,16 @@ def left_out(store: Store, where: Filter | None) -> tuple[Filter | None, np.ndar
     return where, np.empty(0, np.int64)
 
 
+Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # iids -> (iids found, their vectors)
+
+
 def rerank(
-    index: VectorIndex,
-    store: Store,
-    q: np.ndarray,
-    top_k: int,
-    allowed: np.ndarray | None,
-    factor: int,
-    spec: IndexSpec,
+    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, allowed: np.ndarray | None, factor: int, metric: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """``factor * top_k`` approximate candidates per query re-scored exactly with the stored vectors.
 
     Args:
+        fetch: the stored vectors of some internal ids.
         q: float32 ``(nq, d)`` prepared queries.
         allowed: internal ids a filter admits (None: all).
 
@@ -44,16 +44,30 @@ def rerank(
         ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 where fewer candidates exist).
     """
     _, cand = index.search(q, top_k * factor, allowed)
-    ids, vecs = store.vectors_for(np.unique(cand[cand >= 0]), spec.dimension)
+    ids, vecs = fetch(np.unique(cand[cand >= 0]))
     pos = {int(i): j for j, i in enumerate(ids)}
     D = np.full((len(q), top_k), np.nan, np.float32)
     I = np.full((len(q), top_k), -1, np.int64)
     for qi in range(len(q)):
         rows = [pos[int(i)] for i in cand[qi] if i >= 0 and int(i) in pos]
         if rows:
-            s, top = exact_search(q[qi : qi + 1], vecs[rows], ids[rows], top_k, spec.metric)
+            s, top = exact_search(q[qi : qi + 1], vecs[rows], ids[rows], top_k, metric)
             D[qi, : top.shape[1]], I[qi, : top.shape[1]] = s[0], top[0]
     return D, I
+
+
+def dense_search(
+    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, k: int, allowed: np.ndarray | None, cap: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
+    (None: all): exact over the stored vectors when at most ``cap`` points are allowed (``top_k`` of them), else the
+    index restricted by an ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
+    if allowed is not None and len(allowed) <= cap:
+        ids, vecs = fetch(allowed)
+        return exact_search(q, vecs, ids, top_k, index.spec.metric)
+    if (factor := index.rerank_factor()) > 1:
+        return rerank(index, fetch, q, k, allowed, factor, index.spec.metric)
+    return index.search(q, k, allowed)
 
 
 def assemble_hits(
@@ -85,9 +99,15 @@ def assemble_hits(
     return out
 
 
-def point_dict(point_id: int | str, text: str, payload_json: str, vector: bytes | None) -> dict[str, Any]:
-    """A stored row as the API's point ``{id, text, payload[, vector]}`` (the vector only when its bytes are given)."""
+def point_dict(
+    point_id: int | str, text: str, payload_json: str, vector: bytes | None, named: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A stored row as the API's point ``{id, text, payload[, vector][, vectors]}``: ``vector`` the model-bound
+    vector when its bytes are given (and not empty: a collection without one stores none), ``vectors`` the point's
+    named vectors asked for (``{name: list | {indices, values}}``) when ``named`` is given."""
     out: dict[str, Any] = {"id": point_id, "text": text, "payload": json.loads(payload_json)}
-    if vector is not None:
+    if vector:
         out["vector"] = np.frombuffer(vector, dtype=np.float32).tolist()
+    if named is not None:
+        out["vectors"] = {n: v.to_json() if isinstance(v, SparseVec) else v.tolist() for n, v in named.items()}
     return out

@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 
 from ...tasks import cancel_and_wait
 from ..aliases import Aliases
-from ..backend import NAME_RE, CollectionSettings, ReadConsistency, new_spec
+from ..backend import NAME_RE, CollectionSettings, ReadConsistency, check_name
 from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
 from ..index import IndexSpec
+from ..schema import VectorsConfig
 from .client import (
     REACH_TIMEOUT_S,
     SUSPECT_S,
@@ -40,7 +41,7 @@ from .client import (
 )
 from .collection import MilvusCollection
 from .registry import Registry
-from .schema import check_supported, create_physical
+from .schema import create_physical, supported_vector
 
 log = logging.getLogger("service.collections.milvus")
 T = TypeVar("T")
@@ -317,22 +318,22 @@ class MilvusBackend:
         """Every collection this view knows, sorted by name."""
         return [h for _, h in sorted(self.handles.items())]
 
-    async def create(
-        self, name: str, kind: str, params: dict[str, Any] | None, metric: str, model: dict[str, Any], dimension: int
-    ) -> MilvusCollection:
-        """Create collection ``name`` (see :meth:`~..backend.VectorBackend.create`).
+    async def create(self, name: str, vectors: VectorsConfig) -> MilvusCollection:
+        """Create collection ``name`` (see :meth:`~..backend.VectorBackend.create`): Milvus 2.3 holds one vector field
+        per collection and no sparse vectors, so ``vectors`` must be one model-bound unnamed vector.
 
         Raises:
-            InvalidCollectionRequest: bad name, unsupported index type, bad params or metric.
+            InvalidCollectionRequest: bad name, unsupported index type, or other vectors (``unsupported``: the
+                engine's limit, named).
             CollectionExists: the name is taken (here or by another replica).
         """
-        spec = new_spec(name, kind, params, metric, dimension)
-        check_supported(kind)
+        check_name(name)
+        b = supported_vector(vectors)
         async with self._lock:
-            return await self.run(self._create, name, spec, model)
+            return await self.run(self._create, name, b.spec, b.model, b.name)
 
     @long_call
-    def _create(self, name: str, spec: IndexSpec, model: dict[str, Any]) -> MilvusCollection:
+    def _create(self, name: str, spec: IndexSpec, model: dict[str, Any], vector_name: str = "") -> MilvusCollection:
         # replicas creating the same name at once: the earliest claim creates, the others find it exists
         owner, key = f"create:{time.time_ns()}", f"+{name}"
         s = self.settings
@@ -345,7 +346,7 @@ class MilvusBackend:
             create_physical(self.client, physical, spec, "Strong")
             rec = {"name": name, "kind": spec.kind, "metric": spec.metric, "params": spec.params,
                    "dimension": spec.dimension, "model": dict(model), "physical": physical,
-                   "created_at": time.time(), "reembed": None}  # fmt: skip
+                   "created_at": time.time(), "reembed": None, "vector_name": vector_name}  # fmt: skip
             self.registry.put_record(name, rec)
             self.point_alias(name, physical)
         finally:

@@ -26,6 +26,7 @@ from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
 from ..filters import Filter
 from ..ids import decode_id, encode_id
 from ..index import IndexSpec
+from ..schema import VectorsConfig
 from ..vectors import unit_rows
 from .client import long_call
 from .expr import keys_expr, payload_marks, to_expr
@@ -34,6 +35,11 @@ from .schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
 _PAGE = 16384  # Milvus's query window
 _FIELDS = ["text", "payload"]
 _LEVELS = {"strong": "Strong", "bounded": "Bounded", "eventual": "Eventually"}
+
+
+def wants_vector(with_vector: bool | list[str], name: str) -> bool:
+    """Whether a read's ``with_vector`` (True, or vector names) asks for the collection's one vector (``name``)."""
+    return with_vector is True or (isinstance(with_vector, list) and name in with_vector)
 
 
 def read_kw(consistency: ReadConsistency) -> dict[str, Any]:
@@ -102,6 +108,11 @@ class MilvusCollection:
         return dict(self.record["model"])
 
     @property
+    def vectors(self) -> VectorsConfig:
+        """One model-bound vector: what Milvus 2.3 holds (one vector field per collection)."""
+        return VectorsConfig.single(self.spec, self.model, self.record.get("vector_name", ""))
+
+    @property
     def reembed_model(self) -> dict[str, Any] | None:
         """The target model of the re-embedding announced in the record view, else None."""
         rb = self.record.get("reembed")
@@ -164,7 +175,9 @@ class MilvusCollection:
             for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
         ]
 
-    def upsert(self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None) -> int:
+    def upsert(
+        self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None, named=None
+    ) -> int:
         """Insert or replace points (see :meth:`~..backend.CollectionHandle.upsert`); returns the write's sequence,
         once Milvus has acknowledged it: a Milvus timestamp allocated after the acknowledgement, a read-your-writes
         token for any replica (:func:`read_kw`).
@@ -229,6 +242,7 @@ class MilvusCollection:
     ) -> dict[str, Any] | None:
         """The stored point ``{id, text, payload[, vector]}`` or None, read at ``consistency``."""
         rec = self.fresh()
+        with_vector = wants_vector(with_vector, rec.get("vector_name", ""))
         fields = _FIELDS + (["vector"] if with_vector else [])
         rows = self._call(
             self.backend.client.query, rec["physical"], filter=keys_expr([encode_id(point_id)]), output_fields=fields,
@@ -246,6 +260,7 @@ class MilvusCollection:
         a limited query with the smallest primary keys, sorted here (Python's order of ``str`` is UTF-8 byte order,
         as Milvus compares VARCHAR keys)."""
         rec = self.fresh()
+        with_vector = wants_vector(with_vector, rec.get("vector_name", ""))
         parts = ([f"key >= {json.dumps(encode_id(start), ensure_ascii=False)}"] if start is not None else []) + (
             [to_expr(where)] if where is not None else []
         )
@@ -278,6 +293,7 @@ class MilvusCollection:
         model=None,
         budget=None,
         consistency=STRONG,
+        using=None,
     ):
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``.
 
@@ -334,6 +350,10 @@ class MilvusCollection:
             },  # fmt: skip
             "trained": True,
             "model": dict(rec["model"]),
+            "vectors": {
+                "dense": {"": {**VectorsConfig.single(spec, rec["model"]).to_json()["dense"][""], "points": count}},
+                "sparse": {},
+            },  # fmt: skip
             "reembedding": self.reembed_status,
             "sequence": None,
             "snapshot_sequence": None,

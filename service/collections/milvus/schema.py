@@ -16,6 +16,7 @@ from pymilvus import DataType, MilvusClient
 
 from ..errors import InvalidCollectionRequest
 from ..index import IndexSpec
+from ..schema import DenseVector, VectorsConfig
 from .client import LOAD_TIMEOUT_S
 
 MAX_KEY_BYTES = 4096  # an encoded 512-character string id, escapes included
@@ -48,6 +49,26 @@ def check_supported(kind: str) -> None:
         raise InvalidCollectionRequest(
             f"index {kind!r} is not available on the milvus backend (available: {sorted(BUILD)})", param="index"
         )
+
+
+def supported_vector(vectors: VectorsConfig) -> DenseVector:
+    """The one vector of a collection the milvus backend can hold: one model-bound dense vector (of any name) of an
+    index type it builds.
+
+    Raises:
+        InvalidCollectionRequest: other vectors (``unsupported``: Milvus 2.3 has one vector field per collection and
+            no sparse vectors), or an index type it cannot build.
+    """
+    b = vectors.bound
+    if b is None or len(vectors.dense) != 1 or vectors.sparse:
+        raise InvalidCollectionRequest(
+            "the milvus backend holds one vector per collection, embedded by the service's model: Milvus "
+            "2.3 has one vector field per collection and no sparse vectors (use the embedded backend for named, "
+            "client-supplied or sparse vectors)",
+            param="vectors", code="unsupported",
+        )  # fmt: skip
+    check_supported(b.spec.kind)
+    return b
 
 
 def physical_schema(dimension: int):

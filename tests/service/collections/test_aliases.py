@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from service.collections.aliases import Aliases, apply_actions
+from service.collections.backend import single_config
 from service.collections.embedded.backend import EmbeddedBackend
 from service.collections.errors import AliasNotFound, CollectionExists, CollectionNotFound, InvalidCollectionRequest
 
@@ -46,12 +47,12 @@ def test_embedded_aliases_persist_resolve_and_go_with_their_collection(tmp_path)
     async def main() -> None:
         b = EmbeddedBackend(tmp_path / "data" / "collections")
         await b.start()
-        c = await b.create("docs", "flat", None, "cosine", MODEL, 4)
+        c = await b.create("docs", single_config("docs", "flat", None, "cosine", MODEL, 4))
         await b.run(c.upsert, [1, 2], ["a", "b"], [{}, {}], x[:2])
         await b.update_aliases([create("docs", "prod")])
         assert b.get("prod") is c
         with pytest.raises(CollectionExists):
-            await b.create("prod", "flat", None, "cosine", MODEL, 4)
+            await b.create("prod", single_config("prod", "flat", None, "cosine", MODEL, 4))
         with pytest.raises(CollectionExists):  # a snapshot is recovered into a collection's own name only
             await b.snapshots.recover("prod", tmp_path / "none.snapshot", None)
         await b.close()

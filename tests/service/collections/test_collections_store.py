@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.collections.backend import single_config
 from service.collections.embedded import Collection
 from service.collections.embedded.store import Store
 from service.collections.filters import parse_filter
 from service.collections.index import IndexConfigError, IndexSpec, normalize_params
+from service.collections.schema import VectorsConfig
 
 D = 32
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
@@ -25,7 +27,7 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def make(tmp_path: Path, kind: str, metric: str = "cosine", **params) -> Collection:
     spec = IndexSpec(kind, metric, normalize_params(kind, params, D), D)
-    return Collection.create(tmp_path / f"{kind}-{metric}", spec, MODEL)
+    return Collection.create(tmp_path / f"{kind}-{metric}", VectorsConfig.single(spec, MODEL))
 
 
 def brute(q: np.ndarray, X: np.ndarray, ids: list, k: int) -> list:
@@ -86,7 +88,7 @@ def test_upsert_replace_delete_filter(tmp_path, kind, params):
 def test_broad_filter_uses_index_selector(tmp_path):
     rng = np.random.default_rng(2)
     spec = IndexSpec("flat", "cosine", {}, D)
-    c = Collection.create(tmp_path / "sel", spec, MODEL, exact_filter_threshold=10)
+    c = Collection.create(tmp_path / "sel", VectorsConfig.single(spec, MODEL), exact_filter_threshold=10)
     X = unit(rng, 400)
     c.upsert(list(range(400)), ["t"] * 400, [{"g": i % 2} for i in range(400)], X)
     evens = [i for i in range(400) if i % 2 == 0]
@@ -337,7 +339,7 @@ def test_set_payload_never_writes_back_vectors_of_a_model_switched_away(tmp_path
         backend = EmbeddedBackend(tmp_path / "root", CollectionSettings(Settings()))
         backend.root.mkdir(parents=True, exist_ok=True)
         svc = CollectionService(backend, lambda: None)
-        c = await backend.create("c", "flat", None, "cosine", MODEL, 4)
+        c = await backend.create("c", single_config("c", "flat", None, "cosine", MODEL, 4))
         eye = np.eye(4, dtype=np.float32)
         await svc.upsert("c", [1, 2, 3, 4], ["a", "b", "c", "d"], [None] * 4, eye.tolist())
         target = c.begin_reembed({**MODEL, "version": "2", "sha256": "b" * 64}, 4)
@@ -378,7 +380,7 @@ def test_a_set_payload_refused_for_size_changes_nothing(tmp_path):
         backend = EmbeddedBackend(tmp_path / "root", CollectionSettings(small))
         backend.root.mkdir(parents=True, exist_ok=True)
         svc = CollectionService(backend, lambda: None)
-        c = await backend.create("c", "flat", None, "cosine", MODEL, 4)
+        c = await backend.create("c", single_config("c", "flat", None, "cosine", MODEL, 4))
         payloads = [{"x": 1}, {"x": 2}, {"x": 3}, {"x": "y" * 80}]  # the last one has room for little more
         for i in (0, 2):
             await svc.upsert("c", [i + 1, i + 2], ["a", "b"], payloads[i : i + 2], np.eye(4)[i : i + 2].tolist())

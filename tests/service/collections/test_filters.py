@@ -16,6 +16,7 @@ from service.collections.ids import encode_id
 from service.collections.index import IndexSpec
 from service.collections.milvus.expr import payload_marks, to_expr
 from service.collections.milvus.schema import create_physical
+from service.collections.schema import VectorsConfig
 from tests.milvus_utils import milvus_client
 
 D = 8
@@ -135,7 +136,7 @@ def _expected(f, ids, payloads) -> set:
 
 def test_sqlite_translation_agrees_with_the_reference(tmp_path, data):
     ids, payloads = data
-    c = Collection.create(tmp_path / "c", IndexSpec("flat", "cosine", {}, D), MODEL)
+    c = Collection.create(tmp_path / "c", VectorsConfig.single(IndexSpec("flat", "cosine", {}, D), MODEL))
     c.upsert(ids, ["t"] * len(ids), payloads, np.random.default_rng(0).standard_normal((len(ids), D)))
     key_of = {i + 1: pid for i, pid in enumerate(ids)}  # iids are 1.. in insertion order
     seen_nonempty = 0

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from service.collections import open_backend
+from service.collections.backend import single_config
 from service.collections.milvus.collection import MilvusCollection
 from service.settings import Settings
 from training.data.sts import load_task
@@ -34,7 +35,7 @@ def _vectors(texts: list[str], salt: int) -> np.ndarray:
 def _docs(loop, backend, n: int):
     """Collection ``docs`` on ``backend`` with the first ``n`` distinct STS-B sentences under model M1."""
     texts = list(dict.fromkeys(load_task("STSBenchmark").sent1))[:n]
-    c = loop.run_until_complete(backend.create("docs", "flat", None, "cosine", M1, DIM))
+    c = loop.run_until_complete(backend.create("docs", single_config("docs", "flat", None, "cosine", M1, DIM)))
     c.upsert(list(range(n)), texts, [{"row": i} for i in range(n)], _vectors(texts, 1), model=M1)
     return c, texts
 

@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.collections.backend import single_config
 from service.collections.embedded import Collection
 from service.collections.embedded.archive import extract_archive, list_archives, sha256_of, write_archive
 from service.collections.embedded.backend import EmbeddedBackend
 from service.collections.errors import CollectionClosed, InvalidCollectionRequest
 from service.collections.index import IndexSpec, normalize_params
+from service.collections.schema import VectorsConfig
 
 D = 32
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
@@ -31,7 +33,9 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def make(path: Path) -> Collection:
-    return Collection.create(path, IndexSpec("hnsw", "cosine", normalize_params("hnsw", {"M": 16}, D), D), MODEL)
+    return Collection.create(
+        path, VectorsConfig.single(IndexSpec("hnsw", "cosine", normalize_params("hnsw", {"M": 16}, D), D), MODEL)
+    )
 
 
 def test_archive_is_the_collection_as_of_one_write_while_writes_go_on(tmp_path):
@@ -131,7 +135,7 @@ def test_recovery_replaces_and_an_interrupted_swap_is_finished_at_start(tmp_path
     async def main() -> None:
         b = EmbeddedBackend(tmp_path / "data" / "collections")
         await b.start()
-        c = await b.create("docs", "flat", None, "cosine", MODEL, D)
+        c = await b.create("docs", single_config("docs", "flat", None, "cosine", MODEL, D))
         await b.run(c.upsert, [1, 2, 3], ["a", "b", "c"], [{}, {}, {}], X[:3])
         desc = await b.snapshots.create("docs")
         await b.run(c.upsert, [4], ["d"], [{}], X[3:4])

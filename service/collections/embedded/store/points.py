@@ -41,6 +41,7 @@ from artifact_contract.fsio import fsync_dir
 
 from ...backend import HIT_OVERHEAD_BYTES
 from ...filters import Filter
+from . import named
 from .where import to_sql
 
 DB_FILE = "points.sqlite3"
@@ -97,6 +98,9 @@ class Store:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        self.named: tuple[list[str], list[str]] = ([], [])  # the (dense, sparse) vectors in named.py's tables
+        self.named_removed: dict[str, int] = {}  # points that lost each of them in the last write
+        self._w.executescript(named.SCHEMA)
         tables = {r[0] for r in self._w.execute("SELECT name FROM sqlite_master")}
         if "points" in tables and "points_filter" not in tables:  # a collection from before the index
             t0 = time.perf_counter()
@@ -187,7 +191,7 @@ class Store:
 
     # --- writes (caller serialises) -----------------------------------------------------------------
     def upsert(
-        self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray
+        self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray | None, named_vecs=None
     ) -> tuple[int, np.ndarray, np.ndarray]:
         """Store points (replacing existing keys) as one durable write.
 
@@ -195,15 +199,16 @@ class Store:
             keys: encoded point ids (unique within the call).
             texts: the texts.
             payloads: JSON object texts.
-            vectors: float32 ``(n, d)``.
+            vectors: float32 ``(n, d)`` of the model-bound vector (None: the collection has none; stored empty).
+            named_vecs: per point, its other vectors ``{name: array | SparseVec}`` (:func:`.named.write`).
 
         Returns:
             ``(seq, new_iids, removed_iids)``: the write's sequence number, the internal
             ids of the stored rows (in input order) and those of the replaced rows.
         """
         n = len(keys)
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        w = self._w
+        blobs = [b""] * n if vectors is None else [v.tobytes() for v in np.ascontiguousarray(vectors, np.float32)]
+        w, self.named_removed = self._w, {}
         w.execute("BEGIN IMMEDIATE")
         try:
             seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
@@ -216,11 +221,13 @@ class Store:
                 w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
                 for part in _chunks(old):
                     w.execute(f"DELETE FROM points WHERE iid IN ({','.join('?' * len(part))})", part)
+                self.named_removed = named.remove(w, old, *self.named)
             iids = np.arange(next_iid, next_iid + n, dtype=np.int64)
             w.executemany(
                 "INSERT INTO points(iid, key, text, payload, vector, seq) VALUES (?, ?, ?, ?, ?, ?)",
-                [(int(iids[i]), keys[i], texts[i], payloads[i], vectors[i].tobytes(), seq) for i in range(n)],
+                [(int(iids[i]), keys[i], texts[i], payloads[i], blobs[i], seq) for i in range(n)],
             )
+            named.write(w, iids, named_vecs or [])
             w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
             w.execute("UPDATE meta SET value=? WHERE key='next_iid'", (json.dumps(next_iid + n),))
             w.execute("COMMIT")
@@ -236,7 +243,7 @@ class Store:
             ``(seq, removed_iids)``; seq is the write's sequence number (a write that
             matched nothing still takes one).
         """
-        w = self._w
+        w, self.named_removed = self._w, {}
         w.execute("BEGIN IMMEDIATE")
         try:
             seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
@@ -255,6 +262,7 @@ class Store:
                 w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
                 for part in _chunks(old):
                     w.execute(f"DELETE FROM points WHERE iid IN ({','.join('?' * len(part))})", part)
+                self.named_removed = named.remove(w, old, *self.named)
             w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
             w.execute("COMMIT")
         except BaseException:
@@ -369,14 +377,14 @@ class Store:
 
     def scroll(
         self, start_key: str | None, limit: int, where: Filter | None, with_vector: bool
-    ) -> list[tuple[str, str, str, bytes | None]]:
-        """``(key, text, payload_json, vector_bytes or None)`` of up to ``limit`` rows matching ``where``, ordered by
+    ) -> list[tuple[str, int, str, str, bytes | None]]:
+        """``(key, iid, text, payload_json, vector_bytes or None)`` of up to ``limit`` rows matching ``where``, ordered by
         ``key`` (SQLite's BINARY collation: UTF-8 byte order), from ``start_key`` (inclusive; None: the first)."""
         sql, params = to_sql(where) if where is not None else ("1", [])
         if start_key is not None:
             sql, params = f"key >= ? AND ({sql})", [start_key, *params]
         vec = "vector" if with_vector else "NULL"
-        q = f"SELECT key, text, payload, {vec} FROM points WHERE {sql} ORDER BY key LIMIT ?"
+        q = f"SELECT key, iid, text, payload, {vec} FROM points WHERE {sql} ORDER BY key LIMIT ?"
         return self.reader().execute(q, [*params, int(limit)]).fetchall()
 
     def count_where(self, where: Filter | None) -> int:

@@ -1,0 +1,124 @@
+"""The named vectors of an embedded collection other than its model-bound one: one FAISS
+:class:`~..index.VectorIndex` per client-supplied dense vector (built from SQLite at open: derived data, like the
+model-bound vector's index) and the SQLite inverted index of each sparse vector (:mod:`.store.named`).
+
+The owning :class:`~.collection.Collection` serialises writes and holds its readers-writer lock around everything
+here, exactly as for its model-bound index.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..index import VectorIndex
+from ..schema import SparseVec, VectorsConfig
+from ..vectors import unit_rows
+from .store import Store
+from .store import named as tables
+
+
+def prepared(v: np.ndarray, metric: str) -> np.ndarray:
+    """Vectors ``(n, d)`` as indexed and searched: unit rows for cosine, float32 otherwise."""
+    v = np.ascontiguousarray(v, dtype=np.float32)
+    return unit_rows(v) if metric == "cosine" else v
+
+
+class NamedIndexes:
+    """The client-supplied dense vectors' FAISS indexes and the sparse vectors' statistics of one collection.
+
+    Args:
+        store: the collection's store (its ``named`` attribute is set here: the tables' vector names).
+        config: the collection's vectors.
+    """
+
+    def __init__(self, store: Store, config: VectorsConfig) -> None:
+        self.store, self.config = store, config
+        self.dense = {v.name: v for v in config.client_dense()}
+        store.named = (list(self.dense), list(config.sparse))
+        self.indexes: dict[str, VectorIndex] = {}
+        self.counts: dict[str, int] = {}  # points holding each named vector (IDF's N for sparse ones)
+
+    def load(self) -> float:
+        """Build every dense index from SQLite and count each vector's points; returns the seconds it took."""
+        t0 = time.monotonic()
+        conn = self.store.reader()
+        for name, v in self.dense.items():
+            self.indexes[name] = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension))
+            self.counts[name] = tables.count(conn, name, sparse=False)
+        for name in self.config.sparse:
+            self.counts[name] = tables.count(conn, name, sparse=True)
+        return time.monotonic() - t0
+
+    def prepare(self, named: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The points' named vectors as stored: dense ones unit-normalised for cosine (float32), sparse as given."""
+        out = []
+        for vecs in named:
+            row = {}
+            for name, v in vecs.items():
+                row[name] = v if isinstance(v, SparseVec) else prepared(v[None, :], self.dense[name].spec.metric)[0]
+            out.append(row)
+        return out
+
+    def removed(self, iids: np.ndarray, had: dict[str, int]) -> None:
+        """Drop the points ``iids`` (replaced or deleted) from the dense indexes; ``had``: how many of them held each
+        vector (the store's ``named_removed`` after the write)."""
+        for index in self.indexes.values():
+            index.remove(iids, may_be_absent=True)
+        for name, n in had.items():
+            self.counts[name] -= n
+
+    def added(self, iids: np.ndarray, named: list[dict[str, Any]]) -> None:
+        """Index the prepared named vectors of the points just stored as ``iids``."""
+        for name, index in self.indexes.items():
+            rows = [(int(i), v[name]) for i, v in zip(iids, named) if name in v]
+            if rows:
+                index.add(np.array([r[0] for r in rows], np.int64), np.stack([r[1] for r in rows]))
+        for vecs in named:
+            for name in vecs:
+                self.counts[name] += 1
+
+    def fetch_dense(self, name: str, iids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(iids, vectors)`` of the points among ``iids`` holding the dense vector ``name``."""
+        return tables.dense_for(self.store.reader(), name, iids, self.dense[name].spec.dimension)
+
+    def sparse_search(
+        self, name: str, queries: list[SparseVec], top_k: int, allowed: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top_k`` best points of each sparse query (exact dot product, IDF-weighted when the vector's modifier
+        is ``idf``), among ``allowed`` (int64 internal ids; None: all); points sharing no term with the query are
+        never returned.
+
+        Returns:
+            ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 past the last hit).
+        """
+        modifier = self.config.sparse[name].modifier
+        D = np.full((len(queries), top_k), np.nan, np.float32)
+        I = np.full((len(queries), top_k), -1, np.int64)
+        conn = self.store.reader()
+        for qi, q in enumerate(queries):
+            ids, scores = tables.sparse_scores(conn, name, q, modifier, self.counts[name])
+            if allowed is not None:
+                keep = np.isin(ids, allowed)
+                ids, scores = ids[keep], scores[keep]
+            if len(ids) > top_k:
+                part = np.argpartition(-scores, top_k - 1)[:top_k]
+                ids, scores = ids[part], scores[part]
+            order = np.lexsort((ids, -scores))  # best first; ties by internal id (insertion order)
+            D[qi, : len(order)], I[qi, : len(order)] = scores[order], ids[order]
+        return D, I
+
+    def vectors_of(self, iids: list[int], names: list[str]) -> dict[int, dict[str, Any]]:
+        """``{iid: {name: float32 array | SparseVec}}`` of the named vectors among ``names`` the points hold."""
+        return tables.vectors_of(self.store.reader(), iids, names, set(self.dense))
+
+    def info(self) -> dict[str, Any]:
+        """Per named vector: how many points hold it (and, for dense ones, the index's state)."""
+        out: dict[str, Any] = {}
+        for name, index in self.indexes.items():
+            out[name] = {"points": self.counts[name], "trained": index.trained, "vectors": index.ntotal}
+        for name in self.config.sparse:
+            out[name] = {"points": self.counts[name]}
+        return out

@@ -1,0 +1,167 @@
+"""SQLite tables of a collection's named vectors other than the model-bound one (docs/architecture.md, "Named
+vectors"), written inside the transaction of the upsert or delete that the :class:`~.points.Store` runs:
+
+* ``named_dense(field, iid, vector)``: a client-supplied dense vector (float32 bytes) of point ``iid``;
+* ``sparse_vectors(field, iid, indices, vals)``: a sparse vector as stored (uint32 and float32 bytes, by index);
+* ``sparse_postings(field, term, iid, value)``: the same sparse vectors as an inverted index (one row per nonzero
+  entry), what a sparse search reads: the postings of the query's terms only, scored exactly by the dot product.
+
+Rows are keyed by the point's internal id, fresh for each upsert, so replacing or deleting a point removes them with
+it (:func:`remove`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ...schema import SparseVec, idf
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS named_dense (
+    field TEXT NOT NULL, iid INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (field, iid)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sparse_vectors (
+    field TEXT NOT NULL, iid INTEGER NOT NULL, indices BLOB NOT NULL, vals BLOB NOT NULL,
+    PRIMARY KEY (field, iid)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sparse_postings (
+    field TEXT NOT NULL, term INTEGER NOT NULL, iid INTEGER NOT NULL, value REAL NOT NULL,
+    PRIMARY KEY (field, term, iid)) WITHOUT ROWID;
+"""
+_CHUNK = 900  # SQL host parameters per IN (...) list
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def write(w: sqlite3.Connection, iids: np.ndarray, named: list[dict[str, Any]]) -> None:
+    """Insert the named vectors of the points just stored as ``iids`` (in a transaction the caller holds).
+
+    Args:
+        named: per point, ``{name: float32 (d,) array | SparseVec}`` (already checked and prepared).
+    """
+    dense, sparse, postings = [], [], []
+    for iid, vecs in zip((int(i) for i in iids), named):
+        for name, v in vecs.items():
+            if isinstance(v, SparseVec):
+                sparse.append((name, iid, v.indices.astype("<u4").tobytes(), v.values.astype("<f4").tobytes()))
+                postings.extend((name, int(t), iid, float(x)) for t, x in zip(v.indices, v.values))
+            else:
+                dense.append((name, iid, np.asarray(v, dtype="<f4").tobytes()))
+    if dense:
+        w.executemany("INSERT INTO named_dense(field, iid, vector) VALUES (?, ?, ?)", dense)
+    if sparse:
+        w.executemany("INSERT INTO sparse_vectors(field, iid, indices, vals) VALUES (?, ?, ?, ?)", sparse)
+        w.executemany("INSERT INTO sparse_postings(field, term, iid, value) VALUES (?, ?, ?, ?)", postings)
+
+
+def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: list[str]) -> dict[str, int]:
+    """Delete every named vector of the points ``iids`` (in a transaction the caller holds); returns how many points
+    lost each vector."""
+    out = dict.fromkeys([*dense, *sparse], 0)
+    for i in range(0, len(iids), _CHUNK):
+        part = iids[i : i + _CHUNK]
+        for name in dense:
+            cur = w.execute(f"DELETE FROM named_dense WHERE field=? AND iid IN ({_marks(len(part))})", [name, *part])
+            out[name] += cur.rowcount
+        for name in sparse:
+            q = f"SELECT iid, indices FROM sparse_vectors WHERE field=? AND iid IN ({_marks(len(part))})"
+            rows = [(name, int(t), iid) for iid, idx in w.execute(q, [name, *part])
+                    for t in np.frombuffer(idx, dtype="<u4")]  # fmt: skip
+            w.executemany("DELETE FROM sparse_postings WHERE field=? AND term=? AND iid=?", rows)
+            q = f"DELETE FROM sparse_vectors WHERE field=? AND iid IN ({_marks(len(part))})"
+            out[name] += w.execute(q, [name, *part]).rowcount
+    return out
+
+
+def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000) -> Iterator[tuple]:
+    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name``."""
+    last = -1
+    while True:
+        rows = conn.execute(
+            "SELECT iid, vector FROM named_dense WHERE field=? AND iid > ? ORDER BY iid LIMIT ?", (name, last, chunk)
+        ).fetchall()
+        if not rows:
+            return
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        yield ids, np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dimension)
+        last = int(ids[-1])
+
+
+def dense_for(conn: sqlite3.Connection, name: str, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(iids, vectors)`` of the points among ``iids`` that hold the dense vector ``name`` (order not kept)."""
+    out_ids: list[int] = []
+    blobs: list[bytes] = []
+    ids = [int(i) for i in iids]
+    for i in range(0, len(ids), _CHUNK):
+        part = ids[i : i + _CHUNK]
+        q = f"SELECT iid, vector FROM named_dense WHERE field=? AND iid IN ({_marks(len(part))})"
+        for iid, vec in conn.execute(q, [name, *part]):
+            out_ids.append(iid)
+            blobs.append(vec)
+    vecs = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(out_ids), dimension)
+    return np.asarray(out_ids, dtype=np.int64), vecs
+
+
+def vectors_of(
+    conn: sqlite3.Connection, iids: list[int], names: list[str], dense: set[str]
+) -> dict[int, dict[str, Any]]:
+    """``{iid: {name: float32 array | SparseVec}}``: the vectors among ``names`` that the points ``iids`` hold
+    (``dense``: which of the names are dense; the others are sparse)."""
+    out: dict[int, dict[str, Any]] = {}
+    for i in range(0, len(iids), _CHUNK):
+        part = iids[i : i + _CHUNK]
+        for name in names:
+            if name in dense:
+                q = f"SELECT iid, vector FROM named_dense WHERE field=? AND iid IN ({_marks(len(part))})"
+                for iid, blob in conn.execute(q, [name, *part]):
+                    out.setdefault(iid, {})[name] = np.frombuffer(blob, dtype="<f4")
+            else:
+                q = f"SELECT iid, indices, vals FROM sparse_vectors WHERE field=? AND iid IN ({_marks(len(part))})"
+                for iid, idx, vals in conn.execute(q, [name, *part]):
+                    sv = SparseVec(np.frombuffer(idx, dtype="<u4"), np.frombuffer(vals, dtype="<f4"))
+                    out.setdefault(iid, {})[name] = sv
+    return out
+
+
+def count(conn: sqlite3.Connection, name: str, sparse: bool) -> int:
+    """How many points hold the vector ``name``."""
+    table = "sparse_vectors" if sparse else "named_dense"
+    return conn.execute(f"SELECT COUNT(*) FROM {table} WHERE field=?", (name,)).fetchone()[0]
+
+
+def sparse_scores(
+    conn: sqlite3.Connection, name: str, query: SparseVec, modifier: str, n_points: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exact dot product of ``query`` with every stored sparse vector ``name`` sharing a term with it, each query
+    weight multiplied by the term's IDF over the ``n_points`` points holding the vector when ``modifier`` is ``idf``
+    (:func:`~...schema.idf`: document frequencies counted from the postings).
+
+    Returns:
+        ``(iids, scores)``: int64 and float32 ``(m,)``, unordered; points sharing no term are absent.
+    """
+    terms = [int(t) for t in query.indices]
+    weight = dict(zip(terms, query.values.astype(np.float64)))
+    t_all, i_all, v_all = [], [], []
+    for i in range(0, len(terms), _CHUNK):
+        part = terms[i : i + _CHUNK]
+        q = f"SELECT term, iid, value FROM sparse_postings WHERE field=? AND term IN ({_marks(len(part))})"
+        rows = conn.execute(q, [name, *part]).fetchall()
+        if rows:
+            t, iid, v = zip(*rows)
+            t_all.append(np.asarray(t, np.int64))
+            i_all.append(np.asarray(iid, np.int64))
+            v_all.append(np.asarray(v, np.float64))
+    if not t_all:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    t, iid, v = np.concatenate(t_all), np.concatenate(i_all), np.concatenate(v_all)
+    uterms, tinv, df = np.unique(t, return_inverse=True, return_counts=True)
+    w = np.array([weight[int(x)] for x in uterms], dtype=np.float64)
+    if modifier == "idf":
+        w = w * idf(n_points, df).astype(np.float64)
+    ids, inv = np.unique(iid, return_inverse=True)
+    scores = np.bincount(inv, weights=v * w[tinv], minlength=len(ids))
+    return ids, scores.astype(np.float32)

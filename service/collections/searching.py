@@ -1,0 +1,134 @@
+"""Search planning of the collection service (:meth:`~.service.CollectionService.search`): each search runs on the
+vector it names (``using``; default: the collection's default vector, :meth:`~.schema.VectorsConfig.default_using`).
+Text queries of the model-bound vector are embedded together (by the collection's exact model), vector queries are
+checked against their vector (dimension, magnitude; sparse ``{indices, values}`` for a sparse vector), filters
+parsed; searches that differ only in their query run as multi-query backend calls of at most :data:`HITS_PER_CALL`
+hits each. A model switch between embedding and searching makes the whole batch run again (up to
+:data:`~.errors.RETRIES` times).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from .backend import Hit, ReadConsistency, ResponseBudget
+from .errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
+from .filters import Filter
+from .schema import SparseVec, sparse_vec
+from .vectors import query_problem
+
+HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
+
+
+class SearchSpec(Protocol):
+    """One search as the routes receive it (the API's ``SearchRequest`` has these fields; ``using`` may be absent:
+    the default vector). ``query``: a text, a dense vector, or a sparse ``{indices, values}``."""
+
+    query: str | list[float] | dict[str, Any]
+    top_k: int
+    filter: Any
+    score_threshold: float | None
+    with_payload: bool
+    with_text: bool
+
+
+async def search(
+    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency
+) -> list[list[Hit]]:
+    """One list of hits per search, best first, read at ``consistency`` (see the module docstring). ``svc``: the
+    :class:`~.service.CollectionService`; ``param``: ``query`` (one search) or ``searches`` (a batch), used to name
+    the field at fault.
+
+    Raises:
+        CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
+    """
+    if param == "searches" and len(searches) > svc.settings.max_batch_searches:
+        raise TooManyItems(
+            f"{len(searches)} searches in one request; the maximum is {svc.settings.max_batch_searches}",
+            "searches",
+            "too_many_searches",
+        )
+    for attempt in range(RETRIES):
+        try:
+            return await _search_once(svc, name, searches, param, consistency)
+        except ModelChanged as e:
+            if attempt == RETRIES - 1:
+                raise ModelChanged(f"collection {name!r} changed model during the search; retry ({e})") from e
+    raise AssertionError("unreachable")
+
+
+async def _search_once(
+    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency
+) -> list[list[Hit]]:
+    c = await svc.collection(name)
+    cfg, model = c.vectors, dict(c.model) if c.model else None
+    plans: list[tuple[SearchSpec, Filter | None, str, int | np.ndarray | SparseVec]] = []
+    texts: list[str] = []
+    for i, s in enumerate(searches):
+        pre = f"{param}[{i}]." if param == "searches" else ""
+        if s.top_k > svc.settings.max_top_k:
+            raise InvalidCollectionRequest(f"top_k must be at most {svc.settings.max_top_k}", f"{pre}top_k")
+        where = svc.parse_filter(s.filter, f"{pre}filter")
+        using = getattr(s, "using", None)
+        using = cfg.default_using() if using is None else using
+        if using is None:
+            raise InvalidCollectionRequest(
+                f"collection {name!r} has several vectors and none is the default: name one in 'using'",
+                f"{pre}using",
+            )
+        if cfg.kind_of(using, f"{pre}using") == "sparse":
+            q = s.query if not hasattr(s.query, "indices") else {"indices": s.query.indices, "values": s.query.values}
+            if not isinstance(q, dict) or set(q) != {"indices", "values"}:
+                raise InvalidCollectionRequest(f"the vector {using!r} is sparse: query it with {{indices, values}}",
+                                               f"{pre}query")  # fmt: skip
+            plans.append((s, where, using, sparse_vec(q["indices"], q["values"], f"{pre}query")))
+            continue
+        vec = cfg.dense[using]
+        if isinstance(s.query, str):
+            if not vec.bound:
+                raise InvalidCollectionRequest(
+                    f"the vector {using!r} is client-supplied: query it with a vector, not a text", f"{pre}query"
+                )
+            plans.append((s, where, using, len(texts)))
+            texts.append(s.query)
+            continue
+        if isinstance(s.query, dict) or hasattr(s.query, "indices"):
+            raise InvalidCollectionRequest(f"the vector {using!r} is dense: query it with a vector", f"{pre}query")
+        v = np.asarray(s.query, dtype=np.float32)
+        if len(v) != vec.spec.dimension:
+            raise InvalidCollectionRequest(
+                f"query vector has dimension {len(v)}; the vector {using!r} of collection {name!r} has "
+                f"{vec.spec.dimension}", f"{pre}query", "wrong_dimension",
+            )  # fmt: skip
+        if (problem := query_problem(v, vec.spec.metric)) is not None:
+            raise InvalidCollectionRequest(problem, f"{pre}query")
+        plans.append((s, where, using, v))
+    qvecs = await svc.embed(c, texts, model) if texts else None
+
+    budget = ResponseBudget(svc.settings.max_response_bytes)  # one for the whole response
+    # searches that differ only in their query vector go to the backend as one multi-query search (one Milvus
+    # RPC, one FAISS call), each group its own bounded backend call
+    groups: dict[tuple, list[int]] = {}
+    for i, (s, _, using, _) in enumerate(plans):
+        key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text, using)
+        groups.setdefault(key, []).append(i)
+    out: list[list[Hit] | None] = [None] * len(plans)
+    for members in groups.values():
+        s, where, using, _ = plans[members[0]]
+        sparse = using in cfg.sparse
+        step = max(1, HITS_PER_CALL // s.top_k)  # the budget is checked between calls: no call returns gigabytes
+        for k in range(0, len(members), step):
+            part = members[k : k + step]
+            qs = [qvecs[q] if isinstance(q, int) else q for _, _, _, q in (plans[i] for i in part)]
+            hits = await svc.backend.run(
+                c.search, qs if sparse else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
+                s.with_text, model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
+                budget=budget, consistency=consistency, using=using,
+            )  # fmt: skip
+            for i, h in zip(part, hits):
+                out[i] = h
+    return out  # type: ignore[return-value]
