@@ -9,6 +9,7 @@ Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
     CLAUSE    := KEY: condition
                | "$and": [filter, ...] | "$or": [filter, ...] | "$not": filter
                | "$ids": [ID, ...]                      # the point's id is one of these
+               | "$has_vector": NAME                    # the point holds the collection's vector NAME
     condition := SCALAR                                 # the same as {"$eq": SCALAR}
                | { OP: ARG, ... }                       # several operators: all must hold
     OP: ARG   := "$eq": SCALAR | "$ne": SCALAR | "$in": [SCALAR, ...] | "$nin": [SCALAR, ...]
@@ -100,6 +101,15 @@ class Ids:
 
 
 @dataclass(frozen=True)
+class HasVector:
+    """The point holds the collection's named vector ``name`` (Qdrant's ``has_vector``); ``kind``: ``bound`` (the
+    model-bound vector, which every point holds), ``dense`` or ``sparse`` (what the backends look it up in)."""
+
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
 class And:
     """Every part holds."""
 
@@ -120,7 +130,7 @@ class Not:
     part: Filter
 
 
-Filter = Union[Match, Range, Exists, Empty, Ids, And, Or, Not]  # noqa: UP007 (a runtime alias)
+Filter = Union[Match, Range, Exists, Empty, Ids, HasVector, And, Or, Not]  # noqa: UP007 (a runtime alias)
 T = TypeVar("T")
 
 
@@ -154,9 +164,10 @@ def _check_key(key: Any) -> str:
 
 
 class _Parser:
-    def __init__(self, max_values: int) -> None:
+    def __init__(self, max_values: int, vectors: dict[str, str] | None = None) -> None:
         self.max_values = max_values
         self.values = 0
+        self.vectors = vectors
 
     def count(self, n: int, where: str) -> None:
         self.values += n
@@ -185,6 +196,11 @@ class _Parser:
             return Not(self.filter(arg, f"{where}.$not", depth + 1))
         if key == "$ids":
             return self.ids(arg, f"{where}.$ids")
+        if key == "$has_vector":
+            if not isinstance(arg, str) or self.vectors is None or arg not in self.vectors:
+                raise FilterError(f"{where}.$has_vector: {arg!r} is not a vector of the collection")
+            self.count(1, where)
+            return HasVector(arg, self.vectors[arg])
         key = _check_key(key)
         return self.condition(key, arg, f"{where}.{key}")
 
@@ -238,14 +254,15 @@ class _Parser:
         return out[0] if len(out) == 1 else And(tuple(out))
 
 
-def parse_filter(raw: Any, max_values: int = DEFAULT_MAX_VALUES) -> Filter:
-    """Validate ``raw`` against the grammar of the module docstring and return its tree.
+def parse_filter(raw: Any, max_values: int = DEFAULT_MAX_VALUES, vectors: dict[str, str] | None = None) -> Filter:
+    """Validate ``raw`` against the grammar of the module docstring and return its tree; ``vectors`` maps the
+    collection's vector names to their kind (``bound``, ``dense``, ``sparse``) for ``$has_vector``.
 
     Raises:
         FilterError: ``raw`` is malformed, holds more than ``max_values`` values, or nests deeper than
             :data:`MAX_DEPTH`.
     """
-    return _Parser(max_values).filter(raw, "filter", 0)
+    return _Parser(max_values, vectors).filter(raw, "filter", 0)
 
 
 # --- helpers for the backends' translations ----------------------------------------------------------------------

@@ -72,7 +72,7 @@ async def _search_once(
         pre = f"{param}[{i}]." if param == "searches" else ""
         if s.top_k > svc.settings.max_top_k:
             raise InvalidCollectionRequest(f"top_k must be at most {svc.settings.max_top_k}", f"{pre}top_k")
-        where = svc.parse_filter(s.filter, f"{pre}filter")
+        where = svc.parse_filter(s.filter, f"{pre}filter", cfg)
         using = getattr(s, "using", None)
         using = cfg.default_using() if using is None else using
         if using is None:

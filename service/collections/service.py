@@ -38,7 +38,7 @@ from .errors import (
 )
 from .filters import Filter, FilterError, parse_filter
 from .payload_update import check_payload_sizes, delete_payload_keys, set_payload
-from .schema import new_vectors_config, point_vectors
+from .schema import VectorsConfig, new_vectors_config, point_vectors
 from .searching import SearchSpec
 from .vectors import query_problem
 
@@ -62,14 +62,19 @@ class CollectionService:
         """The backend's :class:`~.backend.CollectionSettings` (the ``collections_*`` settings)."""
         return self.backend.settings
 
-    def parse_filter(self, raw: Any, param: str) -> Filter | None:
-        """The filter tree of a request's ``filter`` field (None: no filter).
+    def parse_filter(self, raw: Any, param: str, vectors: VectorsConfig | None = None) -> Filter | None:
+        """The filter tree of a request's ``filter`` field (None: no filter); ``vectors``: the collection's, which
+        ``$has_vector`` may name.
 
         Raises:
             InvalidCollectionRequest: ``invalid_filter``, naming ``param``.
         """
         try:
-            return parse_filter(raw, self.settings.max_filter_values) if raw is not None else None
+            kinds = None if vectors is None else {
+                **{n: "bound" if v.bound else "dense" for n, v in vectors.dense.items()},
+                **dict.fromkeys(vectors.sparse, "sparse"),
+            }  # fmt: skip
+            return parse_filter(raw, self.settings.max_filter_values, kinds) if raw is not None else None
         except FilterError as e:
             raise InvalidCollectionRequest(
                 str(e).replace("filter", param, 1), param=param, code="invalid_filter"
@@ -267,7 +272,7 @@ class CollectionService:
         if not 1 <= limit <= self.settings.max_top_k:
             raise InvalidCollectionRequest(f"limit must be between 1 and {self.settings.max_top_k}", "limit")
         c = await self.collection(name)
-        where = self.parse_filter(raw_filter, "filter")
+        where = self.parse_filter(raw_filter, "filter", c.vectors)
         rows = await self.backend.run(c.scroll, start, limit + 1, where, with_vector)
         return rows[:limit], (rows[limit]["id"] if len(rows) > limit else None)
 
@@ -299,7 +304,7 @@ class CollectionService:
             CollectionNotFound, InvalidCollectionRequest (bad filter).
         """
         c = await self.collection(name)
-        return await self.backend.run(c.count_matching, self.parse_filter(raw_filter, "filter"))
+        return await self.backend.run(c.count_matching, self.parse_filter(raw_filter, "filter", c.vectors))
 
     def _check_payload_sizes(self, payloads: list[dict[str, Any] | None]) -> None:
         check_payload_sizes(payloads, self.settings.max_payload_bytes)
@@ -311,7 +316,7 @@ class CollectionService:
             CollectionNotFound, InvalidCollectionRequest (bad filter).
         """
         c = await self.collection(name)
-        where = self.parse_filter(raw_filter, "filter")
+        where = self.parse_filter(raw_filter, "filter", c.vectors)
         return await self.backend.run(c.delete, ids, where)
 
     async def get_point(

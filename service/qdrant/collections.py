@@ -33,62 +33,40 @@ from fastapi import APIRouter, Request, Response
 from ..collections.errors import CollectionNotFound, InvalidCollectionRequest
 from ..routes import JSONRoute, json_response
 from .envelope import API_VERSION, PREFIX, WRITES, Service, ok, unsupported, update_result
-from .models import CreateCollection, CreateFieldIndex, UpdateCollection, VectorParams
+from .models import CreateCollection, CreateFieldIndex, UpdateCollection
+from .vectors import HNSW_IGNORED, dense_config, params_of
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 
-METRICS = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
-DISTANCES = {v: k for k, v in METRICS.items()}
-_HNSW_IGNORED = {"full_scan_threshold", "max_indexing_threads", "on_disk", "payload_m", "inline_storage", "memory"}
 
-
-def collection_spec(body: CreateCollection, dimension: int, model: str) -> tuple[str, dict[str, Any], str]:
-    """``(index type, params, metric)`` of a Qdrant ``CreateCollection`` for a model of ``dimension``.
+def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(dense, sparse)`` vector configs of a Qdrant ``CreateCollection`` (:mod:`.vectors`): the first dense vector
+    whose ``size`` is ``dimension`` (the active model's) is bound to the model.
 
     Raises:
-        InvalidCollectionRequest: a setting that does not map (see the module docstring), or a size that is not
-            the model's dimension (``wrong_dimension``).
+        InvalidCollectionRequest: a setting that does not map (see the module docstring).
     """
-    vp = body.vectors
-    if isinstance(vp, dict):
-        if len(vp) != 1:
-            raise unsupported("a collection with other than one named dense vector", "vectors")
-        vp = next(iter(vp.values()))
-    if not isinstance(vp, VectorParams):
-        raise InvalidCollectionRequest("vectors {size, distance} is required: a collection holds one dense vector",
-                                       param="vectors")  # fmt: skip
     for given, what, param in (
-        (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
-        (body.quantization_config or vp.quantization_config, "quantization", "quantization_config"),
-        (vp.multivector_config, "multivectors", "vectors.multivector_config"),
+        (body.quantization_config, "quantization", "quantization_config"),
         (body.init_from, "init_from", "init_from"),
         (body.sharding_method not in (None, "auto"), "custom sharding", "sharding_method"),
-        (vp.datatype not in (None, "float32"), f"the vector datatype {vp.datatype!r}", "vectors.datatype"),
     ):
         if given:
             raise unsupported(what, param)
-    if vp.distance not in METRICS:
-        raise unsupported(f"the {vp.distance} distance", "vectors.distance")
-    if vp.size != dimension:
-        raise InvalidCollectionRequest(
-            f"vectors.size is {vp.size}, but this service embeds with {model} (dimension {dimension}): create the "
-            f"collection with size {dimension}",
-            param="vectors.size", code="wrong_dimension",
-        )  # fmt: skip
-    hnsw = {**(body.hnsw_config or {}), **(vp.hnsw_config or {})}
-    unknown = set(hnsw) - _HNSW_IGNORED - {"m", "ef_construct"}
-    if unknown:
-        raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
-    if hnsw.get("m") == 0:
-        return "flat", {}, METRICS[vp.distance]
-    names = {"m": "M", "ef_construct": "ef_construction"}
-    return "hnsw", {names[k]: v for k, v in hnsw.items() if k in names and v is not None}, METRICS[vp.distance]
+    given = body.vectors if isinstance(body.vectors, dict) else {"": body.vectors} if body.vectors else {}
+    dense: dict[str, Any] = {}
+    bound = next((n for n, vp in given.items() if vp.size == dimension), None)
+    for name, vp in given.items():
+        dense[name] = dense_config(vp, name == bound, body.hnsw_config or {}, f"vectors.{name}" if name else "vectors")
+    sparse = {n: {"modifier": p.modifier or "none"} for n, p in (body.sparse_vectors or {}).items()}
+    return dense, sparse
 
 
 def collection_info(info: dict[str, Any]) -> dict[str, Any]:
     """Qdrant's ``CollectionInfo`` of a collection's native info (``GET /collections/{name}``)."""
     params, n = info["index"]["params"], info["count"]
     running = (info.get("reembedding") or {}).get("state") == "running"
+    vectors, sparse = params_of(info)
     return {
         "status": "yellow" if running else "green",  # yellow: being re-embedded (Qdrant: being optimised)
         "optimizer_status": "ok",
@@ -96,7 +74,7 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
         "points_count": n,
         "segments_count": 1,
         "config": {
-            "params": {"vectors": {"size": info["dimension"], "distance": DISTANCES[info["metric"]]},
+            "params": {"vectors": vectors, **({"sparse_vectors": sparse} if sparse else {}),
                        "shard_number": 1, "replication_factor": 1, "write_consistency_factor": 1,
                        "on_disk_payload": True},
             "hnsw_config": {"m": params.get("M", 0), "ef_construct": params.get("ef_construction", 100),
@@ -128,9 +106,8 @@ async def list_collections(request: Request, svc: Service) -> Response:
 async def create_collection(collection_name: str, body: CreateCollection, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``PUT /collections/{collection_name}`` -> ``true``. Errors: 409 exists, 422 a setting
     that does not map (module docstring)."""
-    info = svc.embedder().resolve(None).info
-    kind, params, metric = collection_spec(body, info.dimension, info.id)
-    await svc.create(collection_name, kind, params, metric)
+    dense, sparse = collection_spec(body, svc.embedder().resolve(None).info.dimension)
+    await svc.create(collection_name, dense=dense, sparse=sparse)
     return ok(request, True)
 
 
@@ -155,7 +132,7 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
     ):  # fmt: skip
         if given:
             raise unsupported(what, param)
-    if unknown := set(hnsw) - _HNSW_IGNORED:
+    if unknown := set(hnsw) - HNSW_IGNORED:
         raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
     return ok(request, True)
 

@@ -17,7 +17,7 @@ Qdrant                                   collections grammar
 ``{is_empty: {key}}``                    ``{key: {"$empty": true}}`` (missing, null or ``[]``)
 ``{is_null: {key}}``                     ``{key: null}`` (an explicit null)
 ``{has_id: [ids]}``                      ``{"$ids": [ids]}`` (UUIDs canonicalised, :mod:`.ids`)
-``{has_vector: name}``                   always true (every point holds the collection's one vector)
+``{has_vector: name}``                   ``{"$has_vector": name}``: the point holds that vector
 a nested ``Filter`` as a condition       translated recursively
 =======================================  ================================================================
 
@@ -126,7 +126,9 @@ def _condition(c: Any, param: str, depth: int) -> dict[str, Any] | None:
         except ValueError as e:
             raise _bad(f"{param}.has_id: {e}", f"{param}.has_id") from e
     if kind == "has_vector":
-        return None
+        if not isinstance(arg, str):
+            raise _bad(f"{param}.has_vector must be a vector name", f"{param}.has_vector")
+        return {"$has_vector": arg}
     if kind == "nested":
         raise unsupported("the nested condition (on elements of an array of objects)", f"{param}.nested")
     raise _bad(f"{param}: unknown condition {kind!r}", param)

@@ -25,9 +25,10 @@ from ..collections.service import CollectionService
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .models import QueryGroupsRequest
-from .points import vectors_by_id
+from .points import points_by_id
 from .query import DEFAULT_LIMIT, Spec, on_current_model, plan
-from .results import scored, shown_vector, values_at
+from .results import scored, values_at
+from .vectors import shown
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_GROUP_SIZE = 3
@@ -84,8 +85,9 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
 
     groups = await on_current_model(svc, collection_name, attempt)
     ids = [h.id for hits in groups.values() for h in hits]
-    vectors = await vectors_by_id(svc, collection_name, ids) if body.with_vector else {}
+    points = await points_by_id(svc, collection_name, ids) if body.with_vector else {}
+    cfg = (await svc.collection(collection_name)).vectors
     return ok(request, {"groups": [
-        {"id": v, "hits": [scored(h, body.with_payload, shown_vector(vectors.get((type(h.id), h.id)), body.with_vector))
+        {"id": v, "hits": [scored(h, body.with_payload, shown(points.get((type(h.id), h.id)), body.with_vector, cfg))
                            for h in hits], "lookup": None}
         for v, hits in groups.items()]})  # fmt: skip

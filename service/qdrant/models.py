@@ -41,11 +41,19 @@ class Document(_Body):
     options: dict[str, Any] | None = None
 
 
-VectorInput = Vector | Document | dict[StrictStr, Vector | Document]
+class SparseVector(_Body):
+    """Qdrant's ``SparseVector``: ``indices`` (unsigned 32-bit, unique) and their ``values``."""
+
+    indices: list[StrictInt]
+    values: list[FiniteFloat]
+
+
+VectorInput = Vector | Document | dict[StrictStr, Vector | Document | SparseVector]
 
 
 class VectorParams(_Body):
-    """Qdrant's ``VectorParams``: ``size`` must be the active model's dimension; ``distance`` Cosine, Dot or Euclid."""
+    """Qdrant's ``VectorParams``: ``size``, ``distance`` (Cosine, Dot or Euclid). The first vector whose ``size`` is
+    the active model's dimension is bound to it (the service embeds ``Document`` texts); others are the client's."""
 
     size: Annotated[StrictInt, Field(ge=1)]
     distance: Literal["Cosine", "Dot", "Euclid", "Manhattan"]
@@ -57,13 +65,21 @@ class VectorParams(_Body):
     memory: Any = None
 
 
+class SparseVectorParams(_Body):
+    """Qdrant's ``SparseVectorParams``: ``modifier`` (``none`` or ``idf``); ``index`` (storage tuning) accepted, no
+    effect (search is exact)."""
+
+    index: dict[str, Any] | None = None
+    modifier: Literal["none", "idf"] | None = None
+
+
 class CreateCollection(_Body):
     """Body of ``PUT /collections/{collection_name}`` (Qdrant's ``CreateCollection``)."""
 
     vectors: VectorParams | dict[StrictStr, VectorParams] | None = None
     hnsw_config: dict[str, Any] | None = None
     quantization_config: Any = None
-    sparse_vectors: dict[str, Any] | None = None
+    sparse_vectors: dict[StrictStr, SparseVectorParams] | None = None
     init_from: Any = None
     sharding_method: StrictStr | None = None
     # storage tuning of a Qdrant cluster: accepted, no effect here
@@ -92,19 +108,20 @@ class UpdateCollection(_Body):
 
 
 class PointStruct(_Body):
-    """One point: ``id``, ``vector`` (floats, a ``Document``, or ``{name: either}`` with one name), ``payload``."""
+    """One point: ``id``, ``vector`` (floats or a ``Document``: the unnamed vector; or ``{name: floats | Document |
+    SparseVector}``), ``payload``."""
 
     id: QdrantId
-    vector: VectorInput
+    vector: VectorInput = Field(default_factory=dict)
     payload: Payload | None = None
 
 
 class Batch(_Body):
     """Qdrant's ``Batch`` (the ``batch`` of a ``PointsBatch``): ``ids``, one vector per id (floats or ``Document``;
-    or ``{name: [...]}`` with one name), optional ``payloads`` one per id; other lengths are refused with 422."""
+    or ``{name: [one per id]}``), optional ``payloads`` one per id; other lengths are refused with 422."""
 
     ids: list[QdrantId] = Field(min_length=1)
-    vectors: list[Vector | Document] | dict[StrictStr, list[Vector | Document]]
+    vectors: list[Vector | Document] | dict[StrictStr, list[Vector | Document | SparseVector]]
     payloads: list[Payload | None] | None = None
 
 
@@ -187,7 +204,7 @@ class QueryRequest(_Body):
     """One universal query (Qdrant's ``QueryRequest``): ``query`` is a vector, a point id, a ``Document``, or
     ``{"nearest": one of those}``; no query pages through the points in id order."""
 
-    query: Vector | QdrantId | Document | dict[StrictStr, Any] | None = None
+    query: Vector | QdrantId | Document | SparseVector | dict[StrictStr, Any] | None = None
     using: StrictStr | None = None
     filter: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
@@ -243,16 +260,23 @@ class QueryBatch(_Body):
 
 
 class NamedVector(_Body):
-    """Qdrant's ``NamedVector`` of a legacy search; its ``name`` is not checked (a point has one vector here)."""
+    """Qdrant's ``NamedVector`` of a legacy search: the dense vector ``name``."""
 
     name: StrictStr
     vector: Vector
 
 
+class NamedSparseVector(_Body):
+    """Qdrant's ``NamedSparseVector`` of a legacy search: the sparse vector ``name``."""
+
+    name: StrictStr
+    vector: SparseVector
+
+
 class SearchRequest(_Body):
     """The legacy search (Qdrant's ``SearchRequest``): ``vector`` (floats or ``{name, vector}``), ``limit``."""
 
-    vector: Vector | NamedVector
+    vector: Vector | NamedVector | NamedSparseVector
     limit: Limit
     filter: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
@@ -267,6 +291,31 @@ class SearchBatch(_Body):
     """Body of ``POST /collections/{collection_name}/points/search/batch``."""
 
     searches: list[SearchRequest] = Field(min_length=1)
+
+
+class PointVectors(_Body):
+    """One point of an ``UpdateVectors``: its ``id`` and the vectors to set (the others it holds stay)."""
+
+    id: QdrantId
+    vector: VectorInput
+
+
+class UpdateVectors(_Body):
+    """Body of ``PUT /collections/{collection_name}/points/vectors`` (Qdrant's ``UpdateVectors``)."""
+
+    points: list[PointVectors] = Field(min_length=1)
+    shard_key: Any = None
+    update_filter: Any = None
+
+
+class DeleteVectors(_Body):
+    """Body of ``POST /collections/{collection_name}/points/vectors/delete`` (Qdrant's ``DeleteVectors``): the named
+    ``vector`` names to remove from the ``points`` (ids) or those matching ``filter``."""
+
+    points: list[QdrantId] | None = None
+    filter: dict[str, Any] | None = None
+    vector: list[StrictStr] = Field(min_length=1)
+    shard_key: Any = None
 
 
 class CreateFieldIndex(_Body):

@@ -44,6 +44,7 @@ from .models import (
     UpsertPoints,
 )
 from .results import record
+from .vectors import point_parts
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 DEFAULT_SCROLL_LIMIT = 10
@@ -78,7 +79,7 @@ def no_shard_key(body: Any) -> None:
         raise unsupported("shard_key", "shard_key")
 
 
-async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_vector: bool) -> list[dict[str, Any]]:
+async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_vector: Any) -> list[dict[str, Any]]:
     """The stored points among ``ids``, in the order asked (missing ones left out, repeats once)."""
     ids = list(dict.fromkeys(ids))
     found: dict[Any, dict[str, Any]] = {}
@@ -90,9 +91,10 @@ async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_ve
     return [found[(type(i), i)] for i in ids if (type(i), i) in found]
 
 
-async def vectors_by_id(svc: CollectionService, name: str, ids: list[int | str]) -> dict[tuple[type, Any], Any]:
-    """The stored vectors of the points among ``ids``, keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay apart)."""
-    return {(type(p["id"]), p["id"]): p["vector"] for p in await fetch(svc, name, ids, True)} if ids else {}
+async def points_by_id(svc: CollectionService, name: str, ids: list[int | str]) -> dict[tuple[type, Any], Any]:
+    """The stored points among ``ids`` with every vector, keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay
+    apart)."""
+    return {(type(p["id"]), p["id"]): p for p in await fetch(svc, name, ids, True)} if ids else {}
 
 
 async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoints) -> int:
@@ -105,27 +107,24 @@ async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoint
         rows = [(p.id, p.vector, p.payload) for p in body.points]
     else:
         b = body.batch
-        vecs = b.vectors if isinstance(b.vectors, list) else next(iter(b.vectors.values()), [])
-        if (
-            (isinstance(b.vectors, dict) and len(b.vectors) != 1)
-            or len(vecs) != len(b.ids)
-            or (b.payloads is not None and len(b.payloads) != len(b.ids))
-        ):
-            raise InvalidCollectionRequest("batch: one vector (and payload) per id, of one vector name", "batch")
-        rows = [(pid, v, b.payloads[i] if b.payloads else None) for i, (pid, v) in enumerate(zip(b.ids, vecs))]
-    model = (await svc.collection(collection_name)).model
+        by_name = b.vectors if isinstance(b.vectors, dict) else {"": b.vectors}
+        if any(len(v) != len(b.ids) for v in by_name.values()) or (b.payloads and len(b.payloads) != len(b.ids)):
+            raise InvalidCollectionRequest("batch: one vector of each name (and one payload) per id", "batch")
+        per_point = [{n: vs[i] for n, vs in by_name.items()} for i in range(len(b.ids))]
+        if not isinstance(b.vectors, dict):
+            per_point = [p[""] for p in per_point]
+        rows = [(pid, v, b.payloads[i] if b.payloads else None) for i, (pid, v) in enumerate(zip(b.ids, per_point))]
+    c = await svc.collection(collection_name)
     texts: list[str] = []
     vectors: list[list[float] | None] = []
+    named: list[dict[str, Any]] = []
     field = "points[{}].vector" if body.points is not None else "batch.vectors[{}]"  # the request's own field
     for i, (_, v, _) in enumerate(rows):
-        param = field.format(i)
-        if isinstance(v, dict):
-            if len(v) != 1:
-                raise unsupported("a point with several named vectors", param)
-            v = next(iter(v.values()))
-        texts.append(check_model(v, model, collection_name, param) if isinstance(v, Document) else "")
-        vectors.append(None if isinstance(v, Document) else v)
-    _, seq = await svc.upsert(collection_name, [r[0] for r in rows], texts, [r[2] for r in rows], vectors)
+        text, vec, other = point_parts(v, c.vectors, c.model, check_model, collection_name, field.format(i))
+        texts.append(text)
+        vectors.append(vec)
+        named.append(other)
+    _, seq = await svc.upsert(collection_name, [r[0] for r in rows], texts, [r[2] for r in rows], vectors, named=named)
     return seq
 
 
@@ -141,8 +140,9 @@ async def retrieve_points(collection_name: str, body: PointRequest, request: Req
     """Qdrant API reference: ``POST /collections/{collection_name}/points`` -> ``[Record]`` (the ids found, in the
     order asked). Errors: 404 collection."""
     no_shard_key(body)
-    points = await fetch(svc, collection_name, body.ids, bool(body.with_vector))
-    return ok(request, [record(p, body.with_payload, body.with_vector) for p in points])
+    points = await fetch(svc, collection_name, body.ids, body.with_vector)
+    cfg = (await svc.collection(collection_name)).vectors
+    return ok(request, [record(p, body.with_payload, body.with_vector, cfg) for p in points])
 
 
 @router.get("/collections/{collection_name}/points/{point_id}")
@@ -156,7 +156,7 @@ async def get_point(collection_name: str, point_id: str, request: Request, svc: 
     points = await fetch(svc, collection_name, [pid], True)
     if not points:
         raise PointNotFound(f"No point with id {pid} found")
-    return ok(request, record(points[0], True, True))
+    return ok(request, record(points[0], True, True, (await svc.collection(collection_name)).vectors))
 
 
 def _selected(body: Any) -> tuple[list[int | str] | None, Any]:
@@ -244,8 +244,9 @@ async def scroll_points(collection_name: str, body: ScrollRequest, request: Requ
     if body.order_by is not None:
         raise unsupported("order_by", "order_by")
     limit = body.limit or DEFAULT_SCROLL_LIMIT
-    points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), bool(body.with_vector))
-    return ok(request, {"points": [record(p, body.with_payload, body.with_vector) for p in points],
+    points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), body.with_vector)
+    cfg = (await svc.collection(collection_name)).vectors
+    return ok(request, {"points": [record(p, body.with_payload, body.with_vector, cfg) for p in points],
                         "next_page_offset": nxt})  # fmt: skip
 
 

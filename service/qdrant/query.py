@@ -32,16 +32,27 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..collections.api import SearchRequest
 from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound, TooManyItems
+from ..collections.schema import VectorsConfig
 from ..collections.service import CollectionService
 from ..collections.vectors import average_vector, unit_rows
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
 from .ids import QdrantId
-from .models import Document, NamedVector, QueryBatch, QueryRequest, RecommendInput, SearchBatch
+from .models import (
+    Document,
+    NamedSparseVector,
+    NamedVector,
+    QueryBatch,
+    QueryRequest,
+    RecommendInput,
+    SearchBatch,
+    SparseVector,
+)
 from .models import SearchRequest as LegacySearch
-from .points import check_model, fetch, no_shard_key, vectors_by_id
-from .results import record, scored, shown_vector
+from .points import check_model, fetch, no_shard_key, points_by_id
+from .results import record, scored
+from .vectors import all_vectors, shown
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 T = TypeVar("T")
@@ -64,38 +75,52 @@ class Spec:
     model: dict[str, Any] | None = None
 
 
-def _spec(query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any) -> Spec:
+def _spec(
+    query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any,
+    using: str | None = None,
+) -> Spec:  # fmt: skip
     search = SearchRequest.model_construct(query=query, top_k=top_k, filter=where, score_threshold=threshold,
-                                           with_payload=bool(payload), with_text=False)  # fmt: skip
+                                           with_payload=bool(payload), with_text=False, using=using)  # fmt: skip
     return Spec(search, offset, payload, vector)
 
 
-async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -> tuple[Any, list, dict | None]:
-    """The native query (text or vector) of a Qdrant query, the ids of the points it names (to leave out), and
-    the collection's model when the vector was read or made here (else None): a model switch before the search
-    makes such a vector stale, and :func:`_queries` runs the query again."""
+async def _query_vector(
+    svc: CollectionService, name: str, q: Any, param: str, using: str | None = None
+) -> tuple[Any, list, dict | None]:
+    """The native query (text, dense vector or sparse ``{indices, values}``) of a Qdrant query on the vector
+    ``using`` (None: the default one), the ids of the points it names (to leave out), and the collection's model when
+    the vector was read or made here (else None): a model switch before the search makes such a vector stale, and
+    :func:`_queries` runs the query again."""
+    if isinstance(q, SparseVector):
+        return q.model_dump(), [], None
     if isinstance(q, dict):
         if set(q) == {"recommend"}:
-            return await _recommend(svc, name, q["recommend"], f"{param}.recommend")
+            return await _recommend(svc, name, q["recommend"], f"{param}.recommend", using)
         if set(q) != {"nearest"}:
             raise unsupported(f"the query {sorted(q)}", param)
         q = q["nearest"]
         param = f"{param}.nearest"
         try:  # what QueryRequest's own fields do for a top-level query
-            if isinstance(q, dict):  # {"nearest": Document}
-                q = Document.model_validate(q)
+            if isinstance(q, dict):  # {"nearest": Document | SparseVector}
+                q = SparseVector.model_validate(q) if "indices" in q else Document.model_validate(q)
             elif isinstance(q, (int, str)):  # {"nearest": point id}: validated and canonicalised
                 q = _POINT_ID.validate_python(q)
         except ValidationError as e:
             raise InvalidCollectionRequest(f"{param}: {e.errors()[0]['msg']}", param=param) from None
     if isinstance(q, Document):
         return check_model(q, (await svc.collection(name)).model, name, param), [], None
+    if isinstance(q, SparseVector):
+        return q.model_dump(), [], None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
-        model = dict((await svc.collection(name)).model)  # the stored vector read below is this model's
+        c = await svc.collection(name)
+        vname = _using(c.vectors, using, param)
+        model = c.model and dict(c.model)  # the stored vector read below is this model's
         points = await fetch(svc, name, [q], True)
         if not points:
             raise PointNotFound(f"No point with id {q} found")
-        return points[0]["vector"], [q], model
+        if (vec := all_vectors(points[0], c.vectors).get(vname)) is None:
+            raise InvalidCollectionRequest(f"point {q} has no vector {vname!r}", param=param)
+        return vec, [q], model
     if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
         return [float(x) for x in q], [], None
     raise InvalidCollectionRequest(
@@ -103,7 +128,22 @@ async def _query_vector(svc: CollectionService, name: str, q: Any, param: str) -
     )
 
 
-async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) -> tuple[list[float], list, dict | None]:
+def _using(cfg: VectorsConfig, using: str | None, param: str) -> str:
+    """The vector a query uses: ``using``, else the collection's default one.
+
+    Raises:
+        InvalidCollectionRequest: no such vector, or no default one.
+    """
+    name = cfg.default_using() if using is None else using
+    if name is None:
+        raise InvalidCollectionRequest("the collection has several vectors: name one in 'using'", param="using")
+    cfg.kind_of(name, "using")
+    return name
+
+
+async def _recommend(
+    svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None
+) -> tuple[list[float], list, dict | None]:
     """The query vector of ``{"recommend": RecommendInput}`` by the ``average_vector`` strategy
     (:func:`~service.collections.vectors.average_vector`), the example points' ids (to leave out), and the model of
     the vectors read or embedded (None: none). Examples
@@ -130,31 +170,38 @@ async def _recommend(svc: CollectionService, name: str, raw: Any, param: str) ->
         raise TooManyItems(f"{n} examples; the maximum is {cap} (collections_max_filter_values)", param,
                            "too_many_examples")  # fmt: skip
     c = await svc.collection(name)
-    model = dict(c.model)  # the stored and embedded vectors below are this model's
+    vname = _using(c.vectors, using, param)
+    if vname in c.vectors.sparse:
+        raise unsupported("a recommendation on a sparse vector", f"{param}")
+    spec, bound = c.vectors.dense[vname].spec, c.vectors.dense[vname].bound
+    model = c.model and dict(c.model)  # the stored and embedded vectors below are this model's
     texts: list[str] = []
     ids: list[int | str] = []
     for side, examples in sides.items():
         for i, x in enumerate(examples):
             if isinstance(x, Document):
+                if not bound:
+                    raise InvalidCollectionRequest(f"the vector {vname!r} is the client's: no Document examples",
+                                                   f"{param}.{side}[{i}]")  # fmt: skip
                 texts.append(check_model(x, c.model, name, f"{param}.{side}[{i}]"))
-            elif isinstance(x, list) and len(x) != c.spec.dimension:
+            elif isinstance(x, list) and len(x) != spec.dimension:
                 raise InvalidCollectionRequest(
-                    f"{param}.{side}[{i}] has dimension {len(x)}; collection {name!r} has {c.spec.dimension}",
+                    f"{param}.{side}[{i}] has dimension {len(x)}; the vector {vname!r} has {spec.dimension}",
                     f"{param}.{side}[{i}]", "wrong_dimension",
                 )  # fmt: skip
             elif not isinstance(x, list):
                 ids.append(x)
-    stored = await vectors_by_id(svc, name, ids)
-    if missing := [x for x in ids if (type(x), x) not in stored]:
-        raise PointNotFound(f"No point with id {missing[0]} found")
+    stored = {k: all_vectors(p, c.vectors).get(vname) for k, p in (await points_by_id(svc, name, ids)).items()}
+    if missing := [x for x in ids if stored.get((type(x), x)) is None]:
+        raise PointNotFound(f"No point with id {missing[0]} found (holding the vector {vname!r})")
     embedded = iter(await svc.embed(c, texts)) if texts else iter(())
 
     def vector(x: Any) -> Any:  # in the order the texts were gathered: positives, then negatives
         return x if isinstance(x, list) else next(embedded) if isinstance(x, Document) else stored[(type(x), x)]
 
-    d = c.spec.dimension
+    d = spec.dimension
     rows = {side: np.array([vector(x) for x in xs], dtype=np.float64).reshape(-1, d) for side, xs in sides.items()}
-    if c.spec.metric == "cosine":
+    if spec.metric == "cosine":
         rows = {side: unit_rows(r) for side, r in rows.items()}
     vec = average_vector(rows["positive"], rows["negative"]).tolist()
     return vec, list(dict.fromkeys(ids)), model if ids or texts else None
@@ -176,13 +223,13 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
-    query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query")
+    query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query", r.using)
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
     if excluded:  # alone, a search for that many more hits on either backend (embedded: search.left_out)
         nots = {"$not": {"$ids": excluded}}
         where = {"$and": [where, nots]} if where else nots
-    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector, r.using)
     spec.model = model
     return spec
 
@@ -190,11 +237,12 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
 async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str) -> list[list[dict[str, Any]]]:
     """Run the searches in one service call; hits as ``ScoredPoint``, vectors read back when asked."""
     results = await svc.search(name, [s.search for s in specs], param) if specs else []
+    cfg = (await svc.collection(name)).vectors
     out = []
     for s, hits in zip(specs, results):
         hits = hits[s.offset :]
-        vectors = await vectors_by_id(svc, name, [h.id for h in hits]) if s.vector_sel else {}
-        out.append([scored(h, s.payload_sel, shown_vector(vectors.get((type(h.id), h.id)), s.vector_sel))
+        points = await points_by_id(svc, name, [h.id for h in hits]) if s.vector_sel else {}
+        out.append([scored(h, s.payload_sel, shown(points.get((type(h.id), h.id)), s.vector_sel, cfg))
                     for h in hits])  # fmt: skip
     return out
 
@@ -202,8 +250,9 @@ async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str)
 async def _scroll_query(svc: CollectionService, name: str, r: QueryRequest) -> list[dict[str, Any]]:
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     n = _top_k(svc, limit, offset, "limit")
-    points, _ = await svc.scroll(name, None, n, translate(r.filter), bool(r.with_vector))
-    return [{**record(p, r.with_payload, r.with_vector), "version": 0, "score": 0.0} for p in points[offset:]]
+    points, _ = await svc.scroll(name, None, n, translate(r.filter), r.with_vector or False)
+    cfg = (await svc.collection(name)).vectors
+    return [{**record(p, r.with_payload, r.with_vector, cfg), "version": 0, "score": 0.0} for p in points[offset:]]
 
 
 async def on_current_model(
@@ -255,10 +304,13 @@ async def query_batch(collection_name: str, body: QueryBatch, request: Request, 
 
 def _legacy(svc: CollectionService, r: LegacySearch, param: str) -> Spec:
     no_shard_key(r)
-    vec = r.vector.vector if isinstance(r.vector, NamedVector) else r.vector
+    named = isinstance(r.vector, (NamedVector, NamedSparseVector))
+    vec = r.vector.vector if named else r.vector
+    vec = vec.model_dump() if isinstance(vec, SparseVector) else vec
     offset = r.offset or 0
     top_k, where = _top_k(svc, r.limit, offset, f"{param}limit"), translate(r.filter, f"{param}filter")
-    return _spec(vec, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector)
+    return _spec(vec, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector,
+                 r.vector.name if named else None)  # fmt: skip
 
 
 @router.post("/collections/{collection_name}/points/search")

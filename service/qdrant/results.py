@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..collections.schema import VectorsConfig
+from .vectors import shown
+
 MISSING = object()
 
 
@@ -60,18 +63,11 @@ def values_at(payload: dict[str, Any] | None, key: str) -> list[tuple[int, Any]]
     return list(out)
 
 
-def shown_vector(vector: list[float] | None, sel: Any) -> Any:
-    """The vector as ``with_vector`` asks: ``True`` the (unnamed) vector, a list of names ``{name: vector}`` for
-    each name asked (the collection's one vector answers to any name), else None."""
-    if not sel or vector is None:
-        return None
-    return vector if sel is True else {name: vector for name in sel}
-
-
-def record(point: dict[str, Any], with_payload: Any, with_vector: Any) -> dict[str, Any]:
-    """A stored point ``{id, text, payload[, vector]}`` as Qdrant's ``Record``."""
+def record(point: dict[str, Any], with_payload: Any, with_vector: Any, cfg: VectorsConfig) -> dict[str, Any]:
+    """A stored point ``{id, text, payload[, vector][, vectors]}`` of a collection with vectors ``cfg`` as Qdrant's
+    ``Record`` (its vectors shaped by :func:`.vectors.shown`)."""
     return {"id": point["id"], "payload": select_payload(point.get("payload"), with_payload),
-            "vector": shown_vector(point.get("vector"), with_vector)}  # fmt: skip
+            "vector": shown(point, with_vector, cfg)}  # fmt: skip
 
 
 def scored(hit: Any, with_payload: Any, vector: Any = None) -> dict[str, Any]:

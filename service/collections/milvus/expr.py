@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..filters import INT64, And, Empty, Exists, Filter, Ids, Match, Not, Or, Range, balanced, value_kind
+from ..filters import INT64, And, Empty, Exists, Filter, HasVector, Ids, Match, Not, Or, Range, balanced, value_kind
 
 _RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -129,6 +129,8 @@ def filter_expr(f: Filter) -> str:
         return f"({_match(f)})"
     if isinstance(f, Range):
         return f"({_range(f)})"
+    if isinstance(f, HasVector):  # a milvus collection holds one vector, the model-bound one: every point has it
+        return '(key != "")' if f.kind == "bound" else '(key == "")'
     if isinstance(f, Exists):
         return f"(exists {_field(f.key)})"
     if isinstance(f, Empty):

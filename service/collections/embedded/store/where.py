@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...filters import And, Empty, Exists, Filter, Ids, Match, Not, Or, Range, balanced, value_kind
+from ...filters import And, Empty, Exists, Filter, HasVector, Ids, Match, Not, Or, Range, balanced, value_kind
 from ...ids import encode_id
 
 _RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -95,6 +95,11 @@ def to_sql(f: Filter, column: str = "payload", key_column: str = "key") -> Sql:
         return _match(column, f)
     if isinstance(f, Range):
         return _range(column, f)
+    if isinstance(f, HasVector):
+        if f.kind == "bound":  # the model-bound vector lives in points.vector (empty in a collection without one)
+            return "(length(vector) > 0)", []
+        table = "sparse_vectors" if f.kind == "sparse" else "named_dense"
+        return f"EXISTS (SELECT 1 FROM {table} v WHERE v.field = ? AND v.iid = points.iid)", [f.name]
     path = _path(f.key)
     if isinstance(f, Exists):
         return f"(json_type({column}, ?) IS NOT NULL)", [path]
