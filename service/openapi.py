@@ -328,6 +328,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("PUT", f"{QDRANT_COLLECTION}/points/payload"): (200, QDRANT_UPDATE, COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/payload/delete"): (200, QDRANT_UPDATE, COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/payload/clear"): (200, QDRANT_UPDATE, COLLECTION),
+    ("PUT", f"{QDRANT_COLLECTION}/points/vectors"): (200, QDRANT_UPDATE, COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/vectors/delete"): (200, QDRANT_UPDATE, COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/batch"): (200, _q(list[QdrantUpdate], "QdrantBatchUpdate"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/scroll"): (200, _q(QdrantScroll, "QdrantScrollResponse"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/count"): (200, _q(dict[str, int], "QdrantCount"), COLLECTION),

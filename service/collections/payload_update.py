@@ -110,6 +110,25 @@ async def _rewrite(
     svc: Any, name: str, wheres: list[Any], updated: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 ) -> int:
     """Write back every point matching one of ``wheres`` with the payloads ``updated`` makes of a page of points."""
+
+    def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**p, "payload": q} for p, q in zip(points, updated(points))]
+
+    return await rewrite_points(svc, name, wheres, edit)
+
+
+async def rewrite_points(
+    svc: Any, name: str, wheres: list[Any], edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> int:
+    """Write back every point matching one of ``wheres`` (pages of stored points ``{id, text, payload, vector,
+    vectors}``) as ``edit`` changes them; returns the last write's sequence (0 when no point matched). The points are
+    read with every vector and written back whole (not atomic with concurrent writes to the same points); a model
+    switch between the read and the write makes the page be read again.
+
+    Raises:
+        ModelChanged: the collection switched models :data:`~.errors.RETRIES` times meanwhile; and what
+            :meth:`~.service.CollectionService.upsert` raises.
+    """
     page, seq, stale = _page(svc), 0, 0
     for where in wheres:
         start = None
@@ -117,11 +136,13 @@ async def _rewrite(
             model = (await svc.collection(name)).model  # the stored vectors read below are this model's
             points, after = await svc.scroll(name, start, page, where, with_vector=True)
             if points:
+                points = edit(points)
                 ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
                 vecs, named = [p.get("vector") for p in points], [p.get("vectors") for p in points]
                 try:  # every vector written back as stored: the model-bound one and the named others
-                    _, seq = await svc.upsert(name, ids_, texts, updated(points), vecs if model else None,
-                                              vectors_model=model and dict(model), named=named)  # fmt: skip
+                    _, seq = await svc.upsert(name, ids_, texts, [p["payload"] for p in points],
+                                              vecs if model else None, vectors_model=model and dict(model),
+                                              named=named)  # fmt: skip
                 except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
                     stale += 1
                     if stale == RETRIES:
@@ -130,6 +151,48 @@ async def _rewrite(
             if (start := after) is None:
                 break
     return seq
+
+
+async def delete_vectors(svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, names: list[str]) -> int:
+    """Remove the named vectors ``names`` from the points among ``ids`` or matching ``raw_filter`` (Qdrant's
+    ``delete_vectors``); returns the last write's sequence (0 when no point matched).
+
+    Raises:
+        InvalidCollectionRequest: a name the collection lacks, or its model-bound vector (every point holds it: it
+            is made from the text).
+    """
+    cfg = (await svc.collection(name)).vectors
+    for n in names:
+        cfg.kind_of(n, "vector")
+        if cfg.bound is not None and n == cfg.bound.name:
+            raise InvalidCollectionRequest(f"{n!r} is the model-bound vector, which every point holds", "vector")
+
+    def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**p, "vectors": {k: v for k, v in (p.get("vectors") or {}).items() if k not in names}}
+                for p in points]  # fmt: skip
+
+    return await rewrite_points(svc, name, _wheres(svc, ids, raw_filter), edit)
+
+
+async def update_vectors(svc: Any, name: str, updates: dict[Any, tuple[str | None, Any, dict[str, Any]]]) -> int:
+    """Set some vectors of existing points, keeping the others (Qdrant's ``update_vectors``): ``updates`` maps a
+    point id to ``(new text or None, new model-bound vector or None, {name: new named vector})``; points not stored
+    are left out (as Qdrant answers 404 for them, the caller checks first). Returns the last write's sequence.
+    """
+
+    def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for p in points:
+            text, vec, named = updates[p["id"]]
+            q = {**p, "vectors": {**(p.get("vectors") or {}), **named}}
+            if text is not None:  # a new text: the model-bound vector is embedded from it
+                q.update(text=text, vector=None)
+            elif vec is not None:
+                q["vector"] = vec
+            out.append(q)
+        return out
+
+    return await rewrite_points(svc, name, _wheres(svc, list(updates), None), edit)
 
 
 INT64 = (-(2**63), 2**63 - 1)  # what SQLite stores and filters compare as integers

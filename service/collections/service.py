@@ -37,7 +37,7 @@ from .errors import (
     TooManyItems,
 )
 from .filters import Filter, FilterError, parse_filter
-from .payload_update import check_payload_sizes, delete_payload_keys, set_payload
+from .payload_update import check_payload_sizes, delete_payload_keys, delete_vectors, set_payload, update_vectors
 from .schema import VectorsConfig, new_vectors_config, point_vectors
 from .searching import SearchSpec
 from .vectors import query_problem
@@ -296,6 +296,24 @@ class CollectionService:
             CollectionNotFound, InvalidCollectionRequest (bad filter), ReembeddingInProgress.
         """
         return await delete_payload_keys(self, name, ids, raw_filter, keys)
+
+    async def update_vectors(self, name: str, updates: dict[Any, tuple[str | None, Any, dict[str, Any]]]) -> int:
+        """Set some vectors of the stored points among ``updates``' ids, keeping their others
+        (:func:`.payload_update.update_vectors`); returns the last write's sequence.
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (a bad vector), ReembeddingInProgress.
+        """
+        return await update_vectors(self, name, updates)
+
+    async def delete_vectors(self, name: str, ids: list[int | str] | None, raw_filter: Any, names: list[str]) -> int:
+        """Remove the named vectors ``names`` from the points among ``ids`` or matching the filter
+        (:func:`.payload_update.delete_vectors`); returns the last write's sequence (0 when no point matched).
+
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (an unknown or the model-bound vector, a bad filter).
+        """
+        return await delete_vectors(self, name, ids, raw_filter, names)
 
     async def count(self, name: str, raw_filter: Any) -> int:
         """How many points match the filter (None: all), counted exactly.

@@ -3,14 +3,13 @@
 Qdrant API reference (https://api.qdrant.tech/api-reference), "Points": ``POST /collections/{collection_name}/points/
 batch`` with ``{"operations": [UpdateOperation, ...]}``, each one of ``{"upsert": PointInsertOperations}``,
 ``{"delete": PointsSelector}``, ``{"set_payload": SetPayload}``, ``{"overwrite_payload": SetPayload}``,
-``{"delete_payload": DeletePayload}``, ``{"clear_payload": PointsSelector}``; answers one ``UpdateResult`` per
-operation, in order.
+``{"delete_payload": DeletePayload}``, ``{"clear_payload": PointsSelector}``, ``{"update_vectors": UpdateVectors}``,
+``{"delete_vectors": DeleteVectors}``; answers one ``UpdateResult`` per operation, in order.
 
 Every operation's body is validated before the first one runs (a malformed one changes nothing); they then run in
 order, each durable when the next starts. An operation refused while running (a missing collection, a ``Document`` of
 another model, a payload too large) answers that error, naming ``operations[i]``; the operations before it stay
-applied, as in Qdrant, where the operations of a batch are not one transaction. ``update_vectors`` and
-``delete_vectors`` are refused with 422 (a point's vector is its text's embedding here, or a vector given with it).
+applied, as in Qdrant, where the operations of a batch are not one transaction.
 """
 
 from __future__ import annotations
@@ -25,8 +24,16 @@ from ..collections.errors import CollectionError, InvalidCollectionRequest
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
 from . import points
-from .envelope import PREFIX, WRITES, Service, ok, unsupported, update_result
-from .models import DeletePayload, DeletePoints, SetPayload, UpdateOperations, UpsertPoints
+from .envelope import PREFIX, WRITES, Service, ok, update_result
+from .models import (
+    DeletePayload,
+    DeletePoints,
+    DeleteVectors,
+    SetPayload,
+    UpdateOperations,
+    UpdateVectors,
+    UpsertPoints,
+)
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 
@@ -39,8 +46,9 @@ OPERATIONS: dict[str, tuple[type[BaseModel], Operation]] = {
     "overwrite_payload": (SetPayload, points.overwrite_payload),
     "delete_payload": (DeletePayload, points.delete_payload),
     "clear_payload": (DeletePoints, points.clear_payload),
+    "update_vectors": (UpdateVectors, points.update_vectors),
+    "delete_vectors": (DeleteVectors, points.delete_vectors),
 }
-REFUSED = ("update_vectors", "delete_vectors")
 
 
 def parse(raw: dict[str, Any], i: int) -> tuple[str, BaseModel]:
@@ -53,8 +61,6 @@ def parse(raw: dict[str, Any], i: int) -> tuple[str, BaseModel]:
     if len(raw) != 1:
         raise InvalidCollectionRequest(f"{where} must have exactly one of {sorted(OPERATIONS)}", param=where)
     ((kind, body),) = raw.items()
-    if kind in REFUSED:
-        raise unsupported(kind, f"{where}.{kind}")
     if kind not in OPERATIONS:
         raise InvalidCollectionRequest(f"{where}: unknown operation {kind!r}; one of {sorted(OPERATIONS)}", where)
     try:

@@ -37,10 +37,12 @@ from .models import (
     CountRequest,
     DeletePayload,
     DeletePoints,
+    DeleteVectors,
     Document,
     PointRequest,
     ScrollRequest,
     SetPayload,
+    UpdateVectors,
     UpsertPoints,
 )
 from .results import record
@@ -234,6 +236,41 @@ async def clear_payload_route(collection_name: str, body: DeletePoints, request:
     """Qdrant API reference: ``POST /collections/{collection_name}/points/payload/clear`` (a ``PointsSelector``:
     empty each point's payload) -> ``UpdateResult``. Errors: as for overwrite."""
     return ok(request, update_result(await clear_payload(svc, collection_name, body)))
+
+
+async def update_vectors(svc: CollectionService, name: str, body: UpdateVectors) -> int:
+    """Set the given vectors of each listed point, keeping its others; every point must exist (404 otherwise)."""
+    no_shard_key(body)
+    if body.update_filter is not None:
+        raise unsupported("update_filter", "update_filter")
+    c = await svc.collection(name)
+    updates = {}
+    for i, p in enumerate(body.points):
+        text, vec, named = point_parts(p.vector, c.vectors, c.model, check_model, name, f"points[{i}].vector")
+        updates[p.id] = (text or None, vec, named)
+    found = {p["id"] for p in await fetch(svc, name, list(updates), False)}
+    if missing := [i for i in updates if i not in found]:
+        raise PointNotFound(f"No point with id {missing[0]} found")
+    return await svc.update_vectors(name, updates)
+
+
+async def delete_vectors(svc: CollectionService, name: str, body: DeleteVectors) -> int:
+    """Remove the named vectors ``body.vector`` from the selected points."""
+    return await svc.delete_vectors(name, *_selected(body), body.vector)
+
+
+@router.put("/collections/{collection_name}/points/vectors", dependencies=WRITES)
+async def update_vectors_route(collection_name: str, body: UpdateVectors, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/points/vectors`` (update vectors: the given ones
+    replace the point's, the others stay) -> ``UpdateResult``. Errors: 404 collection or point, 422."""
+    return ok(request, update_result(await update_vectors(svc, collection_name, body)))
+
+
+@router.post("/collections/{collection_name}/points/vectors/delete", dependencies=WRITES)
+async def delete_vectors_route(collection_name: str, body: DeleteVectors, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``POST /collections/{collection_name}/points/vectors/delete`` (``points`` or
+    ``filter``, and the ``vector`` names) -> ``UpdateResult``. Errors: 404, 422 (an unknown or model-bound vector)."""
+    return ok(request, update_result(await delete_vectors(svc, collection_name, body)))
 
 
 @router.post("/collections/{collection_name}/points/scroll")

@@ -328,7 +328,7 @@ def test_qdrant_batch_update_points(env, sts):
     up = {"upsert": {"points": [{"id": 200, "vector": [0.1] * 384}]}}
     for ops, status, words in [
         ([up, {"delete": {"points": ["not-a-uuid"]}}], 422, "operations[1].delete.points"),
-        ([up, {"update_vectors": {"points": []}}], 422, "update_vectors is not supported"),
+        ([up, {"update_vectors": {"points": []}}], 422, "operations[1].update_vectors"),
         ([up, {"upsert": {}, "delete": {}}], 422, "exactly one"),
         ([up, {"rename": {}}], 422, "unknown operation"),
     ]:  # refused before the first operation runs: point 200 is not written
