@@ -186,11 +186,13 @@ class CountRequest(BaseModel):
 
 class SearchRequest(BaseModel):
     """One search: ``query`` (a text, a dense vector or a sparse ``{indices, values}``) by the vector ``using``
-    (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``."""
+    (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``;
+    ``exact``: score every stored vector instead of searching the approximate index."""
 
     model_config = ConfigDict(extra="forbid")
     query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn
     using: StrictStr | None = None
+    exact: StrictBool = False
     top_k: StrictInt = Field(10, ge=1)
     filter: Any = None
     score_threshold: FiniteFloat | None = None

@@ -290,12 +290,14 @@ class CollectionHandle(Protocol):
         budget: ResponseBudget | None = None,
         consistency: ReadConsistency = STRONG,
         using: str | None = None,
+        exact: bool = False,
     ) -> list[list[Hit]]:
         """The ``top_k`` best points among those matching ``where`` for each query by the vector ``using`` (None:
         the model-bound one; float32 ``(nq, d)`` dense queries, made by ``model`` for the model-bound vector, or a
         list of :class:`~.schema.SparseVec`), best first, without those scoring below (cosine/dot/sparse) or beyond
         (l2) the threshold, read at ``consistency``. A sparse search scores by the exact dot product and returns
-        only points sharing a term with the query.
+        only points sharing a term with the query. ``exact``: score every stored vector (no approximate index), as
+        Qdrant's ``params.exact`` asks.
         The hits' bytes are spent from ``budget`` before their texts and payloads are read where the backend can
         (embedded), else as they arrive.
 

@@ -114,7 +114,8 @@ async def _search_once(
     # RPC, one FAISS call), each group its own bounded backend call
     groups: dict[tuple, list[int]] = {}
     for i, (s, _, using, _) in enumerate(plans):
-        key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text, using)
+        key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text, using,
+               bool(getattr(s, "exact", False)))  # fmt: skip
         groups.setdefault(key, []).append(i)
     out: list[list[Hit] | None] = [None] * len(plans)
     for members in groups.values():
@@ -127,7 +128,7 @@ async def _search_once(
             hits = await svc.backend.run(
                 c.search, qs if sparse else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
                 s.with_text, model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
-                budget=budget, consistency=consistency, using=using,
+                budget=budget, consistency=consistency, using=using, exact=bool(getattr(s, "exact", False)),
             )  # fmt: skip
             for i, h in zip(part, hits):
                 out[i] = h

@@ -3,21 +3,22 @@
 
 Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"Search":
 
-* ``POST /collections/{collection_name}/points/query`` and ``.../points/query/batch``: ``query`` is a vector, a
-  point id (its stored vector; the point itself is left out of the hits, as in Qdrant), a ``Document``
-  ``{text, model}`` (embedded here by the collection's model; another model is 422 ``model_mismatch``),
-  ``{"nearest": one of those}``, or ``{"recommend": {positive, negative, strategy}}`` with examples of those three
-  kinds, by the ``average_vector`` strategy (Qdrant's default; the example points are left out of the hits); no
-  ``query`` pages through the points in id order (score 0). ``filter``, ``limit`` (default 10), ``offset``,
-  ``score_threshold``, ``with_payload`` (default false), ``with_vector``. ``using`` may name any vector (a
-  collection has one). Refused with 422: ``prefetch``, ``lookup_from``, the recommend strategies ``best_score`` and
+* ``POST /collections/{collection_name}/points/query`` and ``.../points/query/batch``: ``query`` is a dense vector,
+  a sparse vector ``{indices, values}``, a point id (its stored vector of the ``using`` vector; the point itself is
+  left out of the hits, as in Qdrant), a ``Document`` ``{text, model}`` (embedded here by the collection's model,
+  for its model-bound vector; another model is 422 ``model_mismatch``), ``{"nearest": one of those}``, or
+  ``{"recommend": {positive, negative, strategy}}`` with dense examples, by the ``average_vector`` strategy
+  (Qdrant's default; the example points are left out of the hits); no ``query`` pages through the points in id
+  order (score 0). ``using`` names the vector searched (default: the model-bound one, else the only dense one);
+  ``filter``, ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false),
+  ``with_vector``. Refused with 422: ``prefetch``, ``lookup_from``, the recommend strategies ``best_score`` and
   ``sum_scores`` (each scores every candidate against every example: no index search), and the other query kinds
   (discover, context, order_by, fusion, rrf, formula, sample, mmr).
-* ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats or ``{name, vector}``),
-  with the same options; ``limit`` required.
+* ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
+  ``NamedSparseVector``), with the same options; ``limit`` required.
 
-``params`` (``hnsw_ef``, ``exact``, quantization) is accepted and has no effect: the collection's own search
-parameters apply. ``offset + limit`` is at most ``collections_max_top_k``.
+``params.exact: true`` scores every stored vector (no approximate index); the rest of ``params`` (``hnsw_ef``,
+quantization) is accepted and has no effect. ``offset + limit`` is at most ``collections_max_top_k``.
 """
 
 from __future__ import annotations
@@ -77,10 +78,11 @@ class Spec:
 
 def _spec(
     query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any,
-    using: str | None = None,
+    using: str | None = None, params: dict[str, Any] | None = None,
 ) -> Spec:  # fmt: skip
     search = SearchRequest.model_construct(query=query, top_k=top_k, filter=where, score_threshold=threshold,
-                                           with_payload=bool(payload), with_text=False, using=using)  # fmt: skip
+                                           with_payload=bool(payload), with_text=False, using=using,
+                                           exact=bool((params or {}).get("exact")))  # fmt: skip
     return Spec(search, offset, payload, vector)
 
 
@@ -229,7 +231,7 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     if excluded:  # alone, a search for that many more hits on either backend (embedded: search.left_out)
         nots = {"$not": {"$ids": excluded}}
         where = {"$and": [where, nots]} if where else nots
-    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector, r.using)
+    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector, r.using, r.params)
     spec.model = model
     return spec
 
@@ -310,7 +312,7 @@ def _legacy(svc: CollectionService, r: LegacySearch, param: str) -> Spec:
     offset = r.offset or 0
     top_k, where = _top_k(svc, r.limit, offset, f"{param}limit"), translate(r.filter, f"{param}filter")
     return _spec(vec, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector,
-                 r.vector.name if named else None)  # fmt: skip
+                 r.vector.name if named else None, r.params)  # fmt: skip
 
 
 @router.post("/collections/{collection_name}/points/search")

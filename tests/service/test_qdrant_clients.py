@@ -741,3 +741,137 @@ def test_openai_sdk_and_tei_client(env, sts, monkeypatch):
     assert len(vectors) == 8 and np.allclose(np.asarray(vector).reshape(-1), vectors[0], atol=1e-5)
     v = np.asarray(vectors)
     np.testing.assert_allclose(scores, v[1:] @ v[0], atol=1e-5)  # cosine of unit vectors
+
+
+def _words(text: str) -> dict[str, list]:
+    """A term-count sparse vector of a text (lower-cased words, each hashed to a 20-bit index)."""
+    import zlib
+
+    counts: dict[int, float] = {}
+    for w in text.lower().replace(".", " ").replace(",", " ").split():
+        t = zlib.crc32(w.encode()) % (1 << 20)
+        counts[t] = counts.get(t, 0.0) + 1.0
+    return {"indices": list(counts), "values": list(counts.values())}
+
+
+def test_named_dense_and_sparse_vectors_agree_with_qdrant_client_local_mode(env, sts):
+    """A collection of named vectors (one bound to the model, two client-supplied of other distances, a sparse one
+    with IDF) answers as qdrant-client's own in-memory local mode (the oracle) for every vector, with filters,
+    has_vector, update_vectors and delete_vectors; the milvus backend refuses what Milvus 2.3 cannot hold."""
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    sentences, genres, questions = sts
+    remote = QdrantClient(url=f"{env['server'].url}/qdrant", cloud_inference=True, timeout=120)
+    config = {"meaning": models.VectorParams(size=384, distance=models.Distance.COSINE),
+              "image": models.VectorParams(size=64, distance=models.Distance.DOT),
+              "code": models.VectorParams(size=32, distance=models.Distance.EUCLID)}  # fmt: skip
+    sparse = {"words": models.SparseVectorParams(modifier=models.Modifier.IDF)}
+    if env["backend"] == "milvus":
+        with pytest.raises(UnexpectedResponse) as e:
+            remote.create_collection("named", vectors_config=config, sparse_vectors_config=sparse)
+        assert e.value.status_code == 422 and "Milvus 2.3" in str(e.value.content)
+        # one vector bound to the model, named: Milvus holds it, under its name
+        remote.create_collection("one", vectors_config={"meaning": config["meaning"]})
+        remote.upsert(
+            "one",
+            [
+                models.PointStruct(
+                    id=1, vector={"meaning": models.Document(text=sentences[0], model="all-minilm-l6-v2")}
+                )
+            ],
+        )
+        got = remote.query_points("one", query=models.Document(text=sentences[0], model="all-minilm-l6-v2"),
+                                  using="meaning", with_vectors=True).points  # fmt: skip
+        assert [p.id for p in got] == [1] and list(got[0].vector) == ["meaning"]
+        return
+    rng = np.random.default_rng(7)
+    n = len(sentences)
+    image, code = rng.standard_normal((n, 64)).round(4), rng.standard_normal((n, 32)).round(4)
+    points = []
+    for i, s in enumerate(sentences):
+        v: dict = {
+            "meaning": models.Document(text=s, model="all-minilm-l6-v2"),
+            "words": models.SparseVector(**_words(s)),
+        }
+        if i % 5:
+            v["image"] = image[i].tolist()
+        if i % 7:
+            v["code"] = code[i].tolist()
+        points.append(models.PointStruct(id=i, vector=v, payload={"row": i, "genre": genres[i]}))
+    remote.create_collection("named", vectors_config=config, sparse_vectors_config=sparse)
+    remote.upsert("named", points)
+    # the oracle gets the same points, the model-bound vectors as the server embedded them
+    stored = {p.id: p.vector["meaning"] for p in remote.retrieve("named", list(range(n)), with_vectors=["meaning"])}
+    local = QdrantClient(":memory:")
+    local.create_collection("named", vectors_config=config, sparse_vectors_config=sparse)
+    local.upsert("named", [models.PointStruct(id=p.id, vector={**p.vector, "meaning": stored[p.id]}, payload=p.payload)
+                           for p in points])  # fmt: skip
+    info = remote.get_collection("named").config.params
+    assert info.vectors["image"].size == 64 and info.sparse_vectors["words"].modifier == models.Modifier.IDF
+
+    def agree(a: list, b: list) -> None:
+        """Same scores; the same ids, in order except among equal scores (Qdrant leaves ties unordered) and in the
+        last group of equal scores (which of several tied points make the cut)."""
+        assert np.allclose([p.score for p in a], [p.score for p in b], atol=1e-4)
+        groups: dict[float, list[set]] = {}
+        for hits in (a, b):
+            for p in hits:
+                groups.setdefault(round(p.score, 3), [set(), set()])[hits is b].add(p.id)
+        last = round(a[-1].score, 3) if a else None
+        assert all(x == y for s, (x, y) in groups.items() if s != last), groups
+
+    exact = models.SearchParams(exact=True)
+    news = models.Filter(must=[models.FieldCondition(key="genre", match=models.MatchValue(value="news"))])
+    has_image = models.Filter(must=[models.HasVectorCondition(has_vector="image")])
+    q_meaning = remote.query_points("named", query=stored[3], using="meaning", limit=1).points[0]
+    assert q_meaning.id == 3
+    queries = {"meaning": np.asarray(stored[11]) + 0.01, "image": rng.standard_normal(64),
+               "code": rng.standard_normal(32), "words": models.SparseVector(**_words(questions[1]))}  # fmt: skip
+    for using, q in queries.items():
+        q = q.tolist() if isinstance(q, np.ndarray) else q
+        for flt in (None, news, has_image):
+            got = [c.query_points("named", query=q, using=using, query_filter=flt, limit=10, search_params=exact,
+                                  with_vectors=[using]).points for c in (remote, local)]  # fmt: skip
+            assert got[0], (using, flt)
+            agree(*got)
+            theirs = {p.id: p.vector[using] for p in got[1]}
+            for a in got[0]:
+                if a.id not in theirs:  # a tie at the cut
+                    continue
+                va, vb = a.vector[using], theirs[a.id]
+                if using == "words":
+                    assert va.indices == vb.indices and np.allclose(va.values, vb.values)
+                else:
+                    assert np.allclose(va, vb, atol=1e-5)
+    # a Document queries the model-bound vector like its embedding does
+    doc = models.Document(text=questions[1], model="all-minilm-l6-v2")
+    by_doc = remote.query_points("named", query=doc, using="meaning", limit=5).points
+    emb = remote.query_points("named", query=by_doc[0].id, using="meaning", limit=1).points
+    assert by_doc and emb
+    for c in (remote, local):
+        c.update_vectors(
+            "named",
+            [
+                models.PointVectors(id=5, vector={"image": [1.0] * 64}),
+                models.PointVectors(id=6, vector={"words": models.SparseVector(indices=[3], values=[2.0])}),
+            ],
+        )
+        c.delete_vectors("named", vectors=["code"], points=models.FilterSelector(filter=news))
+        c.delete_vectors("named", vectors=["image", "words"], points=[8])
+        c.set_payload("named", {"seen": True}, points=[5, 9])  # a payload rewrite keeps every vector
+    for a, b in zip(
+        *(c.retrieve("named", [5, 6, 8, 9], with_vectors=True, with_payload=True) for c in (remote, local))
+    ):
+        assert a.id == b.id and sorted(a.vector) == sorted(b.vector) and a.payload == b.payload, (a.id, a.vector.keys())
+    has_code = models.Filter(must=[models.HasVectorCondition(has_vector="code")])
+    assert remote.count("named", count_filter=has_code).count == local.count("named", count_filter=has_code).count
+    agree(*(c.query_points("named", query=[1.0] * 64, using="image", limit=3).points for c in (remote, local)))
+    for bad in (lambda: remote.query_points("named", query=[0.1] * 64, using="nope"),
+                lambda: remote.query_points("named", query=models.Document(text="x", model="all-minilm-l6-v2"),
+                                            using="image"),
+                lambda: remote.delete_vectors("named", vectors=["meaning"], points=[1])):  # fmt: skip
+        with pytest.raises(UnexpectedResponse) as e:
+            bad()
+        assert e.value.status_code == 422, e.value.content

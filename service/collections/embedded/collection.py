@@ -265,11 +265,12 @@ class Collection(Reembedding):
         budget=None,
         consistency=None,
         using=None,
+        exact=False,
     ) -> list[list[Hit]]:
         """Nearest points of each query by the vector ``using`` (None: the model-bound one), see
         :meth:`~..backend.CollectionHandle.search`. A filter only leaving listed points out is a search for that many
         more hits (:func:`.search.left_out`). A dense search is :func:`.search.dense_search` (exact over a narrow
-        filter's points, else FAISS); a sparse one is exact (:meth:`.named.NamedIndexes.sparse_search`). Always
+        filter's points or when ``exact`` asks, else FAISS); a sparse one is exact (:meth:`.named.NamedIndexes.sparse_search`). Always
         strong (``consistency`` is accepted and needs nothing: a write is answered once searchable).
 
         Raises:
@@ -294,10 +295,13 @@ class Collection(Reembedding):
                 if bound:
                     index, q = self.index, self._prepare(queries)
                     fetch = lambda iids: self.store.vectors_for(iids, self.spec.dimension)  # noqa: E731
+                    scan = lambda: self.store.iter_vectors(self.spec.dimension)  # noqa: E731
                 else:
                     index, q = self.named.indexes[using], prepared(queries, self.named.dense[using].spec.metric)
                     fetch = lambda iids: self.named.fetch_dense(using, iids)  # noqa: E731
-                D, I = dense_search(index, fetch, q, top_k, k, allowed, self.exact_filter_threshold)
+                    scan = lambda: self.named.scan_dense(using)  # noqa: E731
+                cap = self.exact_filter_threshold
+                D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact else None)
                 metric = index.spec.metric
             if len(dropped):
                 I = np.where(np.isin(I, dropped), -1, I)  # left out (assemble_hits skips -1)

@@ -84,6 +84,10 @@ class NamedIndexes:
         """``(iids, vectors)`` of the points among ``iids`` holding the dense vector ``name``."""
         return tables.dense_for(self.store.reader(), name, iids, self.dense[name].spec.dimension)
 
+    def scan_dense(self, name: str) -> Any:
+        """``(iids, vectors)`` chunks of every stored dense vector ``name`` (an exact search's scan)."""
+        return tables.iter_dense(self.store.reader(), name, self.dense[name].spec.dimension)
+
     def sparse_search(
         self, name: str, queries: list[SparseVec], top_k: int, allowed: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:

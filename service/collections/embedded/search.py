@@ -4,7 +4,7 @@ into :class:`~..backend.Hit` lists."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -56,15 +56,39 @@ def rerank(
     return D, I
 
 
-def dense_search(
-    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, k: int, allowed: np.ndarray | None, cap: int
+def exact_scan(
+    q: np.ndarray, chunks: Iterable[tuple[np.ndarray, np.ndarray]], k: int, metric: str, allowed: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
+    """The exact ``k`` best of every stored vector (``chunks`` of ``(iids, vectors)``, those in ``allowed`` when
+    given) for the prepared queries ``q``: each chunk's top ``k`` merged, so memory stays one chunk. Returns
+    ``(scores, iids)`` ``(nq, <=k)``, best first, in :func:`~..index.exact_search`'s units."""
+    best_d = np.zeros((len(q), 0), np.float32)
+    best_i = np.zeros((len(q), 0), np.int64)
+    hib = metric != "l2"
+    for ids, vecs in chunks:
+        if allowed is not None:
+            keep = np.isin(ids, allowed)
+            ids, vecs = ids[keep], vecs[keep]
+        d, i = exact_search(q, vecs, ids, k, metric)
+        d, i = np.concatenate([best_d, d], 1), np.concatenate([best_i, i], 1)
+        order = np.argsort(-d if hib else d, axis=1, kind="stable")[:, :k]
+        best_d, best_i = np.take_along_axis(d, order, 1), np.take_along_axis(i, order, 1)
+    return best_d, best_i
+
+
+def dense_search(
+    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, k: int, allowed: np.ndarray | None, cap: int,
+    scan: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
-    (None: all): exact over the stored vectors when at most ``cap`` points are allowed (``top_k`` of them), else the
-    index restricted by an ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
+    (None: all): exact over the stored vectors when at most ``cap`` points are allowed (``top_k`` of them), or when
+    ``scan`` (the stored vectors, chunked: an exact search was asked for) is given; else the index restricted by an
+    ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
     if allowed is not None and len(allowed) <= cap:
         ids, vecs = fetch(allowed)
         return exact_search(q, vecs, ids, top_k, index.spec.metric)
+    if scan is not None:
+        return exact_scan(q, scan(), k, index.spec.metric, allowed)
     if (factor := index.rerank_factor()) > 1:
         return rerank(index, fetch, q, k, allowed, factor, index.spec.metric)
     return index.search(q, k, allowed)

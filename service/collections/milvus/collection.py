@@ -294,6 +294,7 @@ class MilvusCollection:
         budget=None,
         consistency=STRONG,
         using=None,
+        exact=False,
     ):
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``.
 

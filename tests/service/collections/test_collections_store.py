@@ -391,3 +391,44 @@ def test_a_set_payload_refused_for_size_changes_nothing(tmp_path):
         return [c.get(i)["payload"] for i in (1, 2, 3, 4)]
 
     assert asyncio.run(run()) == [{"x": 1, "z": "ok"}, {"x": 2, "z": "ok"}, {"x": 3}, {"x": "y" * 80}]
+
+
+def test_named_dense_and_sparse_vectors_are_durable_and_go_with_their_point(tmp_path):
+    """Client-supplied dense and sparse vectors are written in the upsert's transaction: a second open of the
+    directory while the first is still open (what a restart after SIGKILL reads) answers the same; replacing or
+    deleting a point removes its named vectors from the indexes and from the IDF statistics."""
+    from service.collections.schema import DenseVector, SparseVec, SparseVector
+
+    def sv(idx, vals):
+        return SparseVec(np.asarray(idx, np.uint32), np.asarray(vals, np.float32))
+
+    cfg = VectorsConfig(
+        {"": DenseVector("", IndexSpec("flat", "cosine", {}, 4), MODEL),
+         "img": DenseVector("img", IndexSpec("hnsw", "dot", normalize_params("hnsw", {}, 3), 3))},
+        {"kw": SparseVector("kw", "idf")},
+    )  # fmt: skip
+    c = Collection.create(tmp_path / "c", cfg)
+    base = np.eye(4, dtype=np.float32)[:3]
+    named = [{"img": np.array([1, 0, 0], np.float32), "kw": sv([5, 1], [1, 2])},
+             {"kw": sv([1, 7], [1, 1])}, {"img": np.array([0, 1, 0], np.float32)}]  # fmt: skip
+    c.upsert([1, 2, 3], ["a", "b", "c"], [None] * 3, base, model=MODEL, named=named)
+
+    def answers(col):
+        img = col.search(np.array([[1, 0.5, 0]], np.float32), 5, using="img")[0]
+        kw = col.search([sv([1, 5], [1, 1])], 5, using="kw")[0]
+        return [(h.id, round(h.score, 5)) for h in img], [(h.id, round(h.score, 5)) for h in kw]
+
+    img, kw = answers(c)
+    assert img == [(1, 1.0), (3, 0.5)]
+    # IDF over the 2 points holding kw: term 1 in both, term 5 in one (Qdrant's formula)
+    idf1, idf5 = np.log1p((2 - 2 + 0.5) / 2.5), np.log1p((2 - 1 + 0.5) / 1.5)
+    assert kw == [(1, round(2 * idf1 + idf5, 5)), (2, round(idf1, 5))]
+    assert answers(Collection.open(tmp_path / "c")) == (img, kw)  # read by a second process-like open
+    c.upsert([1], ["a2"], [None], base[:1], model=MODEL)  # replaced without named vectors
+    c.delete([2])
+    img, kw = answers(c)
+    assert img == [(3, 0.5)] and kw == []
+    assert c.named.counts == {"img": 1, "kw": 0}
+    again = Collection.open(tmp_path / "c")
+    assert answers(again) == (img, kw) and again.named.counts == {"img": 1, "kw": 0}
+    assert c.get(3, with_vector=["img"])["vectors"] == {"img": [0.0, 1.0, 0.0]}
