@@ -9,8 +9,10 @@ hits each. A model switch between embedding and searching makes the whole batch 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -18,6 +20,7 @@ import numpy as np
 from .backend import Hit, ReadConsistency, ResponseBudget
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
 from .filters import Filter
+from .fusion import fuse
 from .schema import SparseVec, sparse_vec
 from .vectors import query_problem
 
@@ -133,3 +136,72 @@ async def _search_once(
             for i, h in zip(part, hits):
                 out[i] = h
     return out  # type: ignore[return-value]
+
+
+@dataclass
+class Search:
+    """One search (implements :class:`SearchSpec`): ``query`` a text, dense vector or sparse ``{indices, values}``
+    on the vector ``using``."""
+
+    query: Any
+    top_k: int = 10
+    filter: Any = None
+    score_threshold: float | None = None
+    with_payload: bool = True
+    with_text: bool = True
+    using: str | None = None
+    exact: bool = False
+
+
+@dataclass
+class QueryNode:
+    """A query of Qdrant's Query API (Qdrant API reference, "Query points": ``prefetch``, ``query``, ``fusion``):
+    without ``prefetch``, the search ``search``; with it, the prefetches run first (each a node, nested) and their
+    hits are fused (``fusion``: ``rrf`` with ``rrf_k`` and ``weights``, or ``dbsf``) or, without ``fusion``, re-scored
+    by ``search``'s query (a search restricted to the prefetched points). ``search.filter`` applies to this node and
+    every node below it (ANDed with theirs, as Qdrant propagates filters into prefetches); ``search.top_k`` is this
+    node's limit, ``search.score_threshold`` its threshold (on the fused score too)."""
+
+    search: Search
+    prefetch: list[QueryNode] = field(default_factory=list)
+    fusion: str | None = None
+    rrf_k: int | None = None
+    weights: list[float] | None = None
+
+
+MAX_PREFETCH_DEPTH = 4  # nesting of prefetches
+
+
+def _and(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else {"$and": [a, b]}
+
+
+async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsistency, above: Any = None,
+                depth: int = 0) -> list[Hit]:  # fmt: skip
+    """The hits of a query with prefetches (:class:`QueryNode`), best first; ``above``: the filter of the nodes
+    above (native grammar).
+
+    Raises:
+        InvalidCollectionRequest: prefetches nested deeper than :data:`MAX_PREFETCH_DEPTH`, a re-scoring over more
+            points than ``collections_max_filter_values``; and what :func:`search` raises.
+    """
+    s = node.search
+    where = _and(above, s.filter)
+    if not node.prefetch:
+        return (await search(svc, name, [replace(s, filter=where)], "query", consistency))[0]
+    if depth >= MAX_PREFETCH_DEPTH:
+        raise InvalidCollectionRequest(f"prefetch nested more than {MAX_PREFETCH_DEPTH} deep", "prefetch")
+    leaves = [replace(p, search=replace(p.search, with_payload=s.with_payload, with_text=s.with_text))
+              for p in node.prefetch]  # fmt: skip
+    sources = await asyncio.gather(*(query(svc, name, p, consistency, where, depth + 1) for p in leaves))
+    if node.fusion is not None:
+        try:
+            fused = fuse(node.fusion, sources, s.top_k, node.rrf_k, node.weights)
+        except ValueError as e:
+            raise InvalidCollectionRequest(str(e), "query") from e
+        t = s.score_threshold
+        return [h for h in fused if t is None or h.score >= t]
+    ids = list(dict.fromkeys(h.id for hits in sources for h in hits))
+    if not ids:
+        return []
+    return (await search(svc, name, [replace(s, filter=_and(where, {"$ids": ids}))], "query", consistency))[0]

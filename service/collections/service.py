@@ -370,3 +370,13 @@ class CollectionService:
             CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
         """
         return await searching.search(self, name, searches, param, consistency or self.read_consistency())
+
+    async def query(
+        self, name: str, node: searching.QueryNode, consistency: ReadConsistency | None = None
+    ) -> list[Hit]:
+        """The hits of a query with prefetches and fusion (:func:`.searching.query`), best first.
+
+        Raises:
+            as :meth:`search`; InvalidCollectionRequest: prefetches nested too deep, an unknown fusion.
+        """
+        return await searching.query(self, name, node, consistency or self.read_consistency())

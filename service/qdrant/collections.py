@@ -13,15 +13,17 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 * ``PUT /collections/{collection_name}/index`` (create a payload index) and ``DELETE .../index/{field_name}``
   (delete one): accepted, no effect (every payload key is filterable here).
 
-A collection holds one dense vector made by the service's active model when it is created (its model record:
-``config.metadata.embedding_model``). Creation maps ``vectors: {size, distance}`` -> the collection's metric
-(``Cosine`` cosine, ``Dot`` dot, ``Euclid`` l2; ``size`` must be the model's dimension) and ``hnsw_config``
--> an ``hnsw`` index (``m`` -> ``M``, ``ef_construct`` -> ``ef_construction``; ``m: 0``, Qdrant's "no HNSW graph",
--> an exact ``flat`` index). A single named vector is accepted (``{"name": {size, distance}}``, what LangChain
-sends with the name ``""``) and the collection is then shown unnamed; the name is not kept. Refused with 422:
-several vectors, sparse vectors, quantization, multivectors, a datatype other than float32, the Manhattan distance,
-``init_from``, custom sharding. Cluster tuning (shards, replication, WAL, optimizers, on-disk flags) is accepted
-and has no effect. IVF-PQ has no Qdrant equivalent: create it through the native API; it is then usable here.
+A collection holds named vectors (:mod:`.vectors`; the data model is the collections core's,
+:mod:`service.collections.schema`). Creation maps ``vectors`` (one unnamed ``{size, distance}``, or ``{name: {size,
+distance}}``) -> dense vectors: ``Cosine`` cosine, ``Dot`` dot, ``Euclid`` l2; the first of the active model's
+dimension is bound to the model (``Document`` texts embedded here, re-embedded on a model switch; its record:
+``config.metadata.embedding_model``), every other is client-supplied (any size). ``hnsw_config`` (the collection's,
+then each vector's) -> an ``hnsw`` index (``m`` -> ``M``, ``ef_construct`` -> ``ef_construction``; ``m: 0``,
+Qdrant's "no HNSW graph", -> an exact ``flat`` index). ``sparse_vectors: {name: {modifier}}`` -> sparse vectors
+(``idf`` or none; searched exactly). Refused with 422: quantization, multivectors, a datatype other than float32,
+the Manhattan distance, ``init_from``, custom sharding; on the milvus backend, anything but one model-bound vector
+(Milvus 2.3's limit). Cluster tuning (shards, replication, WAL, optimizers, on-disk flags) is accepted and has no
+effect. IVF-PQ has no Qdrant equivalent: create it through the native API; it is then usable here.
 """
 
 from __future__ import annotations

@@ -72,6 +72,8 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
         raise InvalidCollectionRequest("offset is not a field of a groups query", "offset")
     if body.query is None:
         raise unsupported("a groups query without a query", "query")
+    if body.prefetch is not None:
+        raise unsupported("a groups query with prefetch", "prefetch")
     limit, size = body.limit or DEFAULT_LIMIT, body.group_size or DEFAULT_GROUP_SIZE
     if limit * size > svc.settings.max_top_k:
         raise InvalidCollectionRequest(

@@ -200,6 +200,19 @@ class CountRequest(_Body):
     shard_key: Any = None
 
 
+class Prefetch(_Body):
+    """Qdrant's ``Prefetch``: a sub-query whose hits the enclosing query fuses or re-scores (``prefetch`` nests)."""
+
+    prefetch: list[Prefetch] | Prefetch | None = None
+    query: Vector | QdrantId | Document | SparseVector | dict[StrictStr, Any] | None = None
+    using: StrictStr | None = None
+    filter: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    score_threshold: FiniteFloat | None = None
+    limit: Limit | None = None
+    lookup_from: Any = None
+
+
 class QueryRequest(_Body):
     """One universal query (Qdrant's ``QueryRequest``): ``query`` is a vector, a point id, a ``Document``, or
     ``{"nearest": one of those}``; no query pages through the points in id order."""
@@ -213,7 +226,7 @@ class QueryRequest(_Body):
     offset: Annotated[StrictInt, Field(ge=0)] | None = None
     with_vector: WithVector | None = None
     with_payload: WithPayload | None = None
-    prefetch: Any = None
+    prefetch: list[Prefetch] | Prefetch | None = None
     lookup_from: Any = None
     shard_key: Any = None
 

@@ -2,12 +2,16 @@
 
 Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points":
 
-* ``PUT /collections/{collection_name}/points``: upsert a ``PointsList`` or ``PointsBatch``. A vector given as a
-  ``Document`` ``{text, model}`` is embedded here by the collection's model (``model`` must name it: its name or
-  ``name:version``; another is 422 ``model_mismatch``) and its text kept, so it follows a model switch. A vector
-  given as floats is stored as given, without text: the client vouches that the collection's model made it (e.g.
-  through ``/v1/embeddings``); such a point cannot be re-embedded (a model switch then fails, naming the cause).
-  ``{name: vector}`` with one name is the same vector (the name is not checked).
+* ``PUT /collections/{collection_name}/points``: upsert a ``PointsList`` or ``PointsBatch``; a point's ``vector``
+  holds its named vectors (:func:`.vectors.point_parts`). The model-bound vector given as a ``Document`` ``{text,
+  model}`` is embedded here by the collection's model (``model`` must name it: its name or ``name:version``; another
+  is 422 ``model_mismatch``) and its text kept, so it follows a model switch; given as floats it is stored as given,
+  without text: the client vouches that the collection's model made it (e.g. through ``/v1/embeddings``); such a
+  point cannot be re-embedded (a model switch then fails, naming the cause). A point of a collection with a
+  model-bound vector must carry it. Client-supplied dense vectors are floats, sparse ones ``{indices, values}``;
+  a point may lack any of them.
+* ``PUT .../points/vectors`` (update some vectors of points, keeping the others) and ``POST
+  .../points/vectors/delete`` (remove named vectors; not the model-bound one), as read-modify-writes;
 * ``POST /collections/{collection_name}/points`` (retrieve by ids), ``GET .../points/{id}``;
 * ``POST .../points/delete`` (``points`` ids or ``filter``);
 * ``POST .../points/payload`` (merge into the payload), ``PUT .../points/payload`` (replace it),

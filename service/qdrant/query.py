@@ -11,9 +11,10 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
   (Qdrant's default; the example points are left out of the hits); no ``query`` pages through the points in id
   order (score 0). ``using`` names the vector searched (default: the model-bound one, else the only dense one);
   ``filter``, ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false),
-  ``with_vector``. Refused with 422: ``prefetch``, ``lookup_from``, the recommend strategies ``best_score`` and
+  ``with_vector``. ``prefetch`` with a fusion (``{"fusion": "rrf" | "dbsf"}``, ``{"rrf": {k, weights}}``) or a
+  re-scoring query: :mod:`.prefetch`. Refused with 422: ``lookup_from``, the recommend strategies ``best_score`` and
   ``sum_scores`` (each scores every candidate against every example: no index search), and the other query kinds
-  (discover, context, order_by, fusion, rrf, formula, sample, mmr).
+  (discover, context, order_by, formula, sample, mmr).
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
   ``NamedSparseVector``), with the same options; ``limit`` required.
 
@@ -34,9 +35,11 @@ from pydantic import TypeAdapter, ValidationError
 from ..collections.api import SearchRequest
 from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound, TooManyItems
 from ..collections.schema import VectorsConfig
+from ..collections.searching import QueryNode
 from ..collections.service import CollectionService
 from ..collections.vectors import average_vector, unit_rows
 from ..routes import JSONRoute
+from . import prefetch
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
 from .ids import QdrantId
@@ -74,6 +77,8 @@ class Spec:
     vector_sel: Any
     #: the collection's model (a copy) when its query vector was read or made here, else None
     model: dict[str, Any] | None = None
+    #: a query with prefetches (run by ``CollectionService.query``), else None
+    node: QueryNode | None = None
 
 
 def _spec(
@@ -219,9 +224,19 @@ def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:
 async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -> Spec | None:
     """The native search of one query (None: no ``query``, a scroll)."""
     no_shard_key(r)
-    for field in ("prefetch", "lookup_from"):
-        if getattr(r, field) is not None:
-            raise unsupported(field, f"{param}{field}")
+    if r.prefetch is not None:
+        offset = r.offset or 0
+        top_k, models = _top_k(svc, r.limit or DEFAULT_LIMIT, offset, f"{param}limit"), []
+
+        async def qv(q: Any, at: str, using: str | None) -> tuple[Any, list, dict | None]:
+            return await _query_vector(svc, name, q, at, using)
+
+        spec = _spec(None, top_k, None, r.score_threshold, offset, r.with_payload, r.with_vector, r.using)
+        spec.node = await prefetch.build(r, param, qv, top_k, bool(r.with_payload), models)
+        spec.model = next((m for m in models if m is not None), None)
+        return spec
+    if r.lookup_from is not None:
+        raise unsupported("lookup_from", f"{param}lookup_from")
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
@@ -238,7 +253,9 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
 
 async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str) -> list[list[dict[str, Any]]]:
     """Run the searches in one service call; hits as ``ScoredPoint``, vectors read back when asked."""
-    results = await svc.search(name, [s.search for s in specs], param) if specs else []
+    plain = [s for s in specs if s.node is None]
+    found = iter(await svc.search(name, [s.search for s in plain], param) if plain else [])
+    results = [await svc.query(name, s.node) if s.node is not None else next(found) for s in specs]
     cfg = (await svc.collection(name)).vectors
     out = []
     for s, hits in zip(specs, results):
