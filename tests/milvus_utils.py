@@ -1,11 +1,26 @@
 """Run the real Milvus standalone server (the ``milvus`` 2.3.5 wheel's ``milvus-server``) for tests and benchmarks,
 with authentication on, and kill or restart it on the same data (the fault tests).
 
-The wheel ships Milvus's own server binary (embedded etcd, local storage). Its embedded etcd listens on loopback
-(2379-2380, fixed: one Milvus per machine), but its gRPC ports, and the proxy port that also serves Milvus's REST
-API, listen on every interface: no setting of Milvus 2.3 binds them to loopback. So the server runs with
-authentication on (``common.security.authorizationEnabled``) and root's default password ``Milvus`` replaced by a
-random one; clients pass ``token="root:<password>"`` (the service: ``EMBED_COLLECTIONS_MILVUS_TOKEN``).
+The wheel ships Milvus's own server binary (embedded etcd, local storage). Milvus 2.3 listens on every interface: its
+proxy port, eight component ports (gRPC, no authentication between components) and the HTTP port of ``/healthz``
+and metrics (9091), where it also serves its ``/api/v1`` REST API without authentication; no setting binds any of
+them to an address (Milvus's own code listens on ``":" + port``; only its embedded etcd takes ``127.0.0.1``). So:
+
+* **a network namespace of its own** (:mod:`tests.milvus_netns`, started with ``unshare --net``, or ``unshare
+  --map-root-user --net`` when not root): every Milvus port listens on that namespace's loopback only, and the proxy
+  port alone is reachable from this host's loopback, ``127.0.0.1:<port>``, through a forwarder; the other ports are
+  unreachable from outside the namespace. The embedded etcd's fixed ports 2379-2380 are the namespace's too, so
+  they no longer have to be free on the host. Where namespaces are not available (``unshare`` missing or refused,
+  or ``EMBED_TEST_MILVUS_NETNS=0``), the server runs in the host's namespace as before, every port on every
+  interface, with a warning; ``tests/service/collections/test_milvus_ports.py`` then fails;
+* ``proxy.http.enabled=false``: no REST API, neither ``/api/v1`` on the HTTP port nor ``/v1`` on the proxy port
+  (the clients here speak gRPC); ``PROXY_HTTP_ENABLEPPROF=false``: no ``/debug/pprof``. The HTTP port still
+  answers ``/healthz``, ``/metrics``, ``/log/level`` (which a PUT changes) and ``/expr`` (evaluates an expression
+  in the server, its key the etcd root path, ``by-dev`` by default), without authentication: inside the namespace
+  only;
+* authentication on (``common.security.authorizationEnabled``) and root's default password ``Milvus`` replaced by a
+  random one; clients pass ``token="root:<password>"`` (the service: ``EMBED_COLLECTIONS_MILVUS_TOKEN``).
+
 ``proxy.timeTickInterval`` is lowered to 20 ms so that strongly consistent reads wait ~30 ms instead of ~300 ms, and
 ``common.session.ttl`` to 10 s (from 30): after a crash, Milvus loads no collection until the dead process's etcd
 session expires ("node not match" in its log), so this bounds how long a restarted server answers "collection not
@@ -18,8 +33,10 @@ first start in a fresh data directory, a restart in the same one).
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +49,35 @@ from pathlib import Path
 from tests.server_utils import free_port
 
 DEFAULT_ROOT_PASSWORD = "Milvus"  # Milvus's documented default; changed at once by milvus_server
+NETNS_SCRIPT = Path(__file__).with_name("milvus_netns.py")
+#: settings every test server gets: no REST API (``/api/v1`` on the HTTP port answered without authentication)
+BASE_CONFIG = ("proxy.http.enabled=false",)
+#: and by environment (Milvus reads ``SECTION_KEY`` variables; the wrapper drops ``--extra-config`` keys its template
+#: lacks): no ``/debug/pprof`` on the HTTP port
+BASE_ENV = {"PROXY_HTTP_ENABLEPPROF": "false"}
+
+
+@functools.cache
+def netns_prefix() -> tuple[tuple[str, ...] | None, str]:
+    """The ``unshare`` command line that runs a command in a network namespace of its own, and why not (``None``
+    and the reason) where that is unavailable: ``EMBED_TEST_MILVUS_NETNS=0``, no ``unshare``, or it fails here (an
+    unprivileged user where user namespaces are restricted). Tried once per process, with the loopback brought up
+    and a port bound inside, as :mod:`tests.milvus_netns` does."""
+    if os.environ.get("EMBED_TEST_MILVUS_NETNS", "1") == "0":
+        return None, "EMBED_TEST_MILVUS_NETNS=0"
+    exe = shutil.which("unshare")
+    if exe is None:
+        return None, "no unshare command (util-linux)"
+    prefix = (exe, "--net") if os.geteuid() == 0 else (exe, "--map-root-user", "--net")
+    probe = (f"import socket, sys; sys.path.insert(0, {str(NETNS_SCRIPT.parent)!r}); "
+             "from milvus_netns import loopback_up; loopback_up(); socket.create_server(('127.0.0.1', 0)).close()")  # fmt: skip
+    try:
+        r = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{' '.join(prefix)}: {e}"
+    if r.returncode != 0:
+        return None, f"{' '.join(prefix)} failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    return prefix, ""
 
 
 def milvus_client(uri: str, token: str | None = None, **kw):
@@ -63,14 +109,25 @@ class MilvusServer:
 
     Args:
         data_dir: where Milvus keeps its data (kept across :meth:`kill` and :meth:`start`).
-        port: the proxy port (gRPC and REST).
+        port: the proxy port (gRPC), on ``127.0.0.1``.
         tick_ms, extra_config: see :func:`milvus_server`.
+
+    Attributes:
+        isolated: the server runs in a network namespace of its own (see the module docstring); ``proc`` is then
+            the namespace's forwarder (:mod:`tests.milvus_netns`), the wrapper and the server its children.
+        not_isolated_because: why not, when it is not.
     """
 
     def __init__(self, data_dir: Path, port: int, tick_ms: int = 20, extra_config: tuple[str, ...] = ()) -> None:
         self.data_dir, self.port, self.tick_ms, self.extra_config = data_dir, port, tick_ms, extra_config
         self.token = f"root:{DEFAULT_ROOT_PASSWORD}"
         self.proc: subprocess.Popen | None = None
+        prefix, self.not_isolated_because = netns_prefix()
+        self.netns: tuple[str, ...] | None = prefix
+        self.isolated = prefix is not None
+        if not self.isolated:
+            print(f"warning: Milvus runs without a network namespace of its own ({self.not_isolated_because}): "
+                  "every one of its ports listens on every interface", file=sys.stderr)  # fmt: skip
 
     @property
     def uri(self) -> str:
@@ -89,9 +146,8 @@ class MilvusServer:
             cmd = [str(exe), "--data", str(self.data_dir), "--proxy-port", str(self.port),
                    "--authorization-enabled", "true", "--extra-config", f"proxy.timeTickInterval={self.tick_ms}",
                    "--extra-config", "common.session.ttl=10",
-                   *(a for kv in self.extra_config for a in ("--extra-config", kv))]  # fmt: skip
-            with open(self.data_dir / "milvus-server.log", "ab") as f:
-                self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                   *(a for kv in (*BASE_CONFIG, *self.extra_config) for a in ("--extra-config", kv))]  # fmt: skip
+            self._spawn(cmd)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.alive() and not _panicked(self.data_dir):
                 if _ping(self.uri, self.token):
@@ -105,6 +161,34 @@ class MilvusServer:
             for own in sorted((self.data_dir / "logs").glob("standalone-*.log"))[-1:]:  # Milvus's own log
                 print(f"{own}:\n{own.read_text(errors='replace')[-4000:]}", file=sys.stderr)
         raise RuntimeError(f"milvus-server did not start:\n{last}")
+
+    def _spawn(self, cmd: list[str]) -> None:
+        """Start ``cmd`` (the wrapper), in a network namespace of its own when :attr:`isolated`: the proxy port is
+        bound here, on ``127.0.0.1``, and handed to the namespace's forwarder (closed here at once, so that the port
+        refuses connections again once the forwarder is gone).
+
+        Raises:
+            RuntimeError: the proxy port is taken on this host's loopback.
+        """
+        env = {**os.environ, **BASE_ENV}
+        with open(self.data_dir / "milvus-server.log", "ab") as f:
+            if not self.isolated:
+                self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                return
+            listener = socket.socket()
+            try:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind(("127.0.0.1", self.port))
+                listener.listen(128)
+            except OSError as e:
+                listener.close()
+                raise RuntimeError(f"the proxy port 127.0.0.1:{self.port} is taken: {e}") from e
+            with listener:
+                fd = listener.fileno()
+                wrapped = [*self.netns, sys.executable, str(NETNS_SCRIPT), "--listen-fd", str(fd),
+                           "--port", str(self.port), "--", *cmd]  # fmt: skip
+                self.proc = subprocess.Popen(wrapped, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                             pass_fds=(fd,), env=env)  # fmt: skip
 
     def secure(self) -> None:
         """Replace root's default password by a random one (``token`` follows)."""
@@ -143,14 +227,16 @@ class MilvusServer:
 @contextmanager
 def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_ms: int = 20,
                   extra_config: tuple[str, ...] = ()) -> Iterator[MilvusServer]:  # fmt: skip
-    """A running, password-protected Milvus server with its data under ``data_dir`` (``tick_ms``: its
-    ``proxy.timeTickInterval``; Milvus's default is 200; ``extra_config``: more ``key=value`` settings of its
-    ``milvus.yaml``, as ``milvus-server --extra-config`` takes them).
+    """A running, password-protected Milvus server with its data under ``data_dir``, in a network namespace of its
+    own where possible (the module docstring) (``tick_ms``: its ``proxy.timeTickInterval``; Milvus's default is 200;
+    ``extra_config``: more ``key=value`` settings of its ``milvus.yaml``, as ``milvus-server --extra-config`` takes
+    them).
 
     Raises:
-        RuntimeError: ports 2379-2380 are taken, or the server did not start (its log tail is in the message).
+        RuntimeError: ports 2379-2380 are taken (without a namespace of its own), or the server did not start (its
+            log tail is in the message).
     """
-    for p in (2379, 2380):  # Milvus's embedded etcd always takes these (the wrapper cannot move them)
+    for p in () if netns_prefix()[0] else (2379, 2380):  # its embedded etcd always takes these (fixed)
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", p)) == 0:
                 raise RuntimeError(

@@ -308,6 +308,7 @@ def test_milvus_image_matches_its_service_and_the_tested_server() -> None:
     assert (
         official["environment"]["ETCD_USE_EMBED"] == "true" and official["environment"]["COMMON_STORAGETYPE"] == "local"
     )
+    assert official["environment"]["PROXY_HTTP_ENABLED"] == "false", "no REST API on the official image either"
 
 
 def test_milvus_entrypoint_writes_a_config_for_the_real_wheel(tmp_path) -> None:
@@ -325,6 +326,8 @@ def test_milvus_entrypoint_writes_a_config_for_the_real_wheel(tmp_path) -> None:
     assert not cfg["log"]["file"]["rootPath"] and cfg["log"]["stdout"] is True
     assert cfg["log"]["level"] == "error"  # the override
     assert cfg["common"]["gracefulStopTimeout"] == mod.DEFAULTS["common.gracefulStopTimeout"]
+    assert cfg["proxy"]["http"]["enabled"] is False  # no REST API (/api/v1 on 9091 had no authentication)
+    assert mod.ENV_DEFAULTS["PROXY_HTTP_ENABLEPPROF"] == "false"
     assert "--logtostderr=true" in (tmp_path / "configs" / "glog.conf").read_text()
 
 

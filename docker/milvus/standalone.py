@@ -27,10 +27,20 @@ import sys
 import urllib.request
 from pathlib import Path
 
-#: milvus.yaml values changed for a container (``--extra-config`` overrides them): a stop that ends within the
-#: container's grace period. The default (1800 s) let a stopped container outlive a 30 s grace period, and be killed;
-#: with 5 s it exits ~5 s after SIGTERM. Acknowledged writes are already in the server's write-ahead log.
-DEFAULTS: dict[str, object] = {"common.gracefulStopTimeout": 5}
+#: milvus.yaml values changed for a container (``--extra-config`` overrides them):
+#:
+#: * a stop that ends within the container's grace period. The default (1800 s) let a stopped container outlive a
+#:   30 s grace period, and be killed; with 5 s it exits ~5 s after SIGTERM. Acknowledged writes are already in the
+#:   server's write-ahead log;
+#: * no REST API: with ``proxy.http.enabled`` on (Milvus's default), the metrics port (9091) serves Milvus's
+#:   ``/api/v1`` without authentication, whatever ``common.security.authorizationEnabled`` says (it lists
+#:   collections and users, returns texts and payloads, deletes), to anything on the container's network; the
+#:   replicas speak gRPC. ``/healthz`` (the health check) and ``/metrics`` stay.
+DEFAULTS: dict[str, object] = {"common.gracefulStopTimeout": 5, "proxy.http.enabled": False}
+
+#: settings by environment (Milvus reads ``SECTION_KEY`` variables; the wheel's template has no such key to set):
+#: no ``/debug/pprof`` on the metrics port
+ENV_DEFAULTS: dict[str, str] = {"PROXY_HTTP_ENABLEPPROF": "false"}
 
 
 def unpack(bin_dir: Path) -> None:
@@ -83,6 +93,7 @@ def run(data: Path, bin_dir: Path, proxy_port: int, metrics_port: int, extra: di
     write_config(data, proxy_port, extra)
     (data / "run").mkdir(parents=True, exist_ok=True)
     env = {
+        **ENV_DEFAULTS,
         **os.environ,
         "DEPLOY_MODE": "STANDALONE",
         "METRICS_PORT": str(metrics_port),  # also serves /healthz
