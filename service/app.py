@@ -16,6 +16,7 @@ shutdown: not ready, collections closed, batchers drained. The web console's sta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -41,6 +42,7 @@ from .qdrant import error_body as qdrant_error
 from .registry import ModelRegistry
 from .routes import admin, embeddings, meta, similarity
 from .settings import Settings
+from .sparse import open_sparse_models
 
 log = logging.getLogger("service")
 CONSOLE_DIR = Path(__file__).resolve().parent / "console"  # static HTML + JS + CSS (package data)
@@ -68,7 +70,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             backend = open_backend(settings)
             await backend.start()
-            app.state.collection_service = CollectionService(backend, lambda: app.state.embedder)
+            app.state.collection_service = CollectionService(
+                backend, lambda: app.state.embedder, await asyncio.to_thread(open_sparse_models, settings)
+            )
             # collections follow the active model
             reembedder = Reembedder(lambda: app.state.embedder, registry, backend, control)
             await reembedder.start()

@@ -186,6 +186,11 @@ class Settings(BaseSettings):
         description="embedded backend: where collection snapshots (backups, POST /collections/{name}/snapshots) are "
         "kept, a folder per collection (default <data_dir>/snapshots; another volume keeps them off the data's disk)",
     )
+    sparse_bm25_path: str | None = Field(
+        None,
+        description="the qdrant/bm25 sparse model's directory (english.txt stopwords, config.json; a snapshot of the "
+        "Qdrant/bm25 model repository works); default: the one bundled with the service (NLTK's English stopwords)",
+    )
     collections_maintenance_interval_s: float = Field(
         0.5, gt=0, description="how often the background task checks for due work"
     )

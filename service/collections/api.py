@@ -85,10 +85,12 @@ class DenseVectorIn(BaseModel):
 
 class SparseVectorIn(BaseModel):
     """One named sparse vector of a new collection: ``modifier: idf`` weights query terms by their IDF over the
-    collection (Qdrant's ``SparseVectorParams.modifier``)."""
+    collection (Qdrant's ``SparseVectorParams.modifier``); ``model: qdrant/bm25`` makes it here from each point's
+    text (and a text query's), as fastembed's ``Bm25`` does (with ``modifier: idf``, BM25 scores)."""
 
     model_config = ConfigDict(extra="forbid")
     modifier: Literal["none", "idf"] = "none"
+    model: Literal["qdrant/bm25"] | None = None
 
 
 class CreateCollection(BaseModel):
@@ -272,7 +274,7 @@ async def create_collection(name: str, body: CreateCollection, svc: Service) -> 
     """Create a collection (its vectors: see :class:`CreateCollection`); answers its info."""
     dense = {n: {"bound": v.model, "size": v.size, "metric": v.metric, "index": v.index, "params": v.params}
              for n, v in (body.vectors or {}).items()}  # fmt: skip
-    sparse = {n: {"modifier": v.modifier} for n, v in (body.sparse_vectors or {}).items()}
+    sparse = {n: {"modifier": v.modifier, "model": v.model} for n, v in (body.sparse_vectors or {}).items()}
     named = body.vectors is not None or body.sparse_vectors is not None
     c = await svc.create(name, body.index, body.params, body.metric, *((dense, sparse) if named else ()))
     return json_response(await svc.backend.run(c.info))
@@ -308,7 +310,7 @@ async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Time
                  for p in pts]  # fmt: skip
         n, seq = await svc.upsert(
             name, [p.id for p in pts], [p.text or "" for p in pts], [p.payload for p in pts], [p.vector for p in pts],
-            named=named,
+            named=named, fill_sparse=True,
         )  # fmt: skip
     return json_response({"status": "completed", "upserted": n, "sequence": seq})
 

@@ -85,6 +85,14 @@ async def _search_once(
             )
         if cfg.kind_of(using, f"{pre}using") == "sparse":
             q = s.query if not hasattr(s.query, "indices") else {"indices": s.query.indices, "values": s.query.values}
+            if isinstance(q, str) or (isinstance(q, dict) and set(q) == {"text", "model"}):
+                text, mname = (q, cfg.sparse[using].model) if isinstance(q, str) else (q["text"], q["model"])
+                if mname is None:
+                    raise InvalidCollectionRequest(
+                        f"the sparse vector {using!r} is the client's (no sparse model is bound to it): query it with "
+                        "{indices, values}", f"{pre}query",
+                    )  # fmt: skip
+                q = await asyncio.to_thread(svc.sparse_model(mname, f"{pre}query.model").query, text)
             if not isinstance(q, dict) or set(q) != {"indices", "values"}:
                 raise InvalidCollectionRequest(f"the vector {using!r} is sparse: query it with {{indices, values}}",
                                                f"{pre}query")  # fmt: skip

@@ -40,6 +40,7 @@ from .filters import Filter, FilterError, parse_filter
 from .payload_update import check_payload_sizes, delete_payload_keys, delete_vectors, set_payload, update_vectors
 from .schema import VectorsConfig, new_vectors_config, point_vectors
 from .searching import SearchSpec
+from .sparse_inputs import sparse_from_texts, sparse_model
 from .vectors import query_problem
 
 
@@ -51,9 +52,13 @@ class CollectionService:
         embedder: returns the service's :class:`~service.embedder.Embedder` (None while starting).
     """
 
-    def __init__(self, backend: VectorBackend, embedder: Callable[[], Any]) -> None:
+    def __init__(
+        self, backend: VectorBackend, embedder: Callable[[], Any], sparse_models: dict[str, Any] | None = None
+    ) -> None:
         self.backend = backend
         self._embedder = embedder
+        #: the server-side sparse models by name (:mod:`service.sparse`): ``documents(texts)``, ``query(text)``
+        self.sparse_models = sparse_models or {}
         #: awaited with each collection recovered from a snapshot (:func:`.snapshots.recover`)
         self.on_recover: list[Callable[[CollectionHandle], Awaitable[None]]] = []
 
@@ -169,7 +174,7 @@ class CollectionService:
             config = single_config(name, index, params, metric, model, info.dimension)
         else:
             check_name(name)
-            config = new_vectors_config(dense or {}, sparse or {}, model, info.dimension)
+            config = new_vectors_config(dense or {}, sparse or {}, model, info.dimension, tuple(self.sparse_models))
         return await self.backend.create(name, config)
 
     async def upsert(
@@ -181,6 +186,7 @@ class CollectionService:
         vectors: Sequence[Sequence[float] | None] | None = None,
         vectors_model: dict[str, Any] | None = None,
         named: Sequence[dict[str, Any] | None] | None = None,
+        fill_sparse: bool = False,
     ) -> tuple[int, int]:
         """Embed and upsert points; returns ``(distinct ids written, sequence)`` once durable and searchable.
 
@@ -192,8 +198,11 @@ class CollectionService:
                 runs.
             vectors_model: the model the given vectors were made by (stored vectors written back); a write under
                 any other model raises ModelChanged at once, so that the caller reads them again.
-            named: per point, its vectors other than the model-bound one, ``{name: [float] | {indices, values}}``
-                (client-supplied dense and sparse vectors of the collection), checked here.
+            named: per point, its vectors other than the model-bound one, ``{name: [float] | {indices, values} |
+                {text, model}}`` (client-supplied dense and sparse vectors of the collection, checked here; a sparse
+                one given as ``{text, model}`` is made here by that server-side sparse model).
+            fill_sparse: also make each sparse vector bound to a server-side model (``qdrant/bm25``) from the
+                point's text, where the point does not give it (the native API; Qdrant's gives what it names).
 
         Raises:
             CollectionNotFound, TooManyItems, ModelUnavailable, ModelChanged (after :data:`~.errors.RETRIES` attempts);
@@ -206,6 +215,7 @@ class CollectionService:
             raise TooManyItems(f"{len(ids)} points in one request; the maximum is {cap}", "points", "too_many_points")
         self._check_payload_sizes(payloads)
         given = {i: v for i, v in enumerate(vectors or []) if v is not None}
+        named = await sparse_from_texts(self.sparse_models, c, texts, named, fill_sparse)
         extra = point_vectors(c.vectors, named) if named and any(named) else None
         if c.model is None:  # no model-bound vector: nothing to embed
             if given:
@@ -323,6 +333,10 @@ class CollectionService:
         """
         c = await self.collection(name)
         return await self.backend.run(c.count_matching, self.parse_filter(raw_filter, "filter", c.vectors))
+
+    def sparse_model(self, name: str, param: str) -> Any:
+        """The server-side sparse model ``name`` (:func:`.sparse_inputs.sparse_model`)."""
+        return sparse_model(self.sparse_models, name, param)
 
     def _check_payload_sizes(self, payloads: list[dict[str, Any] | None]) -> None:
         check_payload_sizes(payloads, self.settings.max_payload_bytes)

@@ -114,6 +114,10 @@ async def _query_vector(
                 q = _POINT_ID.validate_python(q)
         except ValidationError as e:
             raise InvalidCollectionRequest(f"{param}: {e.errors()[0]['msg']}", param=param) from None
+    if isinstance(q, Document) and q.model in svc.sparse_models:  # qdrant/bm25: the query made by that model
+        if q.options:
+            raise unsupported("Document.options", f"{param}.options")
+        return {"text": q.text, "model": q.model}, [], None
     if isinstance(q, Document):
         return check_model(q, (await svc.collection(name)).model, name, param), [], None
     if isinstance(q, SparseVector):

@@ -87,6 +87,10 @@ def point_parts(
                 text = check_model(x, model, collection, at)
             else:
                 bound_vec = x
+        elif isinstance(x, Document) and kind == "sparse":  # a server-side sparse model makes it (qdrant/bm25)
+            if x.options:
+                raise unsupported("Document.options", f"{at}.options")
+            named[name] = {"text": x.text, "model": x.model}
         elif isinstance(x, Document):
             raise InvalidCollectionRequest(
                 f"{at}: the vector {name!r} is supplied by the client (no model is bound to it): send the vector", at

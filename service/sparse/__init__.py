@@ -1,0 +1,73 @@
+"""Server-side sparse embedding models, by the name a collection's sparse vector binds to (``model``) and a
+``Document`` names: today ``qdrant/bm25``.
+
+``qdrant/bm25`` is fastembed's ``Bm25`` (the library Qdrant's clients and Qdrant Cloud Inference use for that model
+name), run here so that a vector the server makes and one a client makes with fastembed are the same: fastembed's
+tokenizer (``remove_non_alphanumeric``, ``SimpleTokenizer``), the Snowball English stemmer (``py_rust_stemmers``),
+tokens longer than 40 characters and stopwords dropped, token id ``abs(mmh3.hash(stem))``, and a document's value
+per token ``tf * (k + 1) / (tf + k * (1 - b + b * len / avg_len))`` with ``k = 1.2``, ``b = 0.75``,
+``avg_len = 256`` (BM25's term-frequency part, Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25
+and Beyond", eq. 3.15); a query's values are 1 per distinct token. The IDF part is the collection's: a sparse vector
+with ``modifier: idf`` (:func:`service.collections.schema.idf`).
+
+Nothing is fetched: fastembed reads the model directory ``sparse_bm25_path`` (setting; flag ``--sparse-bm25-path``,
+env ``EMBED_SPARSE_BM25_PATH``; default the directory bundled here, whose ``english.txt`` is NLTK's English stopword
+list, the list the ``Qdrant/bm25`` model repository ships). Point it at a snapshot of that repository to use its
+files as published.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BM25 = "qdrant/bm25"
+BUNDLED_BM25 = Path(__file__).parent / "qdrant_bm25"
+
+
+class Bm25:
+    """fastembed's ``Bm25`` over a local model directory.
+
+    Args:
+        path: a directory holding ``english.txt`` (stopwords) and ``config.json``; None: the bundled one.
+
+    Raises:
+        ImportError: fastembed is not installed.
+        ValueError: ``path`` is not a directory.
+    """
+
+    name = BM25
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        from fastembed.sparse.bm25 import Bm25 as FastembedBm25
+
+        root = Path(path) if path else BUNDLED_BM25
+        if not root.is_dir():
+            raise ValueError(f"sparse_bm25_path {str(root)!r} is not a directory")
+        self.model = FastembedBm25("Qdrant/bm25", specific_model_path=str(root), local_files_only=True)
+
+    def documents(self, texts: list[str]) -> list[dict[str, Any]]:
+        """The BM25 document vectors ``{indices, values}`` of ``texts`` (blocking: call it off the event loop)."""
+        return [_as_dict(e.indices, e.values) for e in self.model.raw_embed(list(texts))]
+
+    def query(self, text: str) -> dict[str, Any]:
+        """The BM25 query vector ``{indices, values}`` of ``text`` (each distinct token once, value 1)."""
+        e = next(iter(self.model.query_embed(text)))
+        return _as_dict(e.indices, e.values)
+
+
+def _as_dict(indices: Any, values: Any) -> dict[str, Any]:
+    idx = np.asarray(indices, dtype=np.int64)
+    order = np.argsort(idx, kind="stable")
+    return {"indices": idx[order].tolist(), "values": np.asarray(values, dtype=np.float64)[order].tolist()}
+
+
+def open_sparse_models(settings: Any) -> dict[str, Any]:
+    """The server-side sparse models by name (``{"qdrant/bm25": Bm25}``), from ``settings.sparse_bm25_path``.
+
+    Raises:
+        ValueError: the path is not a directory.
+    """
+    return {BM25: Bm25(getattr(settings, "sparse_bm25_path", None))}
