@@ -189,11 +189,16 @@ class CountRequest(BaseModel):
 class SearchRequest(BaseModel):
     """One search: ``query`` (a text, a dense vector or a sparse ``{indices, values}``) by the vector ``using``
     (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``;
-    ``exact``: score every stored vector instead of searching the approximate index."""
+    ``exact``: score every stored vector instead of searching the approximate index. ``mode``: ``dense`` (the
+    model-bound vector), ``sparse`` (the sparse vector bound to ``qdrant/bm25``) or ``hybrid`` (a text searched by
+    both, ``candidates`` hits each, fused by ``fusion``: ``rrf`` or ``dbsf``)."""
 
     model_config = ConfigDict(extra="forbid")
     query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn
     using: StrictStr | None = None
+    mode: Literal["dense", "sparse", "hybrid"] | None = None
+    fusion: Literal["rrf", "dbsf"] = "rrf"
+    candidates: StrictInt = Field(100, ge=1)
     exact: StrictBool = False
     top_k: StrictInt = Field(10, ge=1)
     filter: Any = None

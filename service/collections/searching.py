@@ -49,6 +49,21 @@ async def search(
     Raises:
         CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
     """
+    modes = [getattr(s, "mode", None) for s in searches]
+    if any(m is not None for m in modes):  # the native API's modes: searches on chosen vectors, or a hybrid query
+        cfg = (await svc.collection(name)).vectors
+        plain = [i for i, m in enumerate(modes) if m != "hybrid"]
+        out: list[list[Hit]] = [[] for _ in searches]
+        if param == "searches" and len(searches) > svc.settings.max_batch_searches:
+            raise TooManyItems(f"{len(searches)} searches in one request; the maximum is "
+                               f"{svc.settings.max_batch_searches}", "searches", "too_many_searches")  # fmt: skip
+        specs = [_on_mode(cfg, searches[i], f"{param}[{i}]." if param == "searches" else "") for i in plain]
+        for i, hits in zip(plain, await search(svc, name, specs, param, consistency) if specs else []):
+            out[i] = hits
+        for i in (i for i, m in enumerate(modes) if m == "hybrid"):
+            node = hybrid(cfg, searches[i], f"{param}[{i}]." if param == "searches" else "")
+            out[i] = await query(svc, name, node, consistency)
+        return out
     if param == "searches" and len(searches) > svc.settings.max_batch_searches:
         raise TooManyItems(
             f"{len(searches)} searches in one request; the maximum is {svc.settings.max_batch_searches}",
@@ -213,3 +228,46 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
     if not ids:
         return []
     return (await search(svc, name, [replace(s, filter=_and(where, {"$ids": ids}))], "query", consistency))[0]
+
+
+def _model_sparse(cfg: Any, pre: str) -> str:
+    names = [n for n, v in cfg.sparse.items() if v.model]
+    if len(names) != 1:
+        raise InvalidCollectionRequest(
+            f"mode needs the collection's one sparse vector bound to a sparse model (it has {names}): name it in "
+            "'using'", f"{pre}mode",
+        )  # fmt: skip
+    return names[0]
+
+
+def _bound_dense(cfg: Any, pre: str) -> str:
+    if cfg.bound is None:
+        raise InvalidCollectionRequest("mode needs a dense vector bound to the model; the collection has none",
+                                       f"{pre}mode")  # fmt: skip
+    return cfg.bound.name
+
+
+def _on_mode(cfg: Any, s: Any, pre: str) -> Any:
+    """A native search with ``mode`` ``dense`` or ``sparse`` (or none) as a plain search on that vector."""
+    mode = getattr(s, "mode", None)
+    if mode is None or s.using is not None:
+        return s
+    using = _bound_dense(cfg, pre) if mode == "dense" else _model_sparse(cfg, pre)
+    return Search(s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact)
+
+
+def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
+    """A native search with ``mode: hybrid`` (a text query) as a query tree: the text searched by the model-bound
+    dense vector and by the sparse vector bound to a sparse model (``qdrant/bm25``), ``candidates`` hits each, fused
+    by ``fusion`` into ``top_k`` (the filter applies to both).
+
+    Raises:
+        InvalidCollectionRequest: not a text query, or the collection lacks either vector.
+    """
+    if not isinstance(s.query, str):
+        raise InvalidCollectionRequest("mode hybrid takes a text query", f"{pre}query")
+    k = max(getattr(s, "candidates", None) or 100, s.top_k)
+    leaves = [QueryNode(Search(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
+              for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))]  # fmt: skip
+    top = Search(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
+    return QueryNode(top, leaves, getattr(s, "fusion", None) or "rrf")
