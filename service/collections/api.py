@@ -191,13 +191,15 @@ class SearchRequest(BaseModel):
     (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``;
     ``exact``: score every stored vector instead of searching the approximate index. ``mode``: ``dense`` (the
     model-bound vector), ``sparse`` (the sparse vector bound to ``qdrant/bm25``) or ``hybrid`` (a text searched by
-    both, ``candidates`` hits each, fused by ``fusion``: ``rrf`` or ``dbsf``)."""
+    both, ``candidates`` hits each, fused by ``fusion``: ``rrf``, its constant ``rrf_k`` default 2 as Qdrant's, or
+    ``dbsf``)."""
 
     model_config = ConfigDict(extra="forbid")
     query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn
     using: StrictStr | None = None
     mode: Literal["dense", "sparse", "hybrid"] | None = None
     fusion: Literal["rrf", "dbsf"] = "rrf"
+    rrf_k: StrictInt | None = Field(None, ge=1)
     candidates: StrictInt = Field(100, ge=1)
     exact: StrictBool = False
     top_k: StrictInt = Field(10, ge=1)

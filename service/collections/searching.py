@@ -270,4 +270,4 @@ def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
     leaves = [QueryNode(Search(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
               for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))]  # fmt: skip
     top = Search(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
-    return QueryNode(top, leaves, getattr(s, "fusion", None) or "rrf")
+    return QueryNode(top, leaves, getattr(s, "fusion", None) or "rrf", getattr(s, "rrf_k", None))

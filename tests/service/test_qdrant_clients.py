@@ -875,3 +875,71 @@ def test_named_dense_and_sparse_vectors_agree_with_qdrant_client_local_mode(env,
         with pytest.raises(UnexpectedResponse) as e:
             bad()
         assert e.value.status_code == 422, e.value.content
+
+
+def test_hybrid_search_snippets(env, sts):
+    """README's hybrid search snippets: dense + server-side BM25 fused by RRF, through qdrant-client (Documents
+    embedded by the server, prefetch + fusion) and the native API (``mode: hybrid``), with the same answer."""
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    url = env["server"].url
+    sentences, _, questions = sts
+    question = questions[2]
+    if env["backend"] == "milvus":  # Milvus 2.3: one vector per collection, no sparse vectors
+        r = env["client"].put("/collections/docs", json={"sparse_vectors": {"bm25": {"model": "qdrant/bm25"}}})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "unsupported"
+        return
+    # --- snippet: hybrid search (qdrant-client)
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client.create_collection(
+        "hybrid",
+        vectors_config={"dense": models.VectorParams(size=384, distance=models.Distance.COSINE)},
+        sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
+    )
+    client.upsert(
+        "hybrid",
+        points=[
+            models.PointStruct(
+                id=i,
+                payload={"text": s},
+                vector={
+                    "dense": models.Document(text=s, model="all-minilm-l6-v2"),  # embedded by the service
+                    "bm25": models.Document(text=s, model="qdrant/bm25"),  # BM25, made by the service too
+                },
+            )
+            for i, s in enumerate(sentences)
+        ],
+    )
+    hits = client.query_points(
+        "hybrid",
+        prefetch=[
+            models.Prefetch(query=models.Document(text=question, model="all-minilm-l6-v2"), using="dense", limit=20),
+            models.Prefetch(query=models.Document(text=question, model="qdrant/bm25"), using="bm25", limit=20),
+        ],
+        query=models.FusionQuery(fusion=models.Fusion.RRF),
+        limit=5,
+    ).points
+    # --- end snippet
+    # --- snippet: hybrid search (native API)
+    import httpx
+
+    httpx.put(
+        f"{url}/collections/docs",
+        json={
+            "vectors": {"dense": {"model": True}},
+            "sparse_vectors": {"bm25": {"modifier": "idf", "model": "qdrant/bm25"}},
+        },
+    )
+    httpx.put(
+        f"{url}/collections/docs/points", json={"points": [{"id": i, "text": s} for i, s in enumerate(sentences)]}
+    )
+    native = httpx.post(
+        f"{url}/collections/docs/search", json={"query": question, "mode": "hybrid", "candidates": 20, "top_k": 5}
+    ).json()
+    # --- end snippet
+    assert len(hits) == 5 and [h.id for h in hits] == [h["id"] for h in native]
+    assert [round(h.score, 6) for h in hits] == [round(h["score"], 6) for h in native]
+    with pytest.raises(UnexpectedResponse):  # BM25 is the service's: another sparse model is refused
+        client.query_points("hybrid", query=models.Document(text=question, model="prithivida/splade"), using="bm25")

@@ -40,7 +40,7 @@ from .store.points import DB_FILE
 FORMAT = 1
 MANIFEST = "manifest.json"
 SUFFIX = ".snapshot"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}\.snapshot$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}\.snapshot\Z")  # \Z: "a.snapshot\n" is no name
 _CHUNK = 1 << 20
 
 

@@ -371,30 +371,6 @@ def _check_restored(c2: httpx.Client, names, infos, queries, before, exact: bool
             assert overlap >= 0.9, (n, overlap)
 
 
-def test_restart_restores_every_collection(env, stsb):
-    c = env["client"]
-    _, sentences, _ = stsb
-    names = ["conc", "small", "sts_flat", "sts_hnsw", "sts_ivf"]
-    if not c.get("/collections").json()["collections"]:
-        pytest.skip("needs the collections built by the earlier tests of this module")
-    assert sorted(x["name"] for x in c.get("/collections").json()["collections"]) == names
-    infos = {n: c.get(f"/collections/{n}").json() for n in names}
-    queries = sentences[::50]
-    before = {n: search_batch(c, n, queries, 5) for n in names}
-    # 1. crash (SIGKILL): no final snapshot; restored from the latest snapshot, if any, plus replay of SQLite
-    env["server"].kill()
-    with run_server(env["models"], workdir=env["work"], port=env["port"], args=env["args"]) as s:
-        with httpx.Client(base_url=s.url, timeout=120) as c2:
-            _check_restored(c2, names, infos, queries, before, exact=False)
-            before = {n: search_batch(c2, n, queries, 5) for n in names}
-    # 2. clean stop (SIGTERM, on leaving the block): snapshots written, restored exactly
-    with run_server(env["models"], workdir=env["work"], port=env["port"], args=env["args"]) as s:
-        with httpx.Client(base_url=s.url, timeout=120) as c2:
-            _check_restored(c2, names, infos, queries, before, exact=True)
-            c2.put("/collections/small/points", json={"points": [{"id": 99, "text": "after restart"}]})
-            assert c2.get("/collections/small/points/99").json()["text"] == "after restart"
-
-
 def test_named_dense_and_sparse_vectors_through_the_native_api(env, stsb):
     """Named vectors on the native API: a model-bound vector embedded from each text beside a client-supplied dense
     vector and a sparse one; searches by each (``using``), ``$has_vector``; bad input is 4xx. The milvus backend
@@ -446,3 +422,107 @@ def test_named_dense_and_sparse_vectors_through_the_native_api(env, stsb):
         assert c.put("/collections/named/points", json={"points": pts_bad}).status_code == 422
     err(c.put("/collections/named2", json={**body, "metric": "dot"}), 422)
     assert c.delete("/collections/named").status_code == 200
+
+
+def test_bm25_and_hybrid_search_on_a_scifact_slice(env):
+    """Server-side BM25 and hybrid search on real retrieval data (BEIR SciFact: the relevant abstracts of 25 test
+    claims among 400), each held to an independent computation: the stored BM25 vectors to fastembed's own ``Bm25``
+    run here as a client would, the sparse ranking to BM25 scored in numpy from them (IDF over the collection), and
+    the hybrid ranking to fusing the dense and sparse rankings by hand and by qdrant-client's
+    ``reciprocal_rank_fusion`` (the peer's own code)."""
+    import json
+
+    from fastembed.sparse.bm25 import Bm25
+    from qdrant_client.http import models as qm
+    from qdrant_client.hybrid.fusion import reciprocal_rank_fusion
+
+    from service.sparse import BUNDLED_BM25
+    from training.data.sts import data_root
+
+    c = env["client"]
+    body = {
+        "vectors": {"dense": {"model": True}},
+        "sparse_vectors": {"bm25": {"modifier": "idf", "model": "qdrant/bm25"}},
+    }
+    if env["backend"] == "milvus":
+        err(c.put("/collections/scifact", json=body), 422, "unsupported")
+        return
+    root = data_root() / "beir" / "scifact"
+    with open(root / "qrels" / "test.tsv", encoding="utf-8") as f:
+        qrels = [line.strip().split("\t") for line in list(f)[1:]]
+    claims = list(dict.fromkeys(q for q, _, _ in qrels))[:25]
+    wanted = {d for q, d, _ in qrels if q in claims}
+    with open(root / "corpus.jsonl", encoding="utf-8") as f:
+        corpus = [json.loads(line) for line in f]
+    docs = [d for d in corpus if d["_id"] in wanted] + [d for d in corpus if d["_id"] not in wanted][
+        : 400 - len(wanted)
+    ]
+    with open(root / "queries.jsonl", encoding="utf-8") as f:
+        queries = {q["_id"]: q["text"] for q in map(json.loads, f) if q["_id"] in claims}
+    texts = [f"{d['title']} {d['text']}" for d in docs]
+    assert c.put("/collections/scifact", json=body).status_code == 200
+    for i in range(0, len(texts), 100):
+        pts = [{"id": j, "text": texts[j]} for j in range(i, min(i + 100, len(texts)))]
+        assert c.put("/collections/scifact/points", json={"points": pts}).status_code == 200
+    # the stored BM25 vectors are fastembed's, as a client computes them
+    fe = Bm25("Qdrant/bm25", specific_model_path=str(BUNDLED_BM25))
+    stored = c.post("/collections/scifact/points/scroll", json={"limit": 1000, "with_vector": ["bm25"]}).json()
+    mine = {p["id"]: p["vectors"]["bm25"] for p in stored["points"]}
+    for j, e in enumerate(fe.embed(texts)):
+        order = np.argsort(e.indices)
+        assert mine[j]["indices"] == e.indices[order].tolist()
+        assert np.allclose(mine[j]["values"], e.values[order], rtol=1e-6)
+    # BM25 in numpy: query terms (value 1 each) weighted by their IDF over the 400 documents
+    df: dict[int, int] = {}
+    for v in mine.values():
+        for t in v["indices"]:
+            df[t] = df.get(t, 0) + 1
+    n, hits = len(texts), 0
+    for qid, q in queries.items():
+        terms = set(next(iter(fe.query_embed(q))).indices.tolist())
+        score = {j: sum(np.log1p((n - df[t] + 0.5) / (df[t] + 0.5)) * x for t, x in zip(v["indices"], v["values"])
+                        if t in terms) for j, v in mine.items()}  # fmt: skip
+        expect = sorted((s for s in score.values() if s > 0), reverse=True)[:10]
+        r = c.post("/collections/scifact/search", json={"query": q, "mode": "sparse", "top_k": 10}).json()
+        assert np.allclose([h["score"] for h in r], expect, rtol=1e-4), qid
+        dense = c.post("/collections/scifact/search", json={"query": q, "mode": "dense", "top_k": 50}).json()
+        sparse = c.post("/collections/scifact/search", json={"query": q, "mode": "sparse", "top_k": 50}).json()
+        hybrid = c.post("/collections/scifact/search",
+                        json={"query": q, "mode": "hybrid", "candidates": 50, "top_k": 10}).json()  # fmt: skip
+        by_hand: dict[int, float] = {}
+        for ranking in (dense, sparse):
+            for rank, h in enumerate(ranking, start=1):
+                by_hand[h["id"]] = by_hand.get(h["id"], 0.0) + 1 / (rank + 1)  # RRF, Qdrant's k = 2
+        assert np.allclose([h["score"] for h in hybrid], sorted(by_hand.values(), reverse=True)[:10]), qid
+        peer = reciprocal_rank_fusion(
+            [[qm.ScoredPoint(id=h["id"], version=0, score=h["score"]) for h in r] for r in (dense, sparse)], limit=10
+        )
+        assert [p.id for p in peer] == [h["id"] for h in hybrid], qid
+        relevant = {docs.index(d) for d in (x for x in docs if any(x["_id"] == dd for qq, dd, _ in qrels if qq == qid))}
+        hits += bool(relevant & {h["id"] for h in hybrid})
+    assert hits >= 20  # most claims find a relevant abstract in the fused top 10
+    assert c.delete("/collections/scifact").status_code == 200
+
+
+def test_restart_restores_every_collection(env, stsb):  # last: it kills the module's server
+    c = env["client"]
+    _, sentences, _ = stsb
+    names = ["conc", "small", "sts_flat", "sts_hnsw", "sts_ivf"]
+    if not c.get("/collections").json()["collections"]:
+        pytest.skip("needs the collections built by the earlier tests of this module")
+    assert sorted(x["name"] for x in c.get("/collections").json()["collections"]) == names
+    infos = {n: c.get(f"/collections/{n}").json() for n in names}
+    queries = sentences[::50]
+    before = {n: search_batch(c, n, queries, 5) for n in names}
+    # 1. crash (SIGKILL): no final snapshot; restored from the latest snapshot, if any, plus replay of SQLite
+    env["server"].kill()
+    with run_server(env["models"], workdir=env["work"], port=env["port"], args=env["args"]) as s:
+        with httpx.Client(base_url=s.url, timeout=120) as c2:
+            _check_restored(c2, names, infos, queries, before, exact=False)
+            before = {n: search_batch(c2, n, queries, 5) for n in names}
+    # 2. clean stop (SIGTERM, on leaving the block): snapshots written, restored exactly
+    with run_server(env["models"], workdir=env["work"], port=env["port"], args=env["args"]) as s:
+        with httpx.Client(base_url=s.url, timeout=120) as c2:
+            _check_restored(c2, names, infos, queries, before, exact=True)
+            c2.put("/collections/small/points", json={"points": [{"id": 99, "text": "after restart"}]})
+            assert c2.get("/collections/small/points/99").json()["text"] == "after restart"
