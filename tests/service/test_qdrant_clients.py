@@ -932,9 +932,8 @@ def test_hybrid_search_snippets(env, sts):
             "sparse_vectors": {"bm25": {"modifier": "idf", "model": "qdrant/bm25"}},
         },
     )
-    httpx.put(
-        f"{url}/collections/docs/points", json={"points": [{"id": i, "text": s} for i, s in enumerate(sentences)]}
-    )
+    points = [{"id": i, "text": s} for i, s in enumerate(sentences)]
+    httpx.put(f"{url}/collections/docs/points", json={"points": points})
     native = httpx.post(
         f"{url}/collections/docs/search", json={"query": question, "mode": "hybrid", "candidates": 20, "top_k": 5}
     ).json()
