@@ -213,21 +213,14 @@ class Prefetch(_Body):
     lookup_from: Any = None
 
 
-class QueryRequest(_Body):
-    """One universal query (Qdrant's ``QueryRequest``): ``query`` is a vector, a point id, a ``Document``, or
-    ``{"nearest": one of those}``; no query pages through the points in id order."""
+class QueryRequest(Prefetch):
+    """One universal query (Qdrant's ``QueryRequest``: a ``Prefetch``'s fields and these): ``query`` is a dense or
+    sparse vector, a point id, a ``Document``, ``{"nearest": one of those}``, a fusion or a recommendation; no query
+    pages through the points in id order."""
 
-    query: Vector | QdrantId | Document | SparseVector | dict[StrictStr, Any] | None = None
-    using: StrictStr | None = None
-    filter: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
-    score_threshold: FiniteFloat | None = None
-    limit: Limit | None = None
     offset: Annotated[StrictInt, Field(ge=0)] | None = None
     with_vector: WithVector | None = None
     with_payload: WithPayload | None = None
-    prefetch: list[Prefetch] | Prefetch | None = None
-    lookup_from: Any = None
     shard_key: Any = None
 
 
