@@ -194,12 +194,12 @@ def new_vectors_config(
         model_dimension: its embedding dimension.
         sparse_models: the server-side sparse models the service offers.
 
+    A collection with no vector at all holds payloads only (Qdrant allows it).
+
     Raises:
-        InvalidCollectionRequest: no vector at all, too many, a bad name, two model-bound vectors, a bad size, metric,
+        InvalidCollectionRequest: too many vectors, a bad name, two model-bound vectors, a bad size, metric,
             index type or params (``param`` names the field), an unknown modifier or sparse model.
     """
-    if not dense and not sparse:
-        raise InvalidCollectionRequest("a collection needs at least one dense or sparse vector", "vectors")
     for what, given in (("vectors", dense), ("sparse_vectors", sparse)):
         if len(given) > MAX_VECTORS:
             raise InvalidCollectionRequest(f"{what}: at most {MAX_VECTORS} per collection", what)

@@ -262,7 +262,7 @@ class FacetRequest(_Body):
 class QueryBatch(_Body):
     """Body of ``POST /collections/{collection_name}/points/query/batch``."""
 
-    searches: list[QueryRequest] = Field(min_length=1)
+    searches: list[QueryRequest]  # an empty batch answers [] (as Qdrant does)
 
 
 class NamedVector(_Body):
@@ -296,7 +296,7 @@ class SearchRequest(_Body):
 class SearchBatch(_Body):
     """Body of ``POST /collections/{collection_name}/points/search/batch``."""
 
-    searches: list[SearchRequest] = Field(min_length=1)
+    searches: list[SearchRequest]  # an empty batch answers []
 
 
 class PointVectors(_Body):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..collections.payload_update import without_keys
 from ..collections.schema import VectorsConfig
 from .vectors import shown
 
@@ -17,15 +18,15 @@ MISSING = object()
 
 def select_payload(payload: dict[str, Any] | None, sel: Any) -> dict[str, Any] | None:
     """The payload as ``with_payload`` asks: ``True`` all of it, ``False``/``None`` none (None), a list of keys or
-    ``{"include": [...]}`` those keys only (dotted keys reach into objects), ``{"exclude": [...]}`` all but those."""
+    ``{"include": [...]}`` those keys only, ``{"exclude": [...]}`` all but those (dotted keys reach into objects,
+    both ways, as in Qdrant)."""
     if not sel:
         return None
     payload = payload or {}
     if sel is True:
         return payload
     if isinstance(sel, dict) and "exclude" in sel:
-        drop = set(sel["exclude"])
-        return {k: v for k, v in payload.items() if k not in drop}
+        return without_keys(payload, sel["exclude"])  # dotted keys reach into objects, as for include
     keys = sel["include"] if isinstance(sel, dict) else sel
     out: dict[str, Any] = {}
     for key in keys:
