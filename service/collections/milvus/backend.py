@@ -38,6 +38,7 @@ from .client import (
     connect,
     long_call,
     reachable,
+    retry_later_error,
 )
 from .collection import MilvusCollection
 from .registry import Registry
@@ -97,8 +98,8 @@ class MilvusBackend:
         Raises:
             BackendUnavailable: Milvus is unreachable (at once while the breaker is open, and as soon as it opens
                 while waiting; else once the call's timeout ran out: ``fn`` is cut at the timeout + 0.5 s unless
-                marked :func:`~.client.long_call`), or a collection is still loading (after a Milvus restart; a
-                reload is started). See :class:`~.client.Breaker` for what opens it.
+                marked :func:`~.client.long_call`), or Milvus answered "retry later" (:data:`~.client.RETRY_LATER`:
+                not ready, not available, still loading: a reload is started). :class:`~.client.Breaker`: what opens it.
         """
         self.breaker.check()
         loop = asyncio.get_running_loop()
@@ -136,13 +137,11 @@ class MilvusBackend:
                     log.error("milvus: unreachable at %s (%s); 503 until it answers", self.settings.milvus_uri, e)
                 self.breaker.trip(type(e).__name__)
                 raise BackendUnavailable(f"the vector store (Milvus) is unreachable: {e}; retry later") from e
-            if kind == "not_loaded":
+            if kind not in ("not_loaded", "not_ready"):
+                raise
+            if kind == "not_loaded":  # not_ready: Milvus answered, so it is reachable; no breaker
                 self._pool.submit(self._reload_all)
-                raise BackendUnavailable(
-                    "the vector store (Milvus) is still loading this collection (after a restart); retry shortly",
-                    retry_after_s=2.0,
-                ) from e
-            raise
+            raise retry_later_error(e, kind) from e
 
     def _reload_all(self) -> None:
         """Ask Milvus to load every physical collection this view knows (and the registry), one reload at a time:

@@ -5,8 +5,11 @@
   (``pymilvus.decorators.retry_on_rpc_failure``); with a float or none it retries an unreachable server 75 times with
   back-off, about 3.5 minutes, which is how a Milvus outage used to hang requests and shutdown.
 * :func:`classify` sorts pymilvus's exceptions into *unavailable* (connection refused, deadline exceeded, retries run
-  out), *not loaded* (code 101: a collection's segments are loading, e.g. for ~20 s after a Milvus restart) and
-  the rest (a genuine error of the request or of this service).
+  out: Milvus cannot be reached), *not ready* and *not loaded* (Milvus answered with a status code of
+  :data:`RETRY_LATER`: it is starting, stopping, rebalancing, throttling, or loading a collection's segments, e.g. for
+  ~20 s after a restart) and the rest (a genuine error of the request or of this service). The backend answers the
+  first three 503 ``backend_unavailable`` with ``Retry-After``; only *unavailable* opens the :class:`Breaker` (a
+  Milvus that answers "channel not available" is reachable: its next answer may be a good one).
 * :class:`Breaker`: once a call found Milvus unavailable — its own error says so, or it was slow (past
   :data:`SUSPECT_S`) and a fresh connection got no answer either — every call fails at once (503
   ``backend_unavailable`` with ``Retry-After``), the ones already waiting included, until a probe on a *fresh*
@@ -37,7 +40,46 @@ from ..errors import BackendUnavailable
 
 #: MilvusClient methods that run locally (no RPC, no timeout argument)
 _LOCAL = frozenset({"prepare_index_params", "create_schema", "close"})
-NOT_LOADED = (101, 103)  # Milvus's "collection not loaded", "collection not fully loaded"
+
+#: Milvus status codes that mean "not ready / not available now, retry": the request is fine and Milvus answered, but
+#: cannot serve it yet. ``code -> (kind, Milvus's name)``; kind ``not_loaded`` also asks Milvus to load the collections
+#: again, ``not_ready`` only answers 503. The codes are Milvus's ``merr`` codes (``pkg/util/merr/errors.go``, Milvus
+#: 2.3+), which pymilvus 2.4 raises as ``MilvusException.code`` (``check_status``: ``status.code``). Every one of them
+#: but 12 and 106 (Milvus 2.4+) is in the 2.3.5 server this project runs; Milvus marks most of them retriable itself.
+RETRY_LATER: dict[int, tuple[str, str]] = {
+    1: ("not_ready", "service not ready"),  # a component starting or stopping ("... Abnormal": Milvus is quitting)
+    2: ("not_ready", "service unavailable"),
+    4: ("not_ready", "request limit exceeded"),
+    8: ("not_ready", "rate limit exceeded"),  # pymilvus retries it until the call's timeout, then raises it
+    11: ("not_ready", "time tick long delay"),  # writes held back while Milvus's time tick lags
+    12: ("not_ready", "service resource insufficient"),
+    101: ("not_loaded", "collection not loaded"),
+    103: ("not_loaded", "collection not fully loaded"),
+    106: ("not_loaded", "collection on recovering"),
+    201: ("not_loaded", "partition not loaded"),
+    202: ("not_loaded", "partition not fully loaded"),
+    401: ("not_ready", "replica not available"),
+    501: ("not_ready", "channel lacks"),
+    503: ("not_ready", "channel not available"),  # e.g. the query path of a Milvus resumed after a SIGSTOP, quitting
+    601: ("not_ready", "segment not loaded"),
+    602: ("not_ready", "segment lacks"),
+    902: ("not_ready", "node offline"),
+    903: ("not_ready", "node lacks"),
+    904: ("not_ready", "node not match"),  # a restarted node before the dead one's session expired
+    905: ("not_ready", "node not available"),
+}
+#: the same conditions in Milvus's legacy ``commonpb.ErrorCode`` (``MilvusException.compatible_code``), read only when a
+#: status carries no ``merr`` code (``code`` 0): older paths of Milvus 2.3 set only this one
+RETRY_LATER_LEGACY: dict[int, tuple[str, str]] = {
+    45: ("not_ready", "NotShardLeader"),
+    46: ("not_ready", "NoReplicaAvailable"),
+    49: ("not_ready", "RateLimit"),
+    55: ("not_ready", "TimeTickLongDelay"),
+    56: ("not_ready", "NotReadyServe"),
+    57: ("not_ready", "NotReadyCoordActivating"),
+    100: ("not_ready", "DataCoordNA"),
+}
+NOT_LOADED = tuple(c for c, (kind, _) in RETRY_LATER.items() if kind == "not_loaded")
 LOAD_TIMEOUT_S = 60  # creating or loading a collection (not on a request's path): Milvus may take seconds
 SUSPECT_S = 1.0  # a request-path call this slow starts a reachability check (Breaker.suspect)
 REACH_TIMEOUT_S = 3.0  # that check's connection and call
@@ -86,8 +128,8 @@ def allocate_timestamp(uri: str, token: str | None, timeout: float) -> int:
         )
     finally:
         channel.close()
-    if r.status.code or r.status.error_code:
-        raise MilvusException(r.status.code or r.status.error_code, f"AllocTimestamp: {r.status.reason}")
+    if r.status.code or r.status.error_code:  # as pymilvus's check_status raises it
+        raise MilvusException(r.status.code, f"AllocTimestamp: {r.status.reason}", r.status.error_code)
     return int(r.timestamp)
 
 
@@ -179,14 +221,47 @@ class BoundedClient:
         return call
 
 
+def retry_later(e: MilvusException) -> tuple[str, str] | None:
+    """``(kind, Milvus's name)`` when ``e`` carries a status code of :data:`RETRY_LATER` (or, without one, of
+    :data:`RETRY_LATER_LEGACY`), else None."""
+    code = e.code if isinstance(e.code, int) else None  # pymilvus puts a grpc method there after retries on RpcError
+    if code:
+        return RETRY_LATER.get(code)
+    compatible = getattr(e, "compatible_code", None)
+    return RETRY_LATER_LEGACY.get(compatible) if isinstance(compatible, int) else None
+
+
+def _chain(e: BaseException, depth: int = 4) -> list[BaseException]:
+    """``e`` and the exceptions it was raised from or while handling, nearest first."""
+    out = [e]
+    while len(out) < depth:
+        nxt = next((x for x in (out[-1].__cause__, out[-1].__context__) if x is not None and x not in out), None)
+        if nxt is None:
+            break
+        out.append(nxt)
+    return out
+
+
 def classify(e: BaseException) -> str | None:
-    """``"unavailable"``, ``"not_loaded"`` or None (any other error) for an exception a Milvus call raised."""
+    """``"unavailable"`` (Milvus unreachable), ``"not_ready"``, ``"not_loaded"`` (Milvus answered: retry later, see
+    :data:`RETRY_LATER`) or None (any other error) for an exception a Milvus call raised."""
     if isinstance(e, grpc.RpcError):
         code = e.code() if callable(getattr(e, "code", None)) else None
         return "unavailable" if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) else None
     if not isinstance(e, MilvusException):
         return None
-    if e.code in NOT_LOADED or "not loaded" in (e.message or "") or "not fully loaded" in (e.message or ""):
+    # pymilvus's retry loop re-raises a rate limit past its timeout as a new exception without the legacy code; the
+    # one it was handling stays its __context__ (its __cause__ is itself: pymilvus raises ``e from e``)
+    known = None
+    for x in _chain(e):
+        if not isinstance(x, MilvusException):
+            break
+        known = retry_later(x)
+        if known is not None or (isinstance(x.code, int) and x.code):  # a code of its own: that one tells
+            break
+    if known is not None:
+        return known[0]
+    if "not loaded" in (e.message or "") or "not fully loaded" in (e.message or ""):
         return "not_loaded"
     text = f"{e.message} {e.__cause__!r}"
     if any(
@@ -194,6 +269,18 @@ def classify(e: BaseException) -> str | None:
     ):
         return "unavailable"
     return None
+
+
+def retry_later_error(e: MilvusException, kind: str) -> BackendUnavailable:
+    """The answer to a call Milvus answered "retry later" (``kind`` ``not_loaded`` or ``not_ready``, see
+    :func:`classify`): 503 with ``Retry-After`` 2 s while loading, else 1 s."""
+    if kind == "not_loaded":
+        return BackendUnavailable(
+            "the vector store (Milvus) is still loading this collection (after a restart); retry shortly", 2.0
+        )
+    return BackendUnavailable(
+        f"the vector store (Milvus) cannot serve this now (code {e.code}: {e.message}); retry", 1.0
+    )
 
 
 class Breaker:
