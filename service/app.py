@@ -16,7 +16,6 @@ shutdown: not ready, collections closed, batchers drained. The web console's sta
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -70,9 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             backend = open_backend(settings)
             await backend.start()
-            app.state.collection_service = CollectionService(
-                backend, lambda: app.state.embedder, await asyncio.to_thread(open_sparse_models, settings)
-            )
+            app.state.collection_service = CollectionService(backend, lambda: app.state.embedder,
+                                                             open_sparse_models(settings))  # fmt: skip
             # collections follow the active model
             reembedder = Reembedder(lambda: app.state.embedder, registry, backend, control)
             await reembedder.start()

@@ -18,6 +18,7 @@ files as published.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,36 @@ def _as_dict(indices: Any, values: Any) -> dict[str, Any]:
     return {"indices": idx[order].tolist(), "values": np.asarray(values, dtype=np.float64)[order].tolist()}
 
 
+class Lazy:
+    """A sparse model made on its first use (fastembed's import and set-up cost ~0.4 s, paid only by services that
+    use the model), thread-safe; ``documents`` and ``query`` as the model's."""
+
+    def __init__(self, make: Any) -> None:
+        self._make, self._model, self._lock = make, None, threading.Lock()
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                self._model = self._make()
+            return self._model
+
+    def documents(self, texts: list[str]) -> list[dict[str, Any]]:
+        """The model's document vectors of ``texts`` (blocking)."""
+        return self._get().documents(texts)
+
+    def query(self, text: str) -> dict[str, Any]:
+        """The model's query vector of ``text`` (blocking)."""
+        return self._get().query(text)
+
+
 def open_sparse_models(settings: Any) -> dict[str, Any]:
-    """The server-side sparse models by name (``{"qdrant/bm25": Bm25}``), from ``settings.sparse_bm25_path``.
+    """The server-side sparse models by name (``{"qdrant/bm25": Bm25}``, each made on first use), from
+    ``settings.sparse_bm25_path``.
 
     Raises:
-        ValueError: the path is not a directory.
+        ValueError: the path is not a directory (checked now, not at first use).
     """
-    return {BM25: Bm25(getattr(settings, "sparse_bm25_path", None))}
+    path = getattr(settings, "sparse_bm25_path", None)
+    if path and not Path(path).is_dir():
+        raise ValueError(f"sparse_bm25_path {path!r} is not a directory")
+    return {BM25: Lazy(lambda: Bm25(path))}
