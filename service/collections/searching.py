@@ -195,6 +195,10 @@ class QueryNode:
 MAX_PREFETCH_DEPTH = 4  # nesting of prefetches
 
 
+def _leaves(node: QueryNode) -> int:
+    return 1 if not node.prefetch else sum(_leaves(p) for p in node.prefetch)
+
+
 def _and(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else {"$and": [a, b]}
 
@@ -207,9 +211,13 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
     Raises:
         InvalidCollectionRequest: prefetches nested deeper than :data:`MAX_PREFETCH_DEPTH`, a re-scoring over more
             points than ``collections_max_filter_values``; and what :func:`search` raises.
+        TooManyItems: more searches in the tree than ``collections_max_batch_searches``.
     """
     s = node.search
     where = _and(above, s.filter)
+    if depth == 0 and (n := _leaves(node)) > svc.settings.max_batch_searches:
+        raise TooManyItems(f"{n} prefetch searches in one query; the maximum is {svc.settings.max_batch_searches} "
+                           "(collections_max_batch_searches)", "prefetch", "too_many_searches")  # fmt: skip
     if not node.prefetch:
         return (await search(svc, name, [replace(s, filter=where)], "query", consistency))[0]
     if depth >= MAX_PREFETCH_DEPTH:
