@@ -362,8 +362,10 @@ class MilvusBackend:
         """Delete collection ``name`` (not an alias): record, aliases, Milvus alias, physical collections, claims.
 
         Raises:
-            CollectionNotFound: no such collection.
+            CollectionNotFound: no such collection (at once for a name that is no collection name: Milvus never sees it).
         """
+        if not NAME_RE.match(name):
+            raise CollectionNotFound(f"collection {name!r} not found")
         async with self._lock:
             await self.run(self._delete, name)
 

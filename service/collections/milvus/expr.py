@@ -7,8 +7,10 @@ Milvus 2.3.5 server):
 
 * it cannot test a JSON ``null`` or tell ``[]`` from a scalar: every point also stores
   ``nulls = {"p": [dotted keys whose value is null], "e": [dotted keys whose value is []]}`` (:func:`payload_marks`);
-  ``key == null`` becomes ``json_contains(nulls["p"], "key")`` and ``$empty`` tests both lists (points written
-  before ``"e"`` existed never count as ``[]``);
+  ``key == null`` becomes ``json_contains(nulls["p"], "key") and exists payload[...]`` and ``$empty`` tests both
+  lists the same way (points written before ``"e"`` existed never count as ``[]``). Keys holding a dot are not
+  marked (a filter cannot name them); the ``exists`` keeps points marked before that (``{"a.b": null}`` was marked
+  ``"a.b"``, as ``{"a": {"b": null}}`` is) from matching where no nested ``a.b`` exists;
 * an ``in`` list must hold one type (``in [1, 1.5]`` fails an assertion in the query node): one ``in`` per type;
 * ``-9223372036854775808`` does not parse (the parser negates ``9223372036854775808``, out of range): it is written
   as ``< -9223372036854775807`` (no other integer is below it), and inside arrays as the double ``-2**63`` (there
@@ -17,8 +19,12 @@ Milvus 2.3.5 server):
 * ``and``/``or`` chains are balanced trees: a left-deep chain of ~50 terms overflows the query plan
   ("Assert data_type == column_info.data_type").
 
-String literals are JSON-escaped (Milvus reads JSON string escapes). Keys cannot hold quotes, backslashes, dots or
-brackets (the filter grammar refuses them), so they need no escaping.
+String literals are JSON-escaped (Milvus reads JSON string escapes: quotes, backslashes, newlines, ``\\u0000``; checked
+on Milvus 2.3.5). Key parts are written the same way (the filter grammar keeps quotes, backslashes, dots and brackets
+out of them), but Milvus cannot address every key the grammar allows: a ``/`` in a key is read as a path separator
+(``payload["a/b"]`` never finds the key ``"a/b"``), and a key with a control character (the grammar lets one trailing
+newline through, ``"g\\n"``) Milvus finds, escaped, where the embedded backend's SQLite finds nothing. Both are
+refused with 422 ``invalid_filter`` (:func:`key_parts`) rather than answered differently from the embedded backend.
 """
 
 from __future__ import annotations
@@ -26,17 +32,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import InvalidCollectionRequest
 from ..filters import INT64, And, Empty, Exists, Filter, HasVector, Ids, Match, Not, Or, Range, balanced, value_kind
 
 _RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
 def payload_marks(payload: dict[str, Any] | None) -> dict[str, list[str]]:
-    """``{"p": null paths, "e": empty-array paths}`` of ``payload`` (dotted keys; nested objects included)."""
+    """``{"p": null paths, "e": empty-array paths}`` of ``payload`` (dotted keys; nested objects included). A key
+    holding a dot is left out, with what is below it: no filter key names it (a filter's dots are nesting), and its
+    dotted path would be a nested key's (``{"a.b": null}`` is not ``{"a": {"b": null}}``)."""
     marks: dict[str, list[str]] = {"p": [], "e": []}
 
     def walk(obj: dict[str, Any], prefix: str) -> None:
         for k, v in obj.items():
+            if "." in k:
+                continue
             path = f"{prefix}{k}"
             if v is None:
                 marks["p"].append(path)
@@ -49,8 +60,26 @@ def payload_marks(payload: dict[str, Any] | None) -> dict[str, list[str]]:
     return marks
 
 
+def key_parts(key: str) -> list[str]:
+    """The parts of a filter key (split at its dots), each one Milvus can address.
+
+    Raises:
+        InvalidCollectionRequest: ``invalid_filter``, a part holds ``/`` or a control character (module docstring).
+    """
+    parts = key.split(".")
+    for p in parts:
+        if "/" in p or any(ch < " " for ch in p):
+            what = "'/' (Milvus reads it as a path separator)" if "/" in p else "a control character"
+            raise InvalidCollectionRequest(
+                f"filter key {key!r}: the milvus backend cannot address a payload key holding {what}",
+                param="filter",
+                code="invalid_filter",
+            )
+    return parts
+
+
 def _field(key: str) -> str:
-    return "payload" + "".join(f'["{p}"]' for p in key.split("."))
+    return "payload" + "".join(f"[{_literal(p)}]" for p in key_parts(key))
 
 
 def _literal(v: Any) -> str:
@@ -66,8 +95,8 @@ def _or(alts: list[str]) -> str:
 def _match(m: Match) -> str:
     field = _field(m.key)
     alts: list[str] = []
-    if None in m.values:
-        alts.append(f'json_contains(nulls["p"], {_literal(m.key)})')
+    if None in m.values:  # the mark, and the nested key there (points written before marks skipped dotted keys)
+        alts.append(f'(json_contains(nulls["p"], {_literal(m.key)}) and exists {field})')
     by_kind: dict[str, list[Any]] = {}
     for v in m.values:
         if v is None:
@@ -133,9 +162,10 @@ def filter_expr(f: Filter) -> str:
         return '(key != "")' if f.kind == "bound" else '(key == "")'
     if isinstance(f, Exists):
         return f"(exists {_field(f.key)})"
-    if isinstance(f, Empty):
-        key = _literal(f.key)
-        return f'((not exists {_field(f.key)}) or json_contains(nulls["p"], {key}) or json_contains(nulls["e"], {key}))'
+    if isinstance(f, Empty):  # missing, or marked null or [] where the nested key is (see _match)
+        key, field = _literal(f.key), _field(f.key)
+        marked = f'(json_contains(nulls["p"], {key}) or json_contains(nulls["e"], {key}))'
+        return f"((not exists {field}) or ({marked} and exists {field}))"
     raise TypeError(f"not a filter: {f!r}")
 
 

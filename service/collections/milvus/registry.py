@@ -30,11 +30,26 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
+from ..backend import NAME_RE
 from .client import LOAD_TIMEOUT_S
 
 _MAX_ROWS = 16384  # Milvus's query window
 
 log = logging.getLogger("service.collections.milvus")
+
+
+def like_prefix(prefix: str) -> str:
+    """``key like "<prefix>%"``: the keys starting with ``prefix``. Milvus 2.3 reads ``%`` as a wildcard wherever it
+    is, accepts it only at the end ("unsupported pattern" otherwise, a 500 for ``DELETE /collections/%25`` before
+    names were checked) and has no escape (``\\%`` is a literal backslash); ``_`` is literal. So a prefix holding
+    ``%`` cannot be asked for: refused here (collection names, checked before, hold none).
+
+    Raises:
+        ValueError: ``prefix`` holds ``%``.
+    """
+    if "%" in prefix:
+        raise ValueError(f"a Milvus like prefix cannot hold '%': {prefix!r}")
+    return f"key like {json.dumps(prefix + '%', ensure_ascii=False)}"
 
 
 class Registry:
@@ -88,13 +103,16 @@ class Registry:
 
     def records(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
         """``(records, statuses)``, each by collection name."""
-        rows = self._query('key like "c:%" or key like "s:%"')
+        rows = self._query(f"{like_prefix('c:')} or {like_prefix('s:')}")
         recs = {k[2:]: v for k, v in rows.items() if k.startswith("c:")}
         stats = {k[2:]: v for k, v in rows.items() if k.startswith("s:")}
         return recs, stats
 
     def record(self, name: str) -> dict[str, Any] | None:
-        """The record of ``name`` read now, or None."""
+        """The record of ``name`` read now, or None (at once for a name that is no collection name: no such
+        record can exist, and Milvus need not see it)."""
+        if not NAME_RE.match(name):
+            return None
         return self._query(f"key == {json.dumps('c:' + name, ensure_ascii=False)}").get(f"c:{name}")
 
     def aliases(self) -> dict[str, str]:
@@ -111,12 +129,11 @@ class Registry:
 
     def retired(self) -> dict[str, dict[str, Any]]:
         """``{physical: {drop_after}}``: physical collections to drop once no replica can still use them."""
-        return {k[2:]: v for k, v in self._query('key like "r:%"').items()}
+        return {k[2:]: v for k, v in self._query(like_prefix("r:")).items()}
 
     # --- claims -------------------------------------------------------------------------------------------------
     def _claims(self, name: str) -> list[dict[str, Any]]:
-        prefix = json.dumps(f"l:{name}:%", ensure_ascii=False)
-        return list(self._query(f"key like {prefix}").values())
+        return list(self._query(like_prefix(f"l:{name}:")).values())
 
     def holder(self, name: str) -> str | None:
         """The owner of the earliest unexpired claim on ``name``, or None."""
