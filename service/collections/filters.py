@@ -49,7 +49,7 @@ from typing import Any, TypeVar, Union
 
 MAX_DEPTH = 16  # nesting of $and / $or / $not
 DEFAULT_MAX_VALUES = 1024
-_KEY_PART = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*$")
+_KEY_PART = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*\Z")  # \Z: no newline at the end
 _RANGE_OPS = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
 _OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$empty")
 INT64 = (-(2**63), 2**63 - 1)
