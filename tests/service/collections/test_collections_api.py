@@ -425,8 +425,8 @@ def test_named_dense_and_sparse_vectors_through_the_native_api(env, stsb):
 
 
 def test_bm25_and_hybrid_search_on_a_scifact_slice(env):
-    """Server-side BM25 and hybrid search on real retrieval data (BEIR SciFact: the relevant abstracts of 20 test
-    claims among 250), each held to an independent computation: the stored BM25 vectors to fastembed's own ``Bm25``
+    """Server-side BM25 and hybrid search on real retrieval data (BEIR SciFact: the relevant abstracts of 12 test
+    claims among 150), each held to an independent computation: the stored BM25 vectors to fastembed's own ``Bm25``
     run here as a client would, the sparse ranking to BM25 scored in numpy from them (IDF over the collection), and
     the hybrid ranking to fusing the dense and sparse rankings by hand and by qdrant-client's
     ``reciprocal_rank_fusion`` (the peer's own code)."""
@@ -450,12 +450,12 @@ def test_bm25_and_hybrid_search_on_a_scifact_slice(env):
     root = data_root() / "beir" / "scifact"
     with open(root / "qrels" / "test.tsv", encoding="utf-8") as f:
         qrels = [line.strip().split("\t") for line in list(f)[1:]]
-    claims = list(dict.fromkeys(q for q, _, _ in qrels))[:20]
+    claims = list(dict.fromkeys(q for q, _, _ in qrels))[:12]
     wanted = {d for q, d, _ in qrels if q in claims}
     with open(root / "corpus.jsonl", encoding="utf-8") as f:
         corpus = [json.loads(line) for line in f]
     docs = [d for d in corpus if d["_id"] in wanted] + [d for d in corpus if d["_id"] not in wanted][
-        : 400 - len(wanted)
+        : 150 - len(wanted)
     ]
     with open(root / "queries.jsonl", encoding="utf-8") as f:
         queries = {q["_id"]: q["text"] for q in map(json.loads, f) if q["_id"] in claims}
@@ -472,7 +472,7 @@ def test_bm25_and_hybrid_search_on_a_scifact_slice(env):
         order = np.argsort(e.indices)
         assert mine[j]["indices"] == e.indices[order].tolist()
         assert np.allclose(mine[j]["values"], e.values[order], rtol=1e-6)
-    # BM25 in numpy: query terms (value 1 each) weighted by their IDF over the 250 documents
+    # BM25 in numpy: query terms (value 1 each) weighted by their IDF over the 150 documents
     df: dict[int, int] = {}
     for v in mine.values():
         for t in v["indices"]:
@@ -500,7 +500,7 @@ def test_bm25_and_hybrid_search_on_a_scifact_slice(env):
         assert [p.id for p in peer] == [h["id"] for h in hybrid], qid
         relevant = {docs.index(d) for d in (x for x in docs if any(x["_id"] == dd for qq, dd, _ in qrels if qq == qid))}
         hits += bool(relevant & {h["id"] for h in hybrid})
-    assert hits >= 16  # most claims find a relevant abstract in the fused top 10
+    assert hits >= 10  # most claims find a relevant abstract in the fused top 10
     assert c.delete("/collections/scifact").status_code == 200
 
 
