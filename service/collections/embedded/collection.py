@@ -58,12 +58,13 @@ class Collection(Reembedding):
         self.store = store
         meta = store.meta()
         # the model-bound vector's spec and model are the meta keys a re-embedding's switch rewrites
-        cfg, self.model = meta.get("config"), meta.get("model")
-        self.spec = IndexSpec(cfg["index"], cfg["metric"], cfg["params"], int(meta["dimension"])) if cfg else None
-        vectors = VectorsConfig.from_json(meta["vectors"]) if "vectors" in meta else None
-        if vectors is None:  # a collection from before named vectors: one model-bound vector ""
-            vectors = VectorsConfig.single(self.spec, self.model)
-        self.vectors = vectors.with_bound_spec(self.spec, self.model) if self.spec else vectors
+        cfg, model = meta.get("config"), meta.get("model")
+        spec = IndexSpec(cfg["index"], cfg["metric"], cfg["params"], int(meta["dimension"])) if cfg else None
+        if "vectors" not in meta:  # a collection from before named vectors: one model-bound vector ""
+            self.vectors = VectorsConfig.single(spec, model)
+        else:
+            self.vectors = VectorsConfig.from_json(meta["vectors"])
+            self.vectors = self.vectors.with_bound_spec(spec, model) if spec else self.vectors
         self.named = NamedIndexes(store, self.vectors)
         self.created_at: float = meta.get("created_at", 0.0)
         self.exact_filter_threshold = exact_filter_threshold
@@ -79,6 +80,18 @@ class Collection(Reembedding):
         # re-embedding towards another model: its target while attached, and its status (kept after it ends)
         self._target: Any = None  # an EmbeddedTarget
         self.reembed_status: dict[str, Any] | None = None
+
+    @property
+    def spec(self) -> IndexSpec | None:
+        """The model-bound vector's index spec (None without one)."""
+        b = self.vectors.bound
+        return b.spec if b is not None else None
+
+    @property
+    def model(self) -> dict[str, Any] | None:
+        """The record of the model that embedded the model-bound vectors (None without one)."""
+        b = self.vectors.bound
+        return b.model if b is not None else None
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     @classmethod
@@ -171,12 +184,14 @@ class Collection(Reembedding):
             vecs = self._prepare(vectors)[order] if self.spec is not None else None
             extra = self.named.prepare([named[i] for i in order]) if named else None
             with self._rw.write():
-                seq, new_iids, old_iids = self.store.upsert(keys, texts_, payloads_, vecs, extra)
+                seq, new_iids, old_iids, lost = self.store.upsert(
+                    keys, texts_, payloads_, vecs, extra, self.named.fields
+                )
                 self._seq = seq
                 self._count += len(new_iids) - len(old_iids)
                 if self.index is not None:
                     self._apply(lambda: (self.index.remove(old_iids), self.index.add(new_iids, vecs)))
-                self.named.removed(old_iids, self.store.named_removed)
+                self.named.removed(old_iids, lost)
                 self.named.added(new_iids, extra or [])
             if shadow is not None:
                 shadow.write(new_iids, np.asarray(shadow_vectors, dtype=np.float32)[order])
@@ -188,12 +203,12 @@ class Collection(Reembedding):
         with self._wmutex:
             self._check_open()
             with self._rw.write():
-                seq, old = self.store.delete(keys, where)
+                seq, old, lost = self.store.delete(keys, where, self.named.fields)
                 self._seq = seq
                 self._count -= len(old)
                 if self.index is not None:
                     self._apply(lambda: self.index.remove(old))
-                self.named.removed(old, self.store.named_removed)
+                self.named.removed(old, lost)
         return len(old), seq
 
     def _apply(self, fn: Any) -> None:
@@ -319,7 +334,8 @@ class Collection(Reembedding):
                   (isinstance(with_vector, list) and n in with_vector)]  # fmt: skip
         want_bound = with_vector is True or (isinstance(with_vector, list) and b is not None and b.name in with_vector)
         named = self.named.vectors_of([r[1] for r in rows], others) if others else {}
-        return [point_dict(pid, t, p, v if want_bound else None, named.get(iid, {}) if self.named.counts else None)
+        has_named = bool(self.named.dense or self.vectors.sparse)  # then "vectors" is always answered, maybe empty
+        return [point_dict(pid, t, p, v if want_bound else None, named.get(iid, {}) if has_named else None)
                 for pid, iid, t, p, v in rows]  # fmt: skip
 
     def get(self, point_id: int | str, with_vector: Any = False, consistency: Any = None) -> dict[str, Any] | None:
@@ -362,10 +378,10 @@ class Collection(Reembedding):
                      "trained": idx.trained if idx else True, "vectors": idx.ntotal if idx else 0,
                      "in_use": (spec.kind if idx.trained else "flat (until trained)") if idx else None,
                      "tombstones": idx.n_tombstones if idx else 0}  # fmt: skip
-            vectors = self.vectors.to_json()
+            vectors, named = self.vectors.to_json(), self.named.info()
             for kind in ("dense", "sparse"):
                 for n, v in vectors[kind].items():
-                    v.update(self.named.info().get(n, {"points": self._count}))
+                    v.update(named.get(n, {"points": self._count}))  # the model-bound one: every point
             return {
                 "name": self.name, "status": "ok" if not self._closed else "closed", "count": self._count,
                 "dimension": spec.dimension if spec else None, "metric": spec.metric if spec else None,

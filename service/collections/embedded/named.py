@@ -30,14 +30,15 @@ class NamedIndexes:
     """The client-supplied dense vectors' FAISS indexes and the sparse vectors' statistics of one collection.
 
     Args:
-        store: the collection's store (its ``named`` attribute is set here: the tables' vector names).
+        store: the collection's store.
         config: the collection's vectors.
     """
 
     def __init__(self, store: Store, config: VectorsConfig) -> None:
         self.store, self.config = store, config
         self.dense = {v.name: v for v in config.client_dense()}
-        store.named = (list(self.dense), list(config.sparse))
+        #: the (dense, sparse) vector names held in the store's named tables (what a replace or delete removes)
+        self.fields: tuple[list[str], list[str]] = (list(self.dense), list(config.sparse))
         self.indexes: dict[str, VectorIndex] = {}
         self.counts: dict[str, int] = {}  # points holding each named vector (IDF's N for sparse ones)
 
@@ -64,7 +65,7 @@ class NamedIndexes:
 
     def removed(self, iids: np.ndarray, had: dict[str, int]) -> None:
         """Drop the points ``iids`` (replaced or deleted) from the dense indexes; ``had``: how many of them held each
-        vector (the store's ``named_removed`` after the write)."""
+        vector (what the store's write removed)."""
         for index in self.indexes.values():
             index.remove(iids, may_be_absent=True)
         for name, n in had.items():

@@ -78,8 +78,7 @@ class Reembedding:
                 remove_snapshots(self.path)
                 config = {"index": spec.kind, "metric": spec.metric, "params": spec.params}
                 target.table.promote(target.model, spec.dimension, config)
-                self.index, self.spec, self.model = index, spec, dict(target.model)
-                self.vectors = self.vectors.with_bound_spec(spec, target.model)
+                self.index, self.vectors = index, self.vectors.with_bound_spec(spec, target.model)
                 self._target = None
                 # with the model, under the same lock as info(): never the new model beside a "running" state
                 target.status.update(state="completed", done=self._count, total=self._count, finished_at=time.time())

@@ -30,11 +30,18 @@ CREATE TABLE IF NOT EXISTS sparse_postings (
     field TEXT NOT NULL, term INTEGER NOT NULL, iid INTEGER NOT NULL, value REAL NOT NULL,
     PRIMARY KEY (field, term, iid)) WITHOUT ROWID;
 """
-_CHUNK = 900  # SQL host parameters per IN (...) list
+CHUNK = 900  # SQL host parameters per IN (...) list
 
 
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
+def marks(part: list[Any]) -> str:
+    """``?,?,...``: one SQL host parameter per item of ``part``."""
+    return ",".join("?" * len(part))
+
+
+def chunks(seq: list[Any], n: int = CHUNK) -> Iterator[list[Any]]:
+    """``seq`` in slices of at most ``n`` (SQLite's host parameters per statement are bounded)."""
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
 
 
 def write(w: sqlite3.Connection, iids: np.ndarray, named: list[dict[str, Any]]) -> None:
@@ -62,17 +69,16 @@ def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: lis
     """Delete every named vector of the points ``iids`` (in a transaction the caller holds); returns how many points
     lost each vector."""
     out = dict.fromkeys([*dense, *sparse], 0)
-    for i in range(0, len(iids), _CHUNK):
-        part = iids[i : i + _CHUNK]
+    for part in chunks(iids):
         for name in dense:
-            cur = w.execute(f"DELETE FROM named_dense WHERE field=? AND iid IN ({_marks(len(part))})", [name, *part])
+            cur = w.execute(f"DELETE FROM named_dense WHERE field=? AND iid IN ({marks(part)})", [name, *part])
             out[name] += cur.rowcount
         for name in sparse:
-            q = f"SELECT iid, indices FROM sparse_vectors WHERE field=? AND iid IN ({_marks(len(part))})"
+            q = f"SELECT iid, indices FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
             rows = [(name, int(t), iid) for iid, idx in w.execute(q, [name, *part])
                     for t in np.frombuffer(idx, dtype="<u4")]  # fmt: skip
             w.executemany("DELETE FROM sparse_postings WHERE field=? AND term=? AND iid=?", rows)
-            q = f"DELETE FROM sparse_vectors WHERE field=? AND iid IN ({_marks(len(part))})"
+            q = f"DELETE FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
             out[name] += w.execute(q, [name, *part]).rowcount
     return out
 
@@ -96,9 +102,8 @@ def dense_for(conn: sqlite3.Connection, name: str, iids: np.ndarray, dimension: 
     out_ids: list[int] = []
     blobs: list[bytes] = []
     ids = [int(i) for i in iids]
-    for i in range(0, len(ids), _CHUNK):
-        part = ids[i : i + _CHUNK]
-        q = f"SELECT iid, vector FROM named_dense WHERE field=? AND iid IN ({_marks(len(part))})"
+    for part in chunks(ids):
+        q = f"SELECT iid, vector FROM named_dense WHERE field=? AND iid IN ({marks(part)})"
         for iid, vec in conn.execute(q, [name, *part]):
             out_ids.append(iid)
             blobs.append(vec)
@@ -112,15 +117,14 @@ def vectors_of(
     """``{iid: {name: float32 array | SparseVec}}``: the vectors among ``names`` that the points ``iids`` hold
     (``dense``: which of the names are dense; the others are sparse)."""
     out: dict[int, dict[str, Any]] = {}
-    for i in range(0, len(iids), _CHUNK):
-        part = iids[i : i + _CHUNK]
+    for part in chunks(iids):
         for name in names:
             if name in dense:
-                q = f"SELECT iid, vector FROM named_dense WHERE field=? AND iid IN ({_marks(len(part))})"
+                q = f"SELECT iid, vector FROM named_dense WHERE field=? AND iid IN ({marks(part)})"
                 for iid, blob in conn.execute(q, [name, *part]):
                     out.setdefault(iid, {})[name] = np.frombuffer(blob, dtype="<f4")
             else:
-                q = f"SELECT iid, indices, vals FROM sparse_vectors WHERE field=? AND iid IN ({_marks(len(part))})"
+                q = f"SELECT iid, indices, vals FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
                 for iid, idx, vals in conn.execute(q, [name, *part]):
                     sv = SparseVec(np.frombuffer(idx, dtype="<u4"), np.frombuffer(vals, dtype="<f4"))
                     out.setdefault(iid, {})[name] = sv
@@ -146,9 +150,8 @@ def sparse_scores(
     terms = [int(t) for t in query.indices]
     weight = dict(zip(terms, query.values.astype(np.float64)))
     t_all, i_all, v_all = [], [], []
-    for i in range(0, len(terms), _CHUNK):
-        part = terms[i : i + _CHUNK]
-        q = f"SELECT term, iid, value FROM sparse_postings WHERE field=? AND term IN ({_marks(len(part))})"
+    for part in chunks(terms):
+        q = f"SELECT term, iid, value FROM sparse_postings WHERE field=? AND term IN ({marks(part)})"
         rows = conn.execute(q, [name, *part]).fetchall()
         if rows:
             t, iid, v = zip(*rows)

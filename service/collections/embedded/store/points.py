@@ -42,12 +42,12 @@ from artifact_contract.fsio import fsync_dir
 from ...backend import HIT_OVERHEAD_BYTES
 from ...filters import Filter
 from . import named
+from .named import chunks, marks
 from .where import to_sql
 
 DB_FILE = "points.sqlite3"
 FORMAT = 1
 log = logging.getLogger("service.collections")
-_CHUNK = 900  # SQL host parameters per IN (...) list
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -75,11 +75,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _chunks(seq: list[Any], n: int = _CHUNK) -> Iterator[list[Any]]:
-    for i in range(0, len(seq), n):
-        yield seq[i : i + n]
-
-
 class Store:
     """The SQLite file of one collection.
 
@@ -98,8 +93,6 @@ class Store:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
-        self.named: tuple[list[str], list[str]] = ([], [])  # the (dense, sparse) vectors in named.py's tables
-        self.named_removed: dict[str, int] = {}  # points that lost each of them in the last write
         self._w.executescript(named.SCHEMA)
         tables = {r[0] for r in self._w.execute("SELECT name FROM sqlite_master")}
         if "points" in tables and "points_filter" not in tables:  # a collection from before the index
@@ -191,8 +184,9 @@ class Store:
 
     # --- writes (caller serialises) -----------------------------------------------------------------
     def upsert(
-        self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray | None, named_vecs=None
-    ) -> tuple[int, np.ndarray, np.ndarray]:
+        self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray | None, named_vecs=None,
+        fields: tuple[list[str], list[str]] = ([], []),
+    ) -> tuple[int, np.ndarray, np.ndarray, dict[str, int]]:  # fmt: skip
         """Store points (replacing existing keys) as one durable write.
 
         Args:
@@ -201,27 +195,24 @@ class Store:
             payloads: JSON object texts.
             vectors: float32 ``(n, d)`` of the model-bound vector (None: the collection has none; stored empty).
             named_vecs: per point, its other vectors ``{name: array | SparseVec}`` (:func:`.named.write`).
+            fields: the collection's (dense, sparse) named vectors, removed with a replaced point.
 
         Returns:
-            ``(seq, new_iids, removed_iids)``: the write's sequence number, the internal
-            ids of the stored rows (in input order) and those of the replaced rows.
+            ``(seq, new_iids, removed_iids, lost)``: the write's sequence number, the internal
+            ids of the stored rows (in input order) and those of the replaced rows, and how many of
+            those held each named vector.
         """
         n = len(keys)
         blobs = [b""] * n if vectors is None else [v.tobytes() for v in np.ascontiguousarray(vectors, np.float32)]
-        w, self.named_removed = self._w, {}
+        w = self._w
         w.execute("BEGIN IMMEDIATE")
         try:
             seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
             next_iid = json.loads(w.execute("SELECT value FROM meta WHERE key='next_iid'").fetchone()[0])
             old: list[int] = []
-            for part in _chunks(keys):
-                q = f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})"
-                old.extend(r[0] for r in w.execute(q, part))
-            if old:
-                w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
-                for part in _chunks(old):
-                    w.execute(f"DELETE FROM points WHERE iid IN ({','.join('?' * len(part))})", part)
-                self.named_removed = named.remove(w, old, *self.named)
+            for part in chunks(keys):
+                old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE key IN ({marks(part)})", part))
+            lost = self._remove(old, seq, fields)
             iids = np.arange(next_iid, next_iid + n, dtype=np.int64)
             w.executemany(
                 "INSERT INTO points(iid, key, text, payload, vector, seq) VALUES (?, ?, ?, ?, ?, ?)",
@@ -234,41 +225,46 @@ class Store:
         except BaseException:
             w.execute("ROLLBACK")
             raise
-        return seq, iids, np.asarray(old, dtype=np.int64)
+        return seq, iids, np.asarray(old, dtype=np.int64), lost
 
-    def delete(self, keys: list[str] | None = None, where: Filter | None = None) -> tuple[int, np.ndarray]:
-        """Delete points by encoded ``keys`` or by filter ``where`` as one durable write.
+    def _remove(self, old: list[int], seq: int, fields: tuple[list[str], list[str]]) -> dict[str, int]:
+        """Inside a write: log the internal ids ``old`` as removed by ``seq`` and delete their rows and named vectors;
+        returns how many of them held each named vector."""
+        if not old:
+            return {}
+        self._w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
+        for part in chunks(old):
+            self._w.execute(f"DELETE FROM points WHERE iid IN ({marks(part)})", part)
+        return named.remove(self._w, old, *fields)
+
+    def delete(
+        self, keys: list[str] | None = None, where: Filter | None = None, fields: tuple[list[str], list[str]] = ([], [])
+    ) -> tuple[int, np.ndarray, dict[str, int]]:
+        """Delete points by encoded ``keys`` or by filter ``where`` as one durable write (with their named vectors
+        ``fields``).
 
         Returns:
-            ``(seq, removed_iids)``; seq is the write's sequence number (a write that
-            matched nothing still takes one).
+            ``(seq, removed_iids, lost)``; seq is the write's sequence number (a write that
+            matched nothing still takes one); ``lost`` as :meth:`upsert`'s.
         """
-        w, self.named_removed = self._w, {}
+        w = self._w
         w.execute("BEGIN IMMEDIATE")
         try:
             seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
             old: list[int] = []
-            if keys is not None:
-                for part in _chunks(keys):
-                    old.extend(
-                        r[0]
-                        for r in w.execute(f"SELECT iid FROM points WHERE key IN ({','.join('?' * len(part))})", part)
-                    )
+            for part in chunks(keys or []):
+                old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE key IN ({marks(part)})", part))
             if where is not None:
                 sql, params = to_sql(where)
                 old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE {sql}", params))
             old = sorted(set(old))
-            if old:
-                w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
-                for part in _chunks(old):
-                    w.execute(f"DELETE FROM points WHERE iid IN ({','.join('?' * len(part))})", part)
-                self.named_removed = named.remove(w, old, *self.named)
+            lost = self._remove(old, seq, fields)
             w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
             w.execute("COMMIT")
         except BaseException:
             w.execute("ROLLBACK")
             raise
-        return seq, np.asarray(old, dtype=np.int64)
+        return seq, np.asarray(old, dtype=np.int64), lost
 
     def prune_removed(self, upto_seq: int) -> None:
         """Forget removals covered by a durable snapshot of ``upto_seq``."""
@@ -325,10 +321,8 @@ class Store:
         conn = self.reader()
         out_ids: list[int] = []
         blobs: list[bytes] = []
-        for part in _chunks([int(i) for i in iids]):
-            for iid, vec in conn.execute(
-                f"SELECT iid, vector FROM points WHERE iid IN ({','.join('?' * len(part))})", part
-            ):
+        for part in chunks([int(i) for i in iids]):
+            for iid, vec in conn.execute(f"SELECT iid, vector FROM points WHERE iid IN ({marks(part)})", part):
                 out_ids.append(iid)
                 blobs.append(vec)
         return np.asarray(out_ids, dtype=np.int64), np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(
@@ -360,17 +354,17 @@ class Store:
                 + (" + length(CAST(text AS BLOB))" if with_text else "")
                 + (" + length(CAST(payload AS BLOB))" if with_payload else "")
             )
-            for part in _chunks(iids):
-                q = f"SELECT iid, {size} FROM points WHERE iid IN ({','.join('?' * len(part))})"
+            for part in chunks(iids):
+                q = f"SELECT iid, {size} FROM points WHERE iid IN ({marks(part)})"
                 n = (counts or {}).get
                 budget.spend(
                     sum((int(nbytes) + HIT_OVERHEAD_BYTES) * n(iid, 1) for iid, nbytes in conn.execute(q, part))
                 )
         cols = "iid, key, " + ("text" if with_text else "NULL") + ", " + ("payload" if with_payload else "NULL")
         out: dict[int, tuple[str, str | None, str | None]] = {}
-        for part in _chunks(iids):
+        for part in chunks(iids):
             for iid, key, text, payload in conn.execute(
-                f"SELECT {cols} FROM points WHERE iid IN ({','.join('?' * len(part))})", part
+                f"SELECT {cols} FROM points WHERE iid IN ({marks(part)})", part
             ):
                 out[iid] = (key, text, payload)
         return out
