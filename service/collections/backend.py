@@ -31,8 +31,8 @@ import numpy as np
 from ..settings import ReadConsistencyLevel
 from .errors import InvalidCollectionRequest, ResponseTooLarge
 from .filters import Filter
-from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
-from .schema import SparseVec, VectorsConfig
+from .index import IndexSpec
+from .schema import SparseVec, VectorsConfig, index_spec
 
 T = TypeVar("T")
 
@@ -51,13 +51,8 @@ def new_spec(name: str, kind: str, params: dict[str, Any] | None, metric: str, d
         InvalidCollectionRequest: the name does not match :data:`NAME_RE`, or the index type, params or metric are
             invalid.
     """
-    if not NAME_RE.match(name):
-        raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
-    try:
-        faiss_metric(metric)
-        return IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
-    except IndexConfigError as e:
-        raise InvalidCollectionRequest(str(e), param="params") from e
+    check_name(name)
+    return index_spec(kind, params, metric, dimension, "params")
 
 
 def single_config(
@@ -73,8 +68,9 @@ def single_config(
 
 
 def check_name(name: str) -> None:
-    """Raises :class:`~.errors.InvalidCollectionRequest` unless ``name`` is a valid collection name."""
-    new_spec(name, "flat", None, "cosine", 1)
+    """Raises :class:`~.errors.InvalidCollectionRequest` unless ``name`` matches :data:`NAME_RE`."""
+    if not NAME_RE.match(name):
+        raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
 
 
 def model_id(model: dict[str, Any]) -> str:

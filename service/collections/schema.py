@@ -168,6 +168,19 @@ class VectorsConfig:
         return cls({name: DenseVector(name, spec, dict(model))})
 
 
+def index_spec(kind: str, params: dict[str, Any] | None, metric: str, dimension: int, param: str) -> IndexSpec:
+    """A checked index spec (the index registry fills in and validates the params).
+
+    Raises:
+        InvalidCollectionRequest: an unknown index type or metric, or bad params (naming ``param``).
+    """
+    try:
+        faiss_metric(metric)
+        return IndexSpec(kind, metric, normalize_params(kind, params, dimension), dimension)
+    except IndexConfigError as e:
+        raise InvalidCollectionRequest(f"{param}: {e}" if param != "params" else str(e), param) from e
+
+
 def _name(name: Any, param: str, allow_empty: bool) -> str:
     if not isinstance(name, str) or not _VECTOR_NAME.fullmatch(name) or (not name and not allow_empty):
         raise InvalidCollectionRequest(
@@ -219,12 +232,7 @@ def new_vectors_config(
             size = model_dimension
         elif isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 65536:
             raise InvalidCollectionRequest(f"{param}.size must be an integer in [1, 65536]", f"{param}.size")
-        metric, kind = d.get("metric", "cosine"), d.get("index", "flat")
-        try:
-            faiss_metric(metric)
-            spec = IndexSpec(kind, metric, normalize_params(kind, d.get("params"), size), size)
-        except IndexConfigError as e:
-            raise InvalidCollectionRequest(f"{param}: {e}", param) from e
+        spec = index_spec(d.get("index", "flat"), d.get("params"), d.get("metric", "cosine"), size, param)
         out.dense[name] = DenseVector(name, spec, dict(model) if bound and model else None)
     for name, s in sparse.items():
         param = f"sparse_vectors.{name}"

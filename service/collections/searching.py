@@ -49,14 +49,17 @@ async def search(
     Raises:
         CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
     """
+    if param == "searches" and len(searches) > svc.settings.max_batch_searches:
+        raise TooManyItems(
+            f"{len(searches)} searches in one request; the maximum is {svc.settings.max_batch_searches}",
+            "searches",
+            "too_many_searches",
+        )
     modes = [getattr(s, "mode", None) for s in searches]
     if any(m is not None for m in modes):  # the native API's modes: searches on chosen vectors, or a hybrid query
         cfg = (await svc.collection(name)).vectors
         plain = [i for i, m in enumerate(modes) if m != "hybrid"]
         out: list[list[Hit]] = [[] for _ in searches]
-        if param == "searches" and len(searches) > svc.settings.max_batch_searches:
-            raise TooManyItems(f"{len(searches)} searches in one request; the maximum is "
-                               f"{svc.settings.max_batch_searches}", "searches", "too_many_searches")  # fmt: skip
         specs = [_on_mode(cfg, searches[i], f"{param}[{i}]." if param == "searches" else "") for i in plain]
         for i, hits in zip(plain, await search(svc, name, specs, param, consistency) if specs else []):
             out[i] = hits
@@ -64,12 +67,6 @@ async def search(
             node = hybrid(cfg, searches[i], f"{param}[{i}]." if param == "searches" else "")
             out[i] = await query(svc, name, node, consistency)
         return out
-    if param == "searches" and len(searches) > svc.settings.max_batch_searches:
-        raise TooManyItems(
-            f"{len(searches)} searches in one request; the maximum is {svc.settings.max_batch_searches}",
-            "searches",
-            "too_many_searches",
-        )
     for attempt in range(RETRIES):
         try:
             return await _search_once(svc, name, searches, param, consistency)
