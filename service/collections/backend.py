@@ -267,9 +267,10 @@ class CollectionHandle(Protocol):
         self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool | list[str] = False
     ) -> list[dict[str, Any]]:
         """Up to ``limit`` points ``{id, text, payload[, vector][, vectors]}`` (as :meth:`get`) matching ``where``, in
-        the order of their stored
-        keys (:func:`.ids.encode_id`, compared byte by byte: string ids before integer ids, integers as decimal
-        text), from the point whose id is ``start`` (inclusive; None: from the first)."""
+        id order, from the point whose id is ``start`` (inclusive; None: from the first). Embedded: Qdrant's order
+        (integer ids numerically, then string ids by their UTF-8 bytes); Milvus: the stored keys' byte order
+        (:func:`.ids.encode_id`: string ids before integer ids, integers as decimal text), the only order a Milvus
+        2.3 query with a limit can walk."""
 
     def count_matching(self, where: Filter | None = None) -> int:
         """How many live points match ``where`` (None: all), counted exactly."""

@@ -273,7 +273,7 @@ class CollectionService:
     async def scroll(
         self, name: str, start: int | str | None, limit: int, raw_filter: Any, with_vector: bool = False
     ) -> tuple[list[dict[str, Any]], int | str | None]:
-        """A page of points in stored-key order (see :meth:`CollectionHandle.scroll`): ``(points, next start)``, the
+        """A page of points in id order (see :meth:`CollectionHandle.scroll`): ``(points, next start)``, the
         next start None on the last page. ``limit``: 1 to ``max_top_k``.
 
         Raises:

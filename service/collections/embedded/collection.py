@@ -346,7 +346,7 @@ class Collection(Reembedding):
             return None if row is None else self._points([(point_id, *row)], with_vector)[0]
 
     def scroll(self, start, limit, where=None, with_vector=False) -> list[dict[str, Any]]:
-        """Points in stored-key order from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`)."""
+        """Points in id order (integers numerically, then strings) from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`)."""
         with self._rw.read():
             self._check_open()
             rows = self.store.scroll(None if start is None else encode_id(start), limit, where, bool(with_vector))

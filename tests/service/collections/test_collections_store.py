@@ -12,6 +12,7 @@ import pytest
 from service.collections.backend import single_config
 from service.collections.embedded import Collection
 from service.collections.embedded.store import Store
+from service.collections.embedded.store.points import ORDER_KEY
 from service.collections.filters import parse_filter
 from service.collections.index import IndexConfigError, IndexSpec, normalize_params
 from service.collections.schema import VectorsConfig
@@ -270,6 +271,36 @@ def test_payload_filters_scan_the_covering_index_not_the_vectors(tmp_path):
         )
         assert "COVERING INDEX points_filter" in plan, (f, plan)
     assert len(st.matching_iids(parse_filter({"g": 1}))) == 10
+    st.close()
+
+
+def test_scroll_walks_ids_in_qdrants_order_through_an_index(tmp_path):
+    """Scroll pages follow Qdrant's point order (integer ids numerically, then string ids), page after page from an
+    inclusive start, through the ``points_order`` index (built when a collection from before it opens)."""
+    c = make(tmp_path, "flat")
+    ids = [10, 2, 18446744073709551615, 0, "b", "10", 100, "0f0e0d0c-0000-0000-0000-000000000000", 1, "a"]
+    X = unit(np.random.default_rng(3), len(ids))
+    c.upsert(ids, [str(i) for i in ids], [{"odd": isinstance(i, int) and i % 2 == 1} for i in ids], X)
+    expected = [0, 1, 2, 10, 100, 18446744073709551615, "0f0e0d0c-0000-0000-0000-000000000000", "10", "a", "b"]
+    pages, start = [], None
+    while True:
+        rows = c.scroll(start, 4)
+        pages += [r["id"] for r in rows[:3]]
+        if len(rows) < 4:
+            break
+        start = rows[3]["id"]
+    assert pages == expected
+    assert [r["id"] for r in c.scroll(2, 10, parse_filter({"odd": False}))] == [2, 10, 100, *expected[6:]]
+    path = c.path
+    c.close()
+    st = Store(path)
+    st._w.execute("DROP INDEX points_order")  # as written before the index existed
+    st.close()
+    st = Store(path)
+    q = f"EXPLAIN QUERY PLAN SELECT key FROM points ORDER BY {ORDER_KEY} LIMIT 3"
+    plan = " ".join(r[3] for r in st.reader().execute(q))
+    assert "points_order" in plan, plan
+    assert [k for k, *_ in st.scroll("100", 2, None, False)] == ["100", "18446744073709551615"]
     st.close()
 
 

@@ -14,6 +14,8 @@ a crash or power loss). Tables:
 * ``removed(iid, seq)``: internal ids deleted or replaced by write ``seq``; replayed
   over a FAISS snapshot at start and pruned once a durable snapshot covers them.
 
+Index ``points_order`` orders points by id as Qdrant does (:data:`ORDER_KEY`: unsigned integer ids numerically,
+then string ids by their JSON text's UTF-8 bytes); scroll pages walk it.
 Index ``points_filter(payload, key)`` covers what a payload filter reads (and the row id): a filter scans it instead
 of the table, whose rows hold the vectors (10M points, ``{"g": 7}``: 7 s instead of 15 s warm, 40 s cold; +1.2 %
 disk; built in 18–41 s when a collection from before it opens).
@@ -64,7 +66,14 @@ CREATE TABLE IF NOT EXISTS removed (iid INTEGER PRIMARY KEY, seq INTEGER NOT NUL
 CREATE INDEX IF NOT EXISTS removed_seq ON removed(seq);
 """
 _FILTER_INDEX = "CREATE INDEX IF NOT EXISTS points_filter ON points(payload, key)"  # see the module docstring
-_SCHEMA += _FILTER_INDEX + ";\n"
+ORDER_KEY = "(CASE WHEN substr(key, 1, 1) = '\"' THEN '1' || key ELSE '0' || substr('00000000000000000000' || key, -20) END)"  # integer ids (at most 20 digits) zero-padded behind '0', strings behind '1': one text compared byte by byte
+_ORDER_INDEX = f"CREATE INDEX IF NOT EXISTS points_order ON points{ORDER_KEY}"
+_SCHEMA += _FILTER_INDEX + ";\n" + _ORDER_INDEX + ";\n"
+
+
+def order_key(key: str) -> str:
+    """:data:`ORDER_KEY` of a stored key, computed in Python (a scroll's start)."""
+    return "1" + key if key.startswith('"') else "0" + key.rjust(20, "0")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -95,10 +104,11 @@ class Store:
         self._closed = False
         self._w.executescript(named.SCHEMA)
         tables = {r[0] for r in self._w.execute("SELECT name FROM sqlite_master")}
-        if "points" in tables and "points_filter" not in tables:  # a collection from before the index
-            t0 = time.perf_counter()
-            self._w.execute(_FILTER_INDEX)
-            log.info("%s: built index points_filter in %.1fs", self.path.name, time.perf_counter() - t0)
+        for name, ddl in (("points_filter", _FILTER_INDEX), ("points_order", _ORDER_INDEX)):
+            if "points" in tables and name not in tables:  # a collection from before the index
+                t0 = time.perf_counter()
+                self._w.execute(ddl)
+                log.info("%s: built index %s in %.1fs", self.path.name, name, time.perf_counter() - t0)
 
     @classmethod
     def create(cls, path: Path, meta: dict[str, Any]) -> Store:
@@ -372,13 +382,14 @@ class Store:
     def scroll(
         self, start_key: str | None, limit: int, where: Filter | None, with_vector: bool
     ) -> list[tuple[str, int, str, str, bytes | None]]:
-        """``(key, iid, text, payload_json, vector_bytes or None)`` of up to ``limit`` rows matching ``where``, ordered by
-        ``key`` (SQLite's BINARY collation: UTF-8 byte order), from ``start_key`` (inclusive; None: the first)."""
+        """``(key, iid, text, payload_json, vector_bytes or None)`` of up to ``limit`` rows matching ``where``, in id
+        order (:data:`ORDER_KEY`, Qdrant's: integers numerically, then strings), from ``start_key`` (inclusive; None:
+        the first)."""
         sql, params = to_sql(where) if where is not None else ("1", [])
         if start_key is not None:
-            sql, params = f"key >= ? AND ({sql})", [start_key, *params]
+            sql, params = f"{ORDER_KEY} >= ? AND ({sql})", [order_key(start_key), *params]
         vec = "vector" if with_vector else "NULL"
-        q = f"SELECT key, iid, text, payload, {vec} FROM points WHERE {sql} ORDER BY key LIMIT ?"
+        q = f"SELECT key, iid, text, payload, {vec} FROM points WHERE {sql} ORDER BY {ORDER_KEY} LIMIT ?"
         return self.reader().execute(q, [*params, int(limit)]).fetchall()
 
     def count_where(self, where: Filter | None) -> int:
