@@ -91,6 +91,19 @@ class BackendUnavailable(CollectionError):
         self.retry_after_s = retry_after_s
 
 
+class RegistryIncomplete(BackendUnavailable):
+    """The milvus backend's registry has no record for a collection that Milvus still holds (its alias exists): a
+    registry read that came back short (e.g. while Milvus reloads after a restart). Answered as
+    :class:`BackendUnavailable` (503, retry), never as "not found"."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"the registry of collections has no row for {name!r} although Milvus holds it (registry not fully "
+            "loaded?); retry shortly",
+            2.0,
+        )
+
+
 class ModelUnavailable(CollectionError):
     """The exact model (name, version, sha256) that embedded the collection is not loaded."""
 

@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 from ...tasks import cancel_and_wait
 from ..aliases import Aliases
 from ..backend import NAME_RE, CollectionSettings, ReadConsistency, check_name
-from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound
+from ..errors import BackendUnavailable, CollectionNotFound, RegistryIncomplete
 from ..index import IndexSpec
 from ..schema import VectorsConfig
+from . import lifecycle
 from .client import (
     REACH_TIMEOUT_S,
     SUSPECT_S,
@@ -42,7 +43,8 @@ from .client import (
 )
 from .collection import MilvusCollection
 from .registry import Registry
-from .schema import create_physical, supported_vector
+from .schema import supported_vector
+from .sweep import drop_retired, sweep
 
 log = logging.getLogger("service.collections.milvus")
 T = TypeVar("T")
@@ -195,6 +197,10 @@ class MilvusBackend:
         await self.run(self.refresh)
         for c in self.list():
             await self.run(self.point_alias, c.name, c.record["physical"])
+        try:
+            await self.run(sweep, self)  # what a crash left (also swept at every refresh)
+        except Exception:
+            log.exception("milvus: sweeping left-over physical collections failed (retried at the next refresh)")
         log.info("collections (milvus at %s, prefix %r): %d", s.milvus_uri, self.prefix, len(self.handles))
         self._task = asyncio.create_task(self._refresh_loop(), name="milvus-refresh")
 
@@ -222,7 +228,7 @@ class MilvusBackend:
                     await loop.run_in_executor(self._pool, self._probe)
                     continue
                 await self.run(self.refresh)
-                await self.run(self._drop_retired)
+                await self.run(self._maintain)
             except BackendUnavailable:
                 pass  # logged once, when the breaker opened
             except Exception:
@@ -230,7 +236,9 @@ class MilvusBackend:
 
     # --- the shared registry ----------------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Re-read every record: new collections appear, deleted ones close, switched ones move."""
+        """Re-read every record: new collections appear, deleted ones close, switched ones move. A collection whose
+        record is missing from the read while Milvus still holds its alias stays as last seen (a short read, see
+        :mod:`.lifecycle`; its requests answer 503 once its view is older than ``refresh_s``)."""
         recs, stats = self.registry.records()
         for name, rec in recs.items():
             h = self.handles.get(name)
@@ -239,14 +247,23 @@ class MilvusBackend:
             else:
                 h.update(rec, stats.get(name))
         for name in set(self.handles) - set(recs):
-            self.handles.pop(name).closed = True
+            if lifecycle.aliased(self, name):
+                log.warning("milvus: the registry read has no row for %s, whose alias exists: kept as last seen", name)
+            else:
+                self.handles.pop(name).closed = True
         self.aliases.reload()
 
     def refresh_one(self, name: str) -> None:
-        """Re-read the record of ``name`` now."""
+        """Re-read the record of ``name`` now.
+
+        Raises:
+            RegistryIncomplete: no record, but Milvus holds its alias (the view, if any, is kept).
+        """
         rec = self.registry.record(name)
         h = self.handles.get(name)
         if rec is None:
+            if lifecycle.aliased(self, name):
+                raise RegistryIncomplete(name)
             if h is not None:
                 self.handles.pop(name, None)
                 h.closed = True
@@ -282,23 +299,24 @@ class MilvusBackend:
             return
         (self.client.alter_alias if current else self.client.create_alias)(physical, alias)
 
-    def drop_physical(self, physical: str) -> None:
-        """Drop a physical collection (best effort; a missing one is fine)."""
+    def drop_physical(self, physical: str) -> bool:
+        """Drop a physical collection (best effort; a missing one is fine); whether it is gone."""
         try:
             if self.client.has_collection(physical):
                 self.client.drop_collection(physical)
+            return True
         except Exception:
             log.exception("milvus: dropping %s failed", physical)
+            return False
 
     def retire(self, physical: str) -> None:
         """Drop ``physical`` once no replica's view can still use it (after :attr:`settle_s`; any replica does it)."""
         self.registry.put(f"r:{physical}", {"drop_after": time.time() + self.settle_s})
 
-    def _drop_retired(self) -> None:
-        for physical, doc in self.registry.retired().items():
-            if doc["drop_after"] <= time.time():
-                self.drop_physical(physical)
-                self.registry.remove([f"r:{physical}"])
+    def _maintain(self) -> None:
+        """Drop retired physical collections that are due and those a crash left (:mod:`.sweep`)."""
+        drop_retired(self)
+        sweep(self)
 
     # --- collections ------------------------------------------------------------------------------------------
     def get(self, name: str) -> MilvusCollection:
@@ -325,6 +343,7 @@ class MilvusBackend:
             InvalidCollectionRequest: bad name, unsupported index type, or other vectors (``unsupported``: the
                 engine's limit, named).
             CollectionExists: the name is taken (here or by another replica).
+            RegistryIncomplete: Milvus holds its alias but the registry read has no record (:mod:`.lifecycle`).
         """
         check_name(name)
         b = supported_vector(vectors)
@@ -333,23 +352,7 @@ class MilvusBackend:
 
     @long_call
     def _create(self, name: str, spec: IndexSpec, model: dict[str, Any], vector_name: str = "") -> MilvusCollection:
-        # replicas creating the same name at once: the earliest claim creates, the others find it exists
-        owner, key = f"create:{time.time_ns()}", f"+{name}"
-        s = self.settings
-        try:
-            if self.registry.claim(key, owner, s.milvus_claim_ttl_s, self.claim_settle_s) is None:
-                raise CollectionExists(f"collection {name!r} already exists (another replica is creating it)")
-            if self.registry.record(name) is not None or name in self.registry.aliases():
-                raise CollectionExists(f"collection or alias {name!r} already exists")
-            physical = self.physical_name(name)
-            create_physical(self.client, physical, spec, "Strong")
-            rec = {"name": name, "kind": spec.kind, "metric": spec.metric, "params": spec.params,
-                   "dimension": spec.dimension, "model": dict(model), "physical": physical,
-                   "created_at": time.time(), "reembed": None, "vector_name": vector_name}  # fmt: skip
-            self.registry.put_record(name, rec)
-            self.point_alias(name, physical)
-        finally:
-            self.registry.release(key, owner)
+        rec = lifecycle.create(self, name, spec, model, vector_name)
         self.handles[name] = h = MilvusCollection(self, rec)
         return h
 
@@ -363,6 +366,7 @@ class MilvusBackend:
 
         Raises:
             CollectionNotFound: no such collection (at once for a name that is no collection name: Milvus never sees it).
+            RegistryIncomplete: Milvus holds its alias but the registry read has no record (:mod:`.lifecycle`).
         """
         if not NAME_RE.match(name):
             raise CollectionNotFound(f"collection {name!r} not found")
@@ -371,29 +375,7 @@ class MilvusBackend:
 
     @long_call
     def _delete(self, name: str) -> None:
-        # concurrent deletes of one name: the earliest claim deletes, the others find it gone (404), as on embedded
-        owner, key = f"delete:{time.time_ns()}", f"-{name}"
-        s = self.settings
-        try:
-            if self.registry.claim(key, owner, s.milvus_claim_ttl_s, self.claim_settle_s) is None:
-                raise CollectionNotFound(f"collection {name!r} not found (another request is deleting it)")
-            self._delete_claimed(name)
-        finally:
-            self.registry.release(key, owner)
-
-    def _delete_claimed(self, name: str) -> None:
-        rec = self.registry.record(name)
-        if rec is None:
-            raise CollectionNotFound(f"collection {name!r} not found")
-        self.registry.remove([f"c:{name}", f"s:{name}"])
-        self.registry.release(name)
-        self.aliases.drop_collection(name)
-        try:
-            self.client.drop_alias(self.alias(name))
-        except Exception:
-            pass
-        for physical in [rec["physical"]] + ([rec["reembed"]["physical"]] if rec.get("reembed") else []):
-            self.drop_physical(physical)
+        lifecycle.delete(self, name)
         h = self.handles.pop(name, None)
         if h is not None:
             h.closed = True

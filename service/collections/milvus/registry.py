@@ -11,7 +11,13 @@ reads, holding one JSON document per row:
 * ``l:<name>:<owner>``: a claim on re-embedding ``name`` (``l:+<name>:<owner>``: on creating it):
   ``{owner, at, until}``.
 * ``r:<physical>``: a retired physical collection, ``{drop_after}``.
+* ``p:<physical>``: a physical collection being made or dropped, ``{claim, at}``: written before it is created (by
+  a create or a re-embedding) or dropped (by a delete) and removed once a record points at it or it is gone, so that
+  one left by a crash is known and dropped by :func:`.sweep.sweep` once ``claim`` (the claim its maker held) lapsed.
 * ``aliases``: the collection aliases, ``{map: {alias: collection}}`` (one row: a change of several is atomic).
+
+Reads are strongly consistent (``consistency_level="Strong"`` on every query): a row written before the read
+started, by any replica, is in its answer.
 
 Claims: Milvus has no compare-and-set, so a re-embedding is claimed by order: a replica writes its claim, waits
 ``settle_s`` (so that every claim written before its own is visible), then holds the re-embedding if its claim is
@@ -84,7 +90,10 @@ class Registry:
                 raise
 
     def _query(self, expr: str) -> dict[str, dict[str, Any]]:
-        rows = self.client.query(self.name, filter=expr, output_fields=["key", "doc"], limit=_MAX_ROWS)
+        # Strong: never the collection's default guessed by the client (pymilvus sends its own last write's time)
+        rows = self.client.query(
+            self.name, filter=expr, output_fields=["key", "doc"], limit=_MAX_ROWS, consistency_level="Strong"
+        )
         return {r["key"]: r["doc"] for r in rows}
 
     def put(self, key: str, doc: dict[str, Any]) -> None:
@@ -130,6 +139,15 @@ class Registry:
     def retired(self) -> dict[str, dict[str, Any]]:
         """``{physical: {drop_after}}``: physical collections to drop once no replica can still use them."""
         return {k[2:]: v for k, v in self._query(like_prefix("r:")).items()}
+
+    def intend(self, physical: str, claim: str, at: float | None = None) -> None:
+        """Record that ``physical`` is about to be created or dropped under the claim ``claim`` (a ``p:`` row, see
+        the module docstring; ``at``: when, default now)."""
+        self.put(f"p:{physical}", {"claim": claim, "at": time.time() if at is None else at})
+
+    def intents(self) -> dict[str, dict[str, Any]]:
+        """``{physical: {claim, at}}``: physical collections being made or dropped (or left so by a crash)."""
+        return {k[2:]: v for k, v in self._query(like_prefix("p:")).items()}
 
     # --- claims -------------------------------------------------------------------------------------------------
     def _claims(self, name: str) -> list[dict[str, Any]]:

@@ -95,11 +95,13 @@ def _announce(c: Any, model: dict[str, Any], dimension: int, owner: str, params:
         if rb:
             b.drop_physical(rb["physical"])
         physical = b.physical_name(c.name)
+        b.registry.intend(physical, c.name)  # under this claim: a crash before the record names it, the sweep drops it
         create_physical(b.client, physical, IndexSpec(spec.kind, spec.metric, params, dimension), "Strong")
         rb = {"model": dict(model), "dimension": dimension, "params": params, "physical": physical,
               "announced_at": time.time()}  # fmt: skip
         rec["reembed"] = rb
         b.registry.put_record(c.name, rec)
+        b.registry.remove([f"p:{physical}"])
     c.update(rec, c.shared_status)
     if lease.lost:  # another replica took over meanwhile: it resumes the announced target
         lease.stop()
@@ -168,9 +170,11 @@ class MilvusTarget:
         if (rec.get("reembed") or {}).get("physical") != self.new or not self.renew():
             return False
         rec.update(model=self.model, dimension=self.dimension, params=self.params, physical=self.new, reembed=None)
+        self.b.registry.intend(self.old, self.c.name)  # a crash before it is retired: the sweep drops it
         self.b.registry.put_record(self.c.name, rec)  # the switch, for every replica
         self.b.point_alias(self.c.name, self.new)
         self.b.retire(self.old)
+        self.b.registry.remove([f"p:{self.old}"])
         self.c.update(rec, self.c.shared_status)
         return True
 

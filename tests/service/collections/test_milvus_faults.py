@@ -7,7 +7,10 @@ through two service replicas:
   blocks on a Milvus call);
 * a replica told to stop (SIGTERM) while Milvus is down exits within its drain + graceful timeout;
 * once Milvus answers again, collection routes serve within 15 s (after "collection not loaded" 503s, not 500s),
-  and every write acknowledged before the outage is there.
+  and every write acknowledged before the outage is there;
+* no collection ever reads as absent: through both replicas, from before the kill until well after the restart,
+  ``GET /collections/{name}`` of every collection answers 200 or 503, never 404 (row 3 of the reliability issue: a
+  registry read that came back short after a restart made a collection 404 for a whole Milvus run).
 """
 
 from __future__ import annotations
@@ -51,6 +54,29 @@ class Prober(threading.Thread):
                 time.sleep(0.05)
 
 
+class Visibility(threading.Thread):
+    """``GET /collections/{name}`` of each name through each client, round after round, until stopped: every status
+    seen (404 must never be one)."""
+
+    def __init__(self, urls: list[str], names: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.urls, self.names, self.stop, self.seen = urls, names, threading.Event(), {}
+
+    def run(self) -> None:
+        clients = [httpx.Client(base_url=u, timeout=30) for u in self.urls]
+        while not self.stop.is_set():
+            for i, c in enumerate(clients):
+                for name in self.names:
+                    try:
+                        code = c.get(f"/collections/{name}").status_code
+                    except httpx.HTTPError:
+                        code = 0  # the replica stopped (SIGTERMed by the test)
+                    self.seen.setdefault((i, name, code), time.monotonic())
+            time.sleep(0.2)
+        for c in clients:
+            c.close()
+
+
 def _calls(c: httpx.Client, i: int) -> list[tuple[str, httpx.Response, float]]:
     out = []
     for what, fn in (
@@ -83,8 +109,14 @@ def test_a_milvus_outage_gives_bounded_503s_and_the_service_recovers(milvus, def
         pts = [{"id": i, "text": f"sentence number {i}", "payload": {"i": i}} for i in range(50)]
         assert ca.put("/collections/f/points", json={"points": pts}).status_code == 200
         assert cb.get("/collections/f").json()["count"] == 50
-        prober = Prober(a.url)
+        names = ["f"]
+        for n in ("g0", "g1"):
+            assert cb.put(f"/collections/{n}", json={}).status_code == 200
+            assert cb.put(f"/collections/{n}/points", json={"points": pts[:20]}).status_code == 200
+            names.append(n)
+        prober, visible = Prober(a.url), Visibility([a.url, b.url], names)
         prober.start()
+        visible.start()
         time.sleep(0.5)
 
         milvus.kill()
@@ -121,8 +153,13 @@ def test_a_milvus_outage_gives_bounded_503s_and_the_service_recovers(milvus, def
             assert time.monotonic() - up < 15, f"collections not back 15 s after Milvus answered: {seen[-6:]}"
             time.sleep(0.5)
         assert set(seen) <= {200, 503}, seen  # "collection not loaded" is a 503 too, never a 500
+        time.sleep(3.0)  # a few more refreshes of the registry after the restart, under the visibility check
         prober.stop.set()
+        visible.stop.set()
         prober.join()
+        visible.join()
+        assert not [k for k in visible.seen if k[2] == 404], sorted(visible.seen)  # never absent
+        assert {(0, n, 200) for n in names} <= set(visible.seen)  # and seen serving
         assert not prober.failures, prober.failures[:5]
         assert prober.worst["health"] < 1.0 and prober.worst["embed"] < 2.0, prober.worst  # not blocked by Milvus
         # every write acknowledged before the outage is there
