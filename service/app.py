@@ -3,7 +3,10 @@
 Lifespan: load and warm up the persisted active model (``<data_dir>/active_model.json``,
 see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
 with the loader's message), then open the collections backend (``collections_backend``; the routes are mounted here, so a broken
-faiss install is an import error at start, not silently missing routes), then mark the app ready. At
+faiss install is an import error at start, not silently missing routes), then mark the app ready. A backend that
+is unavailable at start (Milvus not up yet, or still recovering: ``BackendUnavailable``) does not fail the start: the
+service serves (``/health``, embeddings; collection routes 503 ``not_ready``), ``/ready`` answers 503 and the
+backend is opened again in the background until it answers; any other error still aborts the start. At
 shutdown: not ready, collections closed, batchers drained. The web console's static files
 (``service/console/``) are served at ``/console/``.
 
@@ -16,11 +19,13 @@ shutdown: not ready, collections closed, batchers drained. The web console's sta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -28,6 +33,7 @@ from fastapi_offline import FastAPIOffline
 
 from .collections import CollectionService, alias_api, open_backend, snapshot_api
 from .collections import api as collections_api
+from .collections.errors import BackendUnavailable
 from .collections.reembed import Reembedder
 from .embedder import Embedder
 from .errors import install_error_handlers
@@ -42,9 +48,17 @@ from .registry import ModelRegistry
 from .routes import admin, embeddings, meta, similarity
 from .settings import Settings
 from .sparse import open_sparse_models
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("service")
 CONSOLE_DIR = Path(__file__).resolve().parent / "console"  # static HTML + JS + CSS (package data)
+
+
+async def _close_quietly(backend: Any) -> None:
+    try:
+        await backend.close()
+    except Exception:
+        log.exception("closing collections failed")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -58,40 +72,70 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = ModelRegistry(metrics)
     control = ModelControl(settings, registry, metrics)
 
+    opened: dict[str, Any] = {}  # the collections backend and re-embedder once opened (closed at shutdown)
+
+    async def open_collections_now(app: FastAPI) -> None:
+        """Open the collections backend and the re-embedder, then mark the app ready.
+
+        Raises:
+            BackendUnavailable: the vector store cannot be reached or is not ready (nothing is left open).
+        """
+        backend = open_backend(settings)
+        try:
+            await backend.start()
+        except BaseException:
+            await _close_quietly(backend)
+            raise
+        opened["backend"] = backend
+        app.state.collection_service = CollectionService(backend, lambda: app.state.embedder,
+                                                         open_sparse_models(settings))  # fmt: skip
+        # collections follow the active model
+        reembedder = opened["reembedder"] = Reembedder(lambda: app.state.embedder, registry, backend, control)
+        await reembedder.start()
+        app.state.collection_service.on_recover.append(reembedder.adopt)  # recovered from a snapshot
+        app.state.reembedder = reembedder
+        app.state.ready = True
+        log.info("ready: model %s, limits %s", registry.active.info.id, settings.limits())
+
+    async def open_collections_later(app: FastAPI) -> None:
+        """Retry :func:`open_collections_now` (after 1 s, doubling to 10 s) until it succeeds."""
+        delay = 1.0
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await open_collections_now(app)
+                return
+            except BackendUnavailable as e:
+                log.info("collections: the vector store is still unavailable (%s); retrying", e)
+            except Exception:
+                log.exception("collections: opening failed; retrying")
+            delay = min(2 * delay, 10.0)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.ready = False
         app.state.collection_service = None
         await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
-        backend = None
-        reembedder = None
+        later = None
         try:
-            backend = open_backend(settings)
-            await backend.start()
-            app.state.collection_service = CollectionService(backend, lambda: app.state.embedder,
-                                                             open_sparse_models(settings))  # fmt: skip
-            # collections follow the active model
-            reembedder = Reembedder(lambda: app.state.embedder, registry, backend, control)
-            await reembedder.start()
-            app.state.collection_service.on_recover.append(reembedder.adopt)  # recovered from a snapshot
-            app.state.reembedder = reembedder
-            app.state.ready = True
-            log.info("ready: model %s, limits %s", registry.active.info.id, settings.limits())
+            try:
+                await open_collections_now(app)
+            except BackendUnavailable as e:  # a vector store not up yet (or recovering): serve, not ready, retry
+                log.warning("collections: the vector store is unavailable (%s); not ready until it answers", e)
+                later = asyncio.create_task(open_collections_later(app), name="collections-open")
             yield
         finally:
             app.state.ready = False
+            await cancel_and_wait(later)
             await control.close()
-            if reembedder is not None:
+            if "reembedder" in opened:
                 try:
-                    await reembedder.close()
+                    await opened["reembedder"].close()
                 except Exception:
                     log.exception("stopping re-embedding failed")
-            if backend is not None:
-                try:
-                    await backend.close()
-                except Exception:
-                    log.exception("closing collections failed")
+            if "backend" in opened:
+                await _close_quietly(opened["backend"])
             await registry.close()
 
     # /docs and /redoc load Swagger UI / ReDoc from the fastapi-offline package: they work air-gapped (no CDN)

@@ -18,7 +18,9 @@ Names (all prefixed ``embed_``):
 * ``embed_collection_upsert_duration_seconds{index}`` — an upsert request, embedding and durable commit included
   (histogram, seconds; successes only).
 
-Read from every open collection at scrape time (:class:`CollectionsCollector`, gauges):
+Read from every open collection (:class:`CollectionsCollector`, gauges): at scrape time when that is quick, else the
+last values read (a scrape never waits on a slow or unreachable vector store: Milvus answers ``info()`` over the
+network; see :class:`CollectionsCollector`):
 
 * ``embed_collection_info{collection,index,metric,model,version}`` — 1 per collection.
 * ``embed_collection_points{collection,index}`` — live points.
@@ -32,11 +34,13 @@ Read from every open collection at scrape time (:class:`CollectionsCollector`, g
   re-embedded towards the new active model, and the points to do (the running or last re-embedding; 0 if none).
 * ``embed_collection_reembed_state{collection,state}`` — 1 for the current state (``none``, ``running``,
   ``completed``, ``cancelled``, ``failed``), 0 for the others.
+* ``embed_collection_stats_age_seconds{collection}`` — how old the values above are (seconds since they were read).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -138,15 +142,56 @@ REEMBED_STATES = ("none", "running", "completed", "cancelled", "failed")
 
 
 class CollectionsCollector(Collector):
-    """The ``embed_collection_*`` gauges, read from each open collection's ``info()`` when Prometheus scrapes.
+    """The ``embed_collection_*`` gauges, from each open collection's ``info()``, without making a scrape wait on it.
+
+    A scrape starts a reading of every collection's ``info()`` on a thread of its own (unless one is still running),
+    waits for it at most ``wait_s``, and exports the last values read for each open collection (with their age,
+    ``embed_collection_stats_age_seconds``): fresh when the backend answers within ``wait_s`` (the embedded backend,
+    a healthy Milvus), the previous ones while it is slow or unreachable (a Milvus outage: a reading may take each
+    call's timeout, once per collection). A collection never read yet has no samples; a deleted one drops out at
+    once (the list of open collections is the service's own).
 
     Args:
         collections: returns the collections (name -> object with ``info()`` returning the
             ``GET /collections/{name}`` body), or None before they are started.
+        wait_s: the longest a scrape waits for the current reading.
     """
 
-    def __init__(self, collections: Callable[[], Mapping[str, Any] | None]) -> None:
+    def __init__(self, collections: Callable[[], Mapping[str, Any] | None], wait_s: float = 0.25) -> None:
         self._collections = collections
+        self.wait_s = wait_s
+        self._last: dict[str, tuple[float, dict[str, Any]]] = {}  # name -> (monotonic time read, info)
+        self._lock = threading.Lock()
+        self._reading: threading.Thread | None = None
+
+    def _read(self, colls: dict[str, Any]) -> None:
+        """Read every collection's ``info()`` into the last values (a failing one keeps its previous values)."""
+        for name, coll in colls.items():
+            try:
+                info = coll.info()
+            except Exception:
+                log.warning("metrics: reading collection %s failed; exporting its last values", name, exc_info=True)
+                continue
+            with self._lock:
+                self._last[name] = (time.monotonic(), info)
+
+    def snapshot(self) -> dict[str, tuple[float, dict[str, Any]]]:
+        """Start a reading (module docstring), wait for it at most ``wait_s``, and return ``{name: (age_s, info)}`` of
+        the open collections read at least once."""
+        colls = dict(self._collections() or {})
+        with self._lock:
+            reading = self._reading
+            if reading is None or not reading.is_alive():
+                reading = self._reading = threading.Thread(
+                    target=self._read, args=(colls,), name="metrics-collections", daemon=True
+                )
+                reading.start()
+        reading.join(self.wait_s)
+        now = time.monotonic()
+        with self._lock:
+            for gone in set(self._last) - set(colls):
+                del self._last[gone]
+            return {n: (now - t, info) for n, (t, info) in self._last.items() if n in colls}
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
         ci, c = ["collection", "index"], ["collection"]
@@ -161,6 +206,7 @@ class CollectionsCollector(Collector):
             "reembed_done": ("points re-embedded towards the new active model (running or last re-embedding)", c),
             "reembed_total": ("points the running or last re-embedding has to embed", c),
             "reembed_state": ("1 for the collection's re-embedding state, 0 for the others", [*c, "state"]),
+            "stats_age_seconds": ("seconds since the values of the other embed_collection_* gauges were read", c),
         }  # fmt: skip
         return {k: GaugeMetricFamily(f"embed_collection_{k}", doc, labels=labels) for k, (doc, labels) in specs.items()}
 
@@ -169,14 +215,10 @@ class CollectionsCollector(Collector):
         yield from self._families().values()
 
     def collect(self) -> Iterator[Metric]:
-        """One sample per collection and family; a collection whose ``info()`` fails is skipped (and logged)."""
+        """One sample per collection and family, from :meth:`snapshot` (the last values read)."""
         f = self._families()
-        for name, coll in sorted((self._collections() or {}).items()):
-            try:
-                info = coll.info()
-            except Exception:
-                log.exception("metrics: reading collection %s failed", name)
-                continue
+        for name, (age, info) in sorted(self.snapshot().items()):
+            f["stats_age_seconds"].add_metric([name], age)
             idx = info["index"]
             ci = [name, idx["type"]]
             model = info.get("model") or {}

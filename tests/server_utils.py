@@ -47,15 +47,17 @@ class ServerProcess:
             self.proc.wait(timeout=60)
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0, log_path: Path | None = None) -> None:
-    """Poll ``GET /ready`` until 200, or raise with the server log if it dies or times out."""
+def wait_ready(
+    url: str, proc: subprocess.Popen, timeout: float = 180.0, log_path: Path | None = None, path: str = "/ready"
+) -> None:
+    """Poll ``GET {path}`` (``/ready``) until 200, or raise with the server log if it dies or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             log = log_path.read_text(errors="replace") if log_path else ""
             raise RuntimeError(f"server exited with {proc.returncode} before ready:\n{log[-4000:]}")
         try:
-            if httpx.get(f"{url}/ready", timeout=2.0).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -72,6 +74,7 @@ def run_server(
     env: dict[str, str] | None = None,
     port: int | None = None,
     ready_timeout: float = 180.0,
+    ready_path: str = "/ready",
 ) -> Iterator[ServerProcess]:
     """Run ``python -m service`` on 127.0.0.1 and stop it (SIGTERM, then SIGKILL) afterwards.
 
@@ -81,6 +84,8 @@ def run_server(
         args: extra CLI flags (e.g. ``["--max-client-batch-size", "8"]``).
         env: extra environment variables.
         port: a fixed port (to restart on the same URL); a free one by default.
+        ready_path: the route that must answer 200 before the server is handed over (``/health``: started, maybe
+            not ready).
     """
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
@@ -106,7 +111,7 @@ def run_server(
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=logf, stderr=subprocess.STDOUT)
     server = ServerProcess(url, port, proc, log_path)
     try:
-        wait_ready(url, proc, ready_timeout, log_path)
+        wait_ready(url, proc, ready_timeout, log_path, ready_path)
         yield server
     finally:
         if proc.poll() is None:
