@@ -195,7 +195,10 @@ class Settings(BaseSettings):
         0.5, gt=0, description="how often the background task checks for due work"
     )
     collections_exact_filter_threshold: int = Field(
-        20000, ge=0, description="filters matching at most this many points are searched by brute force"
+        20000,
+        ge=0,
+        description="searches over at most this many points (a filter's matches, or a vector's whole index) are exact "
+        "(brute force)",
     )
     collections_max_points_per_request: int = Field(1024, ge=1, description="most points in one upsert (more: 413)")
     collections_max_top_k: int = Field(1000, ge=1, description="largest top_k of a search")

@@ -81,14 +81,19 @@ def dense_search(
     scan: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
-    (None: all): exact over the stored vectors when at most ``cap`` points are allowed (``top_k`` of them), or when
-    ``scan`` (the stored vectors, chunked: an exact search was asked for) is given; else the index restricted by an
-    ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
+    (None: all). Exact over the stored vectors when at most ``cap`` points are allowed (``top_k`` of them); exact
+    when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index holds at most
+    ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW graph), in
+    memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
+    restricted by an ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
     if allowed is not None and len(allowed) <= cap:
         ids, vecs = fetch(allowed)
         return exact_search(q, vecs, ids, top_k, index.spec.metric)
-    if scan is not None:
-        return exact_scan(q, scan(), k, index.spec.metric, allowed)
+    if scan is not None or index.live <= cap:
+        if (found := index.exact_search(q, k, allowed)) is not None:
+            return found
+        if scan is not None:
+            return exact_scan(q, scan(), k, index.spec.metric, allowed)
     if (factor := index.rerank_factor()) > 1:
         return rerank(index, fetch, q, k, allowed, factor, index.spec.metric)
     return index.search(q, k, allowed)

@@ -123,6 +123,12 @@ class IndexType(ABC):
         """Fetch ``factor * top_k`` candidates and re-score them exactly with the stored vectors (1: no rerank)."""
         return 1
 
+    def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray | None:
+        """The float32 ``(ntotal, dimension)`` vectors ``index`` holds uncompressed, row ``i`` under the ``i``-th id
+        of its id map, viewed without a copy (valid while the index does not change), or None when it holds none
+        uncompressed (an exact search then reads the store)."""
+        return None
+
     def rebuild_due(self, spec: IndexSpec, ntotal: int, n_tombstones: int) -> bool:
         """Whether tombstones have grown enough to rebuild the index from the store."""
         return False
@@ -130,6 +136,15 @@ class IndexType(ABC):
     def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
         """Restore search-time settings FAISS does not serialise, after reading a snapshot."""
         return index
+
+
+def flat_vectors(flat: faiss.Index, dimension: int) -> np.ndarray:
+    """The vectors of a FAISS ``IndexFlat`` as a float32 ``(ntotal, dimension)`` view of its storage (no copy)."""
+    flat = faiss.downcast_index(flat)
+    n = int(flat.ntotal)
+    if n == 0:
+        return np.zeros((0, dimension), np.float32)
+    return faiss.rev_swig_ptr(flat.get_xb(), n * dimension).reshape(n, dimension)
 
 
 def id_map(spec: IndexSpec, inner: faiss.Index) -> faiss.Index:

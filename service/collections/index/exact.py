@@ -11,7 +11,8 @@ def exact_search(
     """Brute-force top ``k`` of ``queries`` (``(nq, d)``) over ``vectors`` (``(n, d)``) with ``ids`` (``(n,)``).
 
     Returns ``(scores, ids)`` shaped ``(nq, min(k, n))``, best first, in the same
-    units as :meth:`VectorIndex.search`.
+    units as :meth:`VectorIndex.search` (Euclidean distances computed from the differences, as FAISS's flat
+    L2 search does for few queries).
     """
     nq = len(queries)
     if len(ids) == 0:
@@ -27,6 +28,8 @@ def exact_search(
     order = np.argsort(-ps, axis=1, kind="stable")
     top = np.take_along_axis(part, order, 1)
     s = np.take_along_axis(score, top, 1).astype(np.float32)
-    if metric == "l2":
-        s = np.sqrt(-s)
+    if metric == "l2":  # the expansion above cancels for near points: the chosen ones' distances from differences
+        s = np.stack([np.linalg.norm(vectors[top[i]] - queries[i], axis=1) for i in range(nq)]).astype(np.float32)
+        order = np.argsort(s, axis=1, kind="stable")
+        s, top = np.take_along_axis(s, order, 1), np.take_along_axis(top, order, 1)
     return s, ids[top]

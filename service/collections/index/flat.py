@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import faiss
+import numpy as np
 
-from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, id_map
+from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, flat_vectors, id_map
 
 
 def flat_index(spec: IndexSpec) -> faiss.Index:
@@ -28,3 +29,7 @@ class FlatType(IndexType):
     def create(self, spec: IndexSpec) -> faiss.Index:
         """Flat: an empty ``IndexFlat`` (inner product or L2) behind an ``IndexIDMap2``."""
         return flat_index(spec)
+
+    def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray:
+        """Flat: the index's own vectors, in the id map's order."""
+        return flat_vectors(index.index, spec.dimension)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import faiss
+import numpy as np
 
-from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, id_map, int_param, reject_unknown
+from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, flat_vectors, id_map, int_param, reject_unknown
 
 HNSW_DEFAULTS = {"M": 32, "ef_construction": 100, "ef_search": 64, "rebuild_fraction": 0.2}
 
@@ -54,6 +55,10 @@ class HNSWType(IndexType):
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(spec.params["ef_search"], k)
         return params
+
+    def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray:
+        """HNSW: the graph's flat storage (``IndexHNSWFlat.storage``), in the id map's order."""
+        return flat_vectors(faiss.downcast_index(index.index).storage, spec.dimension)
 
     def rebuild_due(self, spec: IndexSpec, ntotal: int, n_tombstones: int) -> bool:
         """HNSW: due once tombstones exceed ``rebuild_fraction`` of the ``ntotal`` vectors in the graph."""

@@ -22,6 +22,7 @@ import numpy as np
 from artifact_contract.fsio import fsync_dir
 
 from .base import IndexSpec
+from .exact import exact_search
 from .registry import get_type
 
 _SNAP_MAGIC = b"EMBSNAP1"
@@ -169,6 +170,25 @@ class VectorIndex:
         if self.spec.metric == "l2":
             D = np.sqrt(np.maximum(D, 0))
         return D, I
+
+    def exact_search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The exact ``k`` nearest of the vectors the index holds uncompressed (``IndexType.held_vectors``), in
+        memory, tombstones left out; arguments and result as :meth:`search` (shapes ``(nq, <=k)``). None when the
+        type holds no uncompressed vectors (IVF-PQ): the caller reads the store instead."""
+        held = self.type.held_vectors(self.spec, self.index)
+        ids = self.id_array()
+        if held is None or ids is None:
+            return None
+        keep = None
+        if (tomb := self._tomb_arr) is not None:  # snapshot the reference: writers replace, never mutate
+            keep = ~np.isin(ids, tomb)
+        if allowed is not None:
+            keep = np.isin(ids, allowed) if keep is None else keep & np.isin(ids, allowed)
+        if keep is not None:
+            held, ids = held[keep], ids[keep]
+        return exact_search(np.ascontiguousarray(queries, dtype=np.float32), held, ids, k, self.spec.metric)
 
     # --- builds ----------------------------------------------------------------------------------
     @classmethod

@@ -12,7 +12,7 @@ import pytest
 from service.collections.backend import single_config
 from service.collections.embedded import Collection
 from service.collections.embedded.store import Store
-from service.collections.embedded.store.points import ORDER_KEY
+from service.collections.embedded.store.order import ORDER_KEY
 from service.collections.filters import parse_filter
 from service.collections.index import IndexConfigError, IndexSpec, normalize_params
 from service.collections.schema import VectorsConfig
@@ -159,6 +159,27 @@ def test_hnsw_tombstones_then_rebuild(tmp_path):
     assert c.maintain() == "rebuilt hnsw"
     assert c.index.n_tombstones == 0 and c.index.ntotal == 260 == c.count
     assert c.search(X[50:51], 1)[0][0].id == 50
+    c.close()
+
+
+def test_small_indexes_are_searched_exactly_in_memory(tmp_path):
+    """An index holding at most ``exact_filter_threshold`` live vectors is searched exactly, from the vectors the
+    HNSW graph holds (deleted points left out), as a Qdrant segment under its indexing threshold is; past the
+    threshold the graph answers (approximately: a sparse graph misses true neighbours)."""
+    rng = np.random.default_rng(12)
+    c = make(tmp_path, "hnsw", M=4, ef_construction=8, ef_search=1)
+    n = 3000
+    X = unit(rng, n)
+    c.upsert(list(range(n)), ["t"] * n, [None] * n, X)
+    c.delete(ids=list(range(0, n, 3)))
+    live = np.array([i for i in range(n) if i % 3])
+    Q = unit(rng, 30)
+    exact = [list(live[np.argsort(-(X[live] @ q), kind="stable")[:10]]) for q in Q]
+    found = [[h.id for h in hits] for hits in c.search(Q, 10)]
+    assert found == exact
+    assert c.search(Q[:1], 1)[0][0].score == pytest.approx(float((X[live] @ Q[0]).max()), abs=1e-6)
+    c.exact_filter_threshold = 0
+    assert [[h.id for h in hits] for hits in c.search(Q, 10)] != exact
     c.close()
 
 
