@@ -10,13 +10,21 @@ Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
                | "$and": [filter, ...] | "$or": [filter, ...] | "$not": filter
                | "$ids": [ID, ...]                      # the point's id is one of these
                | "$has_vector": NAME                    # the point holds the collection's vector NAME
+               | "$min_should": {"filters": [filter, ...], "count": N}   # at least N of the filters hold
+               | "$nested": {"key": KEY, "filter": filter}  # one object element of the array KEY satisfies
+                                                        # the whole filter (its keys relative to the element)
     condition := SCALAR                                 # the same as {"$eq": SCALAR}
                | { OP: ARG, ... }                       # several operators: all must hold
     OP: ARG   := "$eq": SCALAR | "$ne": SCALAR | "$in": [SCALAR, ...] | "$nin": [SCALAR, ...]
                | "$gt" | "$gte" | "$lt" | "$lte": NUMBER
+               | "$gt" | "$gte" | "$lt" | "$lte": DATETIME  # a datetime range (every bound a datetime)
                | "$exists": BOOL | "$empty": BOOL
+               | "$text" | "$text_any" | "$phrase": string  # full-text tokens (all / any / consecutive)
+               | "$count": {"$gt" | "$gte" | "$lt" | "$lte": N, ...}  # how many values the key holds
+               | "$geo_radius" | "$geo_box" | "$geo_polygon": AREA   # a geo point {"lon", "lat"} inside AREA
     SCALAR    := string | number | true | false | null
-    KEY       := non-empty string; dots address nested objects ("meta.lang")
+    KEY       := non-empty string; dots address nested objects ("meta.lang"); "a[]" every element of the
+                 array a, "a[2]" its third ("meta.tags[].name")
 
 Semantics, the same on every backend (tests hold the SQL and Milvus translations to :func:`matches`):
 
@@ -29,7 +37,10 @@ Semantics, the same on every backend (tests hold the SQL and Milvus translations
 * ``$exists: true``: the key is present (``null`` included); ``$empty: true``: the key is missing, ``null`` or
   ``[]`` (Qdrant's ``is_empty``);
 * ``$not`` negates a whole filter; ``$or`` needs one of its filters; ``$ids`` lists point ids (unsigned integers or
-  strings, as upserted).
+  strings, as upserted);
+* full text, datetime ranges, ``$count``, geo areas, ``$nested`` and keys into arrays follow Qdrant's semantics
+  (:mod:`.conditions`, where AREA and DATETIME are defined); the embedded backend evaluates them with that code
+  row by row, the Milvus backend refuses them (422).
 
 Size: a filter holds at most ``max_values`` values in all (each compared value, bound, ``$exists``/``$empty`` and
 listed id counts one; the setting ``collections_max_filter_values``) and nests ``$and``/``$or``/``$not`` at most
@@ -42,16 +53,46 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
+
+from .conditions import (
+    LEAVES,
+    ConditionError,
+    bounds,
+    count_bound,
+    datetime_bound,
+    geo,
+    leaf_holds,
+    parse_path,
+    tokens,
+    values_at,
+)
+from .filter_tree import (  # noqa: F401 (the tree's types are part of this module's API)
+    And,
+    Count,
+    DateRange,
+    Empty,
+    Exists,
+    Filter,
+    Geo,
+    HasVector,
+    Ids,
+    Match,
+    MinShould,
+    Nested,
+    Not,
+    Or,
+    Range,
+    Text,
+)
 
 MAX_DEPTH = 16  # nesting of $and / $or / $not
 DEFAULT_MAX_VALUES = 1024
-_KEY_PART = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*\Z")  # \Z: no newline at the end
 _RANGE_OPS = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
-_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$empty")
+_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$empty", "$text", "$text_any",
+        "$phrase", "$count", "$geo_radius", "$geo_box", "$geo_polygon")  # fmt: skip
+_TEXT_MODES = {"$text": "all", "$text_any": "any", "$phrase": "phrase"}
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -59,78 +100,6 @@ class FilterError(ValueError):
     """A filter does not follow the grammar or exceeds its limits; the message says where."""
 
 
-# --- the parsed tree ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Match:
-    """``payload[key]`` (or one element of it, when it is an array) equals one of ``values`` (JSON scalars)."""
-
-    key: str
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Range:
-    """``payload[key]`` is a number within the bounds given (None: unbounded on that side)."""
-
-    key: str
-    gt: float | int | None = None
-    gte: float | int | None = None
-    lt: float | int | None = None
-    lte: float | int | None = None
-
-
-@dataclass(frozen=True)
-class Exists:
-    """``payload`` has ``key`` (its value may be ``null``)."""
-
-    key: str
-
-
-@dataclass(frozen=True)
-class Empty:
-    """``payload[key]`` is missing, ``null`` or ``[]``."""
-
-    key: str
-
-
-@dataclass(frozen=True)
-class Ids:
-    """The point's id is one of ``ids`` (unsigned integers or strings)."""
-
-    ids: tuple[int | str, ...]
-
-
-@dataclass(frozen=True)
-class HasVector:
-    """The point holds the collection's named vector ``name`` (Qdrant's ``has_vector``); ``kind``: ``bound`` (the
-    model-bound vector, which every point holds), ``dense`` or ``sparse`` (what the backends look it up in)."""
-
-    name: str
-    kind: str
-
-
-@dataclass(frozen=True)
-class And:
-    """Every part holds."""
-
-    parts: tuple[Filter, ...]
-
-
-@dataclass(frozen=True)
-class Or:
-    """At least one part holds."""
-
-    parts: tuple[Filter, ...]
-
-
-@dataclass(frozen=True)
-class Not:
-    """The part does not hold."""
-
-    part: Filter
-
-
-Filter = Union[Match, Range, Exists, Empty, Ids, HasVector, And, Or, Not]  # noqa: UP007 (a runtime alias)
 T = TypeVar("T")
 
 
@@ -156,9 +125,10 @@ def _number(v: Any, where: str) -> int | float:
 
 
 def _check_key(key: Any) -> str:
-    if not isinstance(key, str) or not key or not all(_KEY_PART.match(p) for p in key.split(".")):
+    if not isinstance(key, str) or not key or key[-1:] == "\n" or parse_path(key) is None:
         raise FilterError(
-            f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes, brackets or empty parts)"
+            f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes or empty parts; brackets only as "
+            "[] or [N] after a name)"
         )
     return key
 
@@ -196,6 +166,19 @@ class _Parser:
             return Not(self.filter(arg, f"{where}.$not", depth + 1))
         if key == "$ids":
             return self.ids(arg, f"{where}.$ids")
+        if key == "$min_should":
+            if not isinstance(arg, dict) or set(arg) != {"filters", "count"} or not isinstance(arg["filters"], list):
+                raise FilterError(f"{where}.$min_should must be {{'filters': [filter, ...], 'count': N}}")
+            n = arg["count"]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not arg["filters"]:
+                raise FilterError(f"{where}.$min_should needs a non-empty filters list and a count of 1 or more")
+            self.count(1, where)
+            fs = arg["filters"]
+            return MinShould(tuple(self.filter(f, f"{where}.$min_should[{i}]", depth + 1) for i, f in enumerate(fs)), n)
+        if key == "$nested":
+            if not isinstance(arg, dict) or set(arg) != {"key", "filter"}:
+                raise FilterError(f"{where}.$nested must be {{'key': KEY, 'filter': filter}}")
+            return Nested(_check_key(arg["key"]), self.filter(arg["filter"], f"{where}.$nested.filter", depth + 1))
         if key == "$has_vector":
             if not isinstance(arg, str) or self.vectors is None or arg not in self.vectors:
                 raise FilterError(f"{where}.$has_vector: {arg!r} is not a vector of the collection")
@@ -215,6 +198,19 @@ class _Parser:
                 raise FilterError(f"{where}[{i}]: a point id is an unsigned 64-bit integer or a string of 1-512 chars")
         self.count(len(arg), where)
         return Ids(tuple(arg))
+
+    def leaf(self, key: str, op: str, arg: Any, where: str) -> Filter:
+        """A :mod:`.conditions` leaf of operator ``op``."""
+        try:
+            if op in _TEXT_MODES:
+                if not isinstance(arg, str):
+                    raise ConditionError(f"{where} must be a string")
+                return Text(key, tuple(tokens(arg)), _TEXT_MODES[op])
+            if op == "$count":
+                return Count(key, **bounds(arg, where, count_bound))
+            return geo(key, op, arg, where)
+        except ConditionError as e:
+            raise FilterError(str(e)) from None
 
     def condition(self, key: str, cond: Any, where: str) -> Filter:
         if not isinstance(cond, dict):
@@ -240,18 +236,34 @@ class _Parser:
                 out.append(m if op == "$in" else Not(m))
             elif op in _RANGE_OPS:
                 self.count(1, at)
-                bounds[_RANGE_OPS[op]] = _number(arg, at)
+                bounds[_RANGE_OPS[op]] = arg if isinstance(arg, str) else _number(arg, at)
             elif op in ("$exists", "$empty"):
                 if not isinstance(arg, bool):
                     raise FilterError(f"{at} must be true or false")
                 self.count(1, at)
                 f = Exists(key) if op == "$exists" else Empty(key)
                 out.append(f if arg else Not(f))
+            elif op in _OPS:
+                self.count(1 if op != "$geo_polygon" else _points(arg), at)
+                out.append(self.leaf(key, op, arg, at))
             else:
                 raise FilterError(f"{where}: unknown operator {op!r} (supported: {', '.join(_OPS)})")
-        if bounds:
+        if bounds and all(isinstance(v, str) for v in bounds.values()):
+            try:
+                out.append(DateRange(key, **{k: datetime_bound(v, f"{where}.${k}") for k, v in bounds.items()}))
+            except ConditionError as e:
+                raise FilterError(str(e)) from None
+        elif bounds:
+            for k, v in bounds.items():
+                _number(v, f"{where}.${k}")  # a string beside a number: not a datetime range
             out.append(Range(key, **bounds))
         return out[0] if len(out) == 1 else And(tuple(out))
+
+
+def _points(arg: Any) -> int:
+    """The points of a ``$geo_polygon`` argument, counted as filter values (at least 1)."""
+    rings = [arg.get("exterior"), *(arg.get("interiors") or [])] if isinstance(arg, dict) else []
+    return max(1, sum(len(r.get("points") or []) for r in rings if isinstance(r, dict)))
 
 
 def parse_filter(raw: Any, max_values: int = DEFAULT_MAX_VALUES, vectors: dict[str, str] | None = None) -> Filter:
@@ -331,6 +343,14 @@ def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | st
         return not matches(f.part, payload, point_id)
     if isinstance(f, Ids):
         return any(type(point_id) is type(i) and point_id == i for i in f.ids)
+    if isinstance(f, MinShould):
+        return sum(matches(p, payload, point_id) for p in f.parts) >= f.count
+    if isinstance(f, Nested):
+        return any(matches(f.part, e) for e in nested_elements(payload or {}, f.key))
+    if isinstance(f, LEAVES):
+        return leaf_holds(f, payload or {})
+    if "[" in getattr(f, "key", ""):
+        return _projected(f, payload or {})
     x = _lookup(payload or {}, f.key)
     if isinstance(f, Exists):
         return x is not _MISSING
@@ -343,6 +363,26 @@ def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | st
     if isinstance(x, list):
         return any(_equal(e, v) for e in x for v in f.values if v is not None)
     return any(_equal(x, v) for v in f.values)
+
+
+def nested_elements(payload: Any, key: str) -> list[dict[str, Any]]:
+    """The object elements of the arrays ``key`` reaches (``key`` may end in ``[]``): what a ``$nested`` filter
+    tests, one element at a time (a value that is not an array has none)."""
+    key = key[:-2] if len(key) > 2 and key.endswith("[]") else key
+    return [e for v in values_at(payload, key, flat=False) if isinstance(v, list) for e in v if isinstance(e, dict)]
+
+
+def _projected(f: Filter, payload: Any) -> bool:
+    """A Match, Range, Exists or Empty on a key into arrays (``a[].b``, ``a[0]``): over every value it reaches."""
+    if isinstance(f, (Exists, Empty)):
+        vals = values_at(payload, f.key, flat=False)
+        if isinstance(f, Exists):
+            return bool(vals)
+        return all(v is None or v == [] for v in vals)
+    vals = values_at(payload, f.key)
+    if isinstance(f, Range):
+        return any(_in_range(x, f) for x in vals)
+    return any(_equal(x, v) if v is not None else x is None for x in vals for v in f.values)
 
 
 def canonical(raw: Any) -> str:

@@ -18,13 +18,21 @@ Qdrant                                   collections grammar
 ``{is_null: {key}}``                     ``{key: null}`` (an explicit null)
 ``{has_id: [ids]}``                      ``{"$ids": [ids]}`` (UUIDs canonicalised, :mod:`.ids`)
 ``{has_vector: name}``                   ``{"$has_vector": name}``: the point holds that vector
+``min_should: {conditions, min_count}``  ``{"$min_should": {"filters": [...], "count": min_count}}``
+``{nested: {key, filter}}``              ``{"$nested": {"key": key, "filter": ...}}``
+``{key, match: {text | text_any |``      ``{key: {"$text" | "$text_any" | "$phrase": ...}}`` (tokens, as
+``phrase: ...}}``                        Qdrant on a field without a text index)
+``{key, range: {gt: datetime, ...}}``    ``{key: {"$gt": datetime, ...}}`` (a datetime range)
+``{key, values_count: {gt, ...}}``       ``{key: {"$count": {"$gt": ..., ...}}}``
+``{key, geo_radius | geo_bounding_box``  ``{key: {"$geo_radius" | "$geo_box" | "$geo_polygon": ...}}``
+``| geo_polygon: ...}``
 a nested ``Filter`` as a condition       translated recursively
 =======================================  ================================================================
 
-Keys are dotted paths (``"meta.lang"``). Not mapped (422 naming it): ``min_should``, ``nested`` (conditions on
-elements of an array of objects), array projections in keys (``"tags[]"``), full-text ``match`` (``text``,
-``phrase``, ``text_any``), datetime ranges, ``values_count``, geo conditions. An empty filter, or empty
-``must``/``should``/``must_not`` lists, match every point, as in Qdrant.
+Keys are dotted paths (``"meta.lang"``) and may reach into arrays (``"tags[].name"``, ``"a[0]"``). Not mapped (422
+naming it): ``match`` by ``prefix``/``substring``, ``slice`` conditions. An empty filter, or empty
+``must``/``should``/``must_not`` lists, match every point, as in Qdrant. The Milvus backend refuses what its
+expressions cannot state (:mod:`~service.collections.milvus.expr`).
 """
 
 from __future__ import annotations
@@ -33,14 +41,13 @@ from typing import Any
 
 from ..collections.errors import InvalidCollectionRequest
 from ..collections.filters import MAX_DEPTH
-from .envelope import unsupported
 from .ids import canonical_id
 
 NEVER: dict[str, Any] = {"$and": [{"$ids": [0]}, {"$not": {"$ids": [0]}}]}  # matches no point
 ALWAYS: dict[str, Any] = {"$not": NEVER}  # matches every point
 _CLAUSES = ("must", "should", "must_not", "min_should")
-_UNMAPPED_FIELD = {"geo_bounding_box": "geo filtering", "geo_radius": "geo filtering", "geo_polygon": "geo filtering",
-                   "values_count": "the values_count condition"}  # fmt: skip
+_GEO = {"geo_bounding_box": "$geo_box", "geo_radius": "$geo_radius", "geo_polygon": "$geo_polygon"}
+_TEXT = {"text": "$text", "text_any": "$text_any", "phrase": "$phrase"}
 
 
 def _bad(msg: str, param: str) -> InvalidCollectionRequest:
@@ -64,9 +71,9 @@ def translate(raw: Any, param: str = "filter", depth: int = 0) -> dict[str, Any]
     unknown = set(raw) - set(_CLAUSES)
     if unknown:
         raise _bad(f"{param}: unknown fields {sorted(unknown)} (a filter has {', '.join(_CLAUSES[:3])})", param)
-    if raw.get("min_should") is not None:
-        raise unsupported("min_should", f"{param}.min_should")
     parts: list[dict[str, Any]] = []
+    if raw.get("min_should") is not None:
+        parts.append(_min_should(raw["min_should"], f"{param}.min_should", depth))
     for clause in ("must", "should", "must_not"):
         conds = [
             c
@@ -83,9 +90,25 @@ def translate(raw: Any, param: str = "filter", depth: int = 0) -> dict[str, Any]
             parts.append(
                 NEVER if any(c is None for c in conds) else {"$not": conds[0] if len(conds) == 1 else {"$or": conds}}
             )
+    parts = [p for p in parts if p is not None]
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def _min_should(m: Any, param: str, depth: int) -> dict[str, Any] | None:
+    """``{conditions, min_count}``: conditions matching every point count as met (None: every point matches)."""
+    if not isinstance(m, dict) or set(m) != {"conditions", "min_count"} or not isinstance(m["conditions"], list):
+        raise _bad(f"{param} must be {{'conditions': [...], 'min_count': N}}", param)
+    n = m["min_count"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise _bad(f"{param}.min_count must be an integer of 1 or more", f"{param}.min_count")
+    conds = [_condition(c, f"{param}.conditions[{i}]", depth) for i, c in enumerate(m["conditions"])]
+    kept = [c for c in conds if c is not None]
+    n -= len(conds) - len(kept)
+    if n <= 0:
+        return None
+    return NEVER if n > len(kept) else {"$min_should": {"filters": kept, "count": n}}
 
 
 def _listed(raw: dict[str, Any], clause: str, param: str) -> list[Any]:
@@ -130,7 +153,10 @@ def _condition(c: Any, param: str, depth: int) -> dict[str, Any] | None:
             raise _bad(f"{param}.has_vector must be a vector name", f"{param}.has_vector")
         return {"$has_vector": arg}
     if kind == "nested":
-        raise unsupported("the nested condition (on elements of an array of objects)", f"{param}.nested")
+        if not isinstance(arg, dict) or set(arg) != {"key", "filter"} or not isinstance(arg["key"], str):
+            raise _bad(f"{param}.nested must be {{'key': '<array key>', 'filter': {{...}}}}", f"{param}.nested")
+        inner = translate(arg["filter"], f"{param}.nested.filter", depth + 1)
+        return {"$nested": {"key": arg["key"], "filter": ALWAYS if inner is None else inner}}
     raise _bad(f"{param}: unknown condition {kind!r}", param)
 
 
@@ -138,15 +164,13 @@ def _field(c: dict[str, Any], param: str) -> dict[str, Any] | None:
     key = c["key"]
     if not isinstance(key, str) or not key:
         raise _bad(f"{param}.key must be a non-empty string", f"{param}.key")
-    if "[" in key:
-        raise unsupported(f"the array projection in key {key!r}", f"{param}.key")
     given = {k: v for k, v in c.items() if k != "key" and v is not None}
-    for k in given:
-        if k in _UNMAPPED_FIELD:
-            raise unsupported(_UNMAPPED_FIELD[k], f"{param}.{k}")
-    if given.keys() - {"match", "range", "is_empty", "is_null"}:
-        raise _bad(f"{param}: unknown fields {sorted(given.keys() - {'match', 'range'})}", param)
-    out: list[dict[str, Any]] = []
+    known = {"match", "range", "is_empty", "is_null", "values_count", *_GEO}
+    if given.keys() - known:
+        raise _bad(f"{param}: unknown fields {sorted(given.keys() - known)}", param)
+    out: list[dict[str, Any]] = [{key: {_GEO[k]: given[k]}} for k in _GEO if k in given]
+    if "values_count" in given:
+        out.append({key: {"$count": _bounds(given["values_count"], f"{param}.values_count") or {"$gte": 0}}})
     if "match" in given:
         out.append(_match(key, given["match"], f"{param}.match"))
     if "range" in given:
@@ -156,7 +180,7 @@ def _field(c: dict[str, Any], param: str) -> dict[str, Any] | None:
     if given.get("is_null") is not None:
         out.append({key: None} if given["is_null"] else {key: {"$ne": None}})
     if not out:
-        raise _bad(f"{param}: a field condition needs match or range", param)
+        raise _bad(f"{param}: a field condition needs match, range, values_count or a geo area", param)
     return out[0] if len(out) == 1 else {"$and": out}
 
 
@@ -174,17 +198,24 @@ def _match(key: str, m: Any, param: str) -> dict[str, Any]:
         if kind == "any":
             return {key: {"$in": arg}} if arg else NEVER
         return {key: {"$exists": True, "$nin": arg}} if arg else {key: {"$exists": True}}
-    if kind in ("text", "phrase", "text_any"):
-        raise unsupported(f"full-text match ({kind})", f"{param}.{kind}")
+    if kind in _TEXT:
+        if not isinstance(arg, str):
+            raise _bad(f"{param}.{kind} must be a string", f"{param}.{kind}")
+        return {key: {_TEXT[kind]: arg}}
     raise _bad(f"{param}: unknown match {kind!r} (value, any or except)", param)
 
 
-def _range(key: str, r: Any, param: str) -> dict[str, Any]:
+def _bounds(r: Any, param: str) -> dict[str, Any]:
+    """``{"$gt": ..., ...}`` of a Qdrant range object (``gt``, ``gte``, ``lt``, ``lte``; nulls dropped)."""
     if not isinstance(r, dict):
         raise _bad(f"{param} must be an object with gt, gte, lt, lte", param)
     bounds = {k: v for k, v in r.items() if v is not None}
     if bounds.keys() - {"gt", "gte", "lt", "lte"}:
         raise _bad(f"{param}: unknown bounds {sorted(bounds.keys() - {'gt', 'gte', 'lt', 'lte'})}", param)
-    if any(isinstance(v, str) for v in bounds.values()):
-        raise unsupported("a datetime range", param)
-    return {key: {f"${k}": v for k, v in bounds.items()}} if bounds else ALWAYS
+    return {f"${k}": v for k, v in bounds.items()}
+
+
+def _range(key: str, r: Any, param: str) -> dict[str, Any]:
+    """A numeric range, or a datetime range when its bounds are strings (Qdrant's ``DatetimeRange``)."""
+    bounds = _bounds(r, param)
+    return {key: bounds} if bounds else ALWAYS

@@ -131,8 +131,8 @@ class UpsertPoints(_Body):
     points: Annotated[list[PointStruct], Field(min_length=1)] | None = None
     batch: Batch | None = None
     shard_key: Any = None
-    update_filter: Any = None
-    update_mode: Literal["upsert"] | None = None
+    update_filter: dict[str, Any] | None = None
+    update_mode: Literal["upsert", "insert_only", "update_only"] | None = None
 
 
 class PointRequest(_Body):
@@ -200,6 +200,15 @@ class CountRequest(_Body):
     shard_key: Any = None
 
 
+class LookupLocation(_Body):
+    """Qdrant's ``LookupLocation``: where the point ids of a query are looked up, the ``collection`` (a name or alias)
+    and its ``vector`` (None: the query's ``using``)."""
+
+    collection: StrictStr
+    vector: StrictStr | None = None
+    shard_key: Any = None
+
+
 class Prefetch(_Body):
     """Qdrant's ``Prefetch``: a sub-query whose hits the enclosing query fuses or re-scores (``prefetch`` nests)."""
 
@@ -210,7 +219,7 @@ class Prefetch(_Body):
     params: dict[str, Any] | None = None
     score_threshold: FiniteFloat | None = None
     limit: Limit | None = None
-    lookup_from: Any = None
+    lookup_from: LookupLocation | None = None
 
 
 class QueryRequest(Prefetch):
@@ -311,7 +320,7 @@ class UpdateVectors(_Body):
 
     points: list[PointVectors] = Field(min_length=1)
     shard_key: Any = None
-    update_filter: Any = None
+    update_filter: dict[str, Any] | None = None
 
 
 class DeleteVectors(_Body):

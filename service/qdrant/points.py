@@ -85,14 +85,18 @@ def no_shard_key(body: Any) -> None:
         raise unsupported("shard_key", "shard_key")
 
 
-async def fetch(svc: CollectionService, name: str, ids: list[int | str], with_vector: Any) -> list[dict[str, Any]]:
-    """The stored points among ``ids``, in the order asked (missing ones left out, repeats once)."""
+async def fetch(
+    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any, where: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The stored points among ``ids`` (and matching the native filter ``where``, if given), in the order asked
+    (missing ones left out, repeats once)."""
     ids = list(dict.fromkeys(ids))
     found: dict[Any, dict[str, Any]] = {}
     step = min(svc.settings.max_top_k, svc.settings.max_filter_values)  # one scroll page, one $ids filter
     for i in range(0, len(ids), step):
         part = ids[i : i + step]
-        points, _ = await svc.scroll(name, None, len(part), {"$ids": part}, with_vector)
+        flt = {"$ids": part} if where is None else {"$and": [{"$ids": part}, where]}
+        points, _ = await svc.scroll(name, None, len(part), flt, with_vector)
         found.update({(type(p["id"]), p["id"]): p for p in points})
     return [found[(type(i), i)] for i in ids if (type(i), i) in found]
 
@@ -103,11 +107,33 @@ async def points_by_id(svc: CollectionService, name: str, ids: list[int | str]) 
     return {(type(p["id"]), p["id"]): p for p in await fetch(svc, name, ids, True)} if ids else {}
 
 
+def _keys(points: list[dict[str, Any]]) -> set[tuple[type, Any]]:
+    return {(type(p["id"]), p["id"]) for p in points}
+
+
+async def _conditional(svc: CollectionService, name: str, rows: list[tuple], mode: str | None, raw: Any) -> list[tuple]:
+    """The rows an upsert writes under Qdrant's ``update_mode`` (``insert_only``: points not stored yet;
+    ``update_only``: stored ones) and ``update_filter`` (a stored point is replaced only when it matches; new points
+    are written). Read just before the write, not under its lock: a concurrent write to the same point in between
+    is not seen."""
+    where = translate(raw, "update_filter")
+    if mode in (None, "upsert") and where is None:
+        return rows
+    ids = [r[0] for r in rows]
+    stored = _keys(await fetch(svc, name, ids, False))
+    passing = stored if where is None else _keys(await fetch(svc, name, ids, False, where))
+
+    def kept(pid: Any) -> bool:
+        k = (type(pid), pid)
+        return (k in passing and mode != "insert_only") if k in stored else mode != "update_only"
+
+    return [r for r in rows if kept(r[0])]
+
+
 async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoints) -> int:
-    """Upsert a ``PointsList`` or ``PointsBatch``; returns the write's sequence. Errors: as the route's."""
+    """Upsert a ``PointsList`` or ``PointsBatch`` (under ``update_mode``/``update_filter``: :func:`_conditional`);
+    returns the write's sequence (0 when nothing was written). Errors: as the route's."""
     no_shard_key(body)
-    if body.update_filter is not None:
-        raise unsupported("update_filter", "update_filter")
     exactly_one(body, "points", "batch")
     if body.points is not None:
         rows = [(p.id, p.vector, p.payload) for p in body.points]
@@ -121,6 +147,8 @@ async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoint
             per_point = [p[""] for p in per_point]
         rows = [(pid, v, b.payloads[i] if b.payloads else None) for i, (pid, v) in enumerate(zip(b.ids, per_point))]
     c = await svc.collection(collection_name)
+    if not (rows := await _conditional(svc, collection_name, rows, body.update_mode, body.update_filter)):
+        return 0
     texts: list[str] = []
     vectors: list[list[float] | None] = []
     named: list[dict[str, Any]] = []
@@ -243,10 +271,10 @@ async def clear_payload_route(collection_name: str, body: DeletePoints, request:
 
 
 async def update_vectors(svc: CollectionService, name: str, body: UpdateVectors) -> int:
-    """Set the given vectors of each listed point, keeping its others; every point must exist (404 otherwise)."""
+    """Set the given vectors of each listed point, keeping its others; every point must exist (404 otherwise); with
+    ``update_filter``, only the points matching it are changed (read just before the write, as for an upsert)."""
     no_shard_key(body)
-    if body.update_filter is not None:
-        raise unsupported("update_filter", "update_filter")
+    where = translate(body.update_filter, "update_filter")
     c = await svc.collection(name)
     updates = {}
     for i, p in enumerate(body.points):
@@ -255,6 +283,10 @@ async def update_vectors(svc: CollectionService, name: str, body: UpdateVectors)
     found = {p["id"] for p in await fetch(svc, name, list(updates), False)}
     if missing := [i for i in updates if i not in found]:
         raise PointNotFound(f"No point with id {missing[0]} found")
+    if where is not None:
+        passing = {p["id"] for p in await fetch(svc, name, list(updates), False, where)}
+        if not (updates := {k: v for k, v in updates.items() if k in passing}):
+            return 0
     return await svc.update_vectors(name, updates)
 
 

@@ -7,7 +7,8 @@ Queries"), translated onto the collections core's query tree (:class:`~service.c
 * the enclosing ``query`` then either fuses the prefetches' hits, ``{"fusion": "rrf" | "dbsf"}`` or ``{"rrf": {k,
   weights}}`` (:mod:`service.collections.fusion`), or re-scores them with a vector, ``Document``, sparse vector or
   point id on its own ``using`` vector;
-* refused with 422: ``lookup_from``, a fusion without prefetches, a prefetch without a query, the other query kinds.
+* ``lookup_from`` reads the point ids of its query from another collection (:func:`..query._query_vector`);
+* refused with 422: a fusion without prefetches, a prefetch without a query, the other query kinds.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from typing import Any
 from ..collections.errors import InvalidCollectionRequest
 from ..collections.fusion import FUSIONS
 from ..collections.searching import QueryNode, Search
-from .envelope import unsupported
 from .filters import translate
 from .models import Prefetch
 
-QueryVector = Callable[[Any, str, str | None], Awaitable[tuple[Any, list, dict | None]]]
+QueryVector = Callable[[Any, str, str | None, Any], Awaitable[tuple[Any, list, dict | None]]]
 DEFAULT_PREFETCH_LIMIT = 10
 
 
@@ -49,14 +49,12 @@ async def build(
     r: Any, param: str, query_vector: QueryVector, limit: int, with_payload: bool, models: list[dict | None]
 ) -> QueryNode:
     """The query tree of a ``QueryRequest`` or ``Prefetch`` ``r`` (its prefetches below it); ``query_vector(query,
-    param, using)`` makes a native query of a Qdrant one (``(query, excluded ids, model)``); the models it read or
+    param, using, lookup_from)`` makes a native query of a Qdrant one (``(query, excluded ids, model)``); the models it read or
     embedded with are appended to ``models`` (the caller retries when the collection switched meanwhile).
 
     Raises:
         InvalidCollectionRequest: see the module docstring.
     """
-    if r.lookup_from is not None:
-        raise unsupported("lookup_from", f"{param}lookup_from")
     given = r.prefetch if isinstance(r.prefetch, list) else [r.prefetch] if r.prefetch is not None else []
     children = [
         await build(p, f"{param}prefetch[{i}].", query_vector, p.limit or DEFAULT_PREFETCH_LIMIT, with_payload, models)
@@ -72,7 +70,7 @@ async def build(
         return QueryNode(search, children, *fusion)
     if r.query is None:
         raise InvalidCollectionRequest(f"{param}query: a prefetch needs a query", f"{param}query")
-    vec, excluded, model = await query_vector(r.query, f"{param}query", r.using)
+    vec, excluded, model = await query_vector(r.query, f"{param}query", r.using, r.lookup_from)
     models.append(model)
     if excluded:
         nots = {"$not": {"$ids": excluded}}

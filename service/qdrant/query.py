@@ -9,10 +9,12 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
   for its model-bound vector; another model is 422 ``model_mismatch``), ``{"nearest": one of those}``, or
   ``{"recommend": {positive, negative, strategy}}`` with dense examples, by the ``average_vector`` strategy
   (Qdrant's default; the example points are left out of the hits); no ``query`` pages through the points in id
-  order (score 0). ``using`` names the vector searched (default: the model-bound one, else the only dense one);
-  ``filter``, ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false),
+  order (score 1, as Qdrant scores them). ``using`` names the vector searched (default: the model-bound one, else
+  the only dense one); ``filter``, ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false),
   ``with_vector``. ``prefetch`` with a fusion (``{"fusion": "rrf" | "dbsf"}``, ``{"rrf": {k, weights}}``) or a
-  re-scoring query: :mod:`.prefetch`. Refused with 422: ``lookup_from``, the recommend strategies ``best_score`` and
+  re-scoring query: :mod:`.prefetch`. ``lookup_from: {collection, vector}`` reads the point ids of a query (and of
+  its recommend examples) from that collection's vector (default: ``using``; they are then not left out of the
+  hits). Refused with 422: the recommend strategies ``best_score`` and
   ``sum_scores`` (each scores every candidate against every example: no index search), and the other query kinds
   (discover, context, order_by, formula, sample, mmr).
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
@@ -45,6 +47,7 @@ from .filters import translate
 from .ids import QdrantId
 from .models import (
     Document,
+    LookupLocation,
     NamedSparseVector,
     NamedVector,
     QueryBatch,
@@ -91,18 +94,27 @@ def _spec(
     return Spec(search, offset, payload, vector)
 
 
+def _source(name: str, using: str | None, lookup: LookupLocation | None) -> tuple[str, str | None]:
+    """The collection and vector that point ids of a query name: ``lookup_from``'s, else the searched ones."""
+    if lookup is None:
+        return name, using
+    return lookup.collection, lookup.vector if lookup.vector is not None else using
+
+
 async def _query_vector(
-    svc: CollectionService, name: str, q: Any, param: str, using: str | None = None
-) -> tuple[Any, list, dict | None]:
+    svc: CollectionService, name: str, q: Any, param: str, using: str | None = None,
+    lookup: LookupLocation | None = None,
+) -> tuple[Any, list, dict | None]:  # fmt: skip
     """The native query (text, dense vector or sparse ``{indices, values}``) of a Qdrant query on the vector
-    ``using`` (None: the default one), the ids of the points it names (to leave out), and the collection's model when
-    the vector was read or made here (else None): a model switch before the search makes such a vector stale, and
-    :func:`_queries` runs the query again."""
+    ``using`` (None: the default one), the ids of the points it names (to leave out: those of the searched
+    collection), and the collection's model when the vector was read or made here (else None): a model switch before
+    the search makes such a vector stale, and :func:`_queries` runs the query again. Point ids are looked up where
+    ``lookup`` (Qdrant's ``lookup_from``) says."""
     if isinstance(q, SparseVector):
         return q.model_dump(), [], None
     if isinstance(q, dict):
         if set(q) == {"recommend"}:
-            return await _recommend(svc, name, q["recommend"], f"{param}.recommend", using)
+            return await _recommend(svc, name, q["recommend"], f"{param}.recommend", using, lookup)
         if set(q) != {"nearest"}:
             raise unsupported(f"the query {sorted(q)}", param)
         q = q["nearest"]
@@ -123,15 +135,16 @@ async def _query_vector(
     if isinstance(q, SparseVector):
         return q.model_dump(), [], None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
-        c = await svc.collection(name)
-        vname = _using(c.vectors, using, param)
+        src, src_using = _source(name, using, lookup)
+        c = await svc.collection(src)
+        vname = _using(c.vectors, src_using, param)
         model = c.model and dict(c.model)  # the stored vector read below is this model's
-        points = await fetch(svc, name, [q], True)
+        points = await fetch(svc, src, [q], True)
         if not points:
-            raise PointNotFound(f"No point with id {q} found")
+            raise PointNotFound(f"No point with id {q} found" + (f" in {src!r}" if lookup else ""))
         if (vec := all_vectors(points[0], c.vectors).get(vname)) is None:
             raise InvalidCollectionRequest(f"point {q} has no vector {vname!r}", param=param)
-        return vec, [q], model
+        return (vec, [], None) if lookup is not None else (vec, [q], model)
     if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
         return [float(x) for x in q], [], None
     raise InvalidCollectionRequest(
@@ -153,13 +166,15 @@ def _using(cfg: VectorsConfig, using: str | None, param: str) -> str:
 
 
 async def _recommend(
-    svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None
-) -> tuple[list[float], list, dict | None]:
+    svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
+    lookup: LookupLocation | None = None,
+) -> tuple[list[float], list, dict | None]:  # fmt: skip
     """The query vector of ``{"recommend": RecommendInput}`` by the ``average_vector`` strategy
     (:func:`~service.collections.vectors.average_vector`), the example points' ids (to leave out), and the model of
     the vectors read or embedded (None: none). Examples
     are vectors (unit-normalised first on a cosine collection, as Qdrant preprocesses them and as the stored vectors
-    are), point ids (their stored vectors) or ``Document`` texts (embedded by the collection's model).
+    are), point ids (their stored vectors, read where ``lookup`` says) or ``Document`` texts (embedded by the
+    collection's model).
 
     Raises:
         InvalidCollectionRequest: malformed input, no positive example, another strategy (``best_score``,
@@ -202,9 +217,18 @@ async def _recommend(
                 )  # fmt: skip
             elif not isinstance(x, list):
                 ids.append(x)
-    stored = {k: all_vectors(p, c.vectors).get(vname) for k, p in (await points_by_id(svc, name, ids)).items()}
+    src, src_using = _source(name, using, lookup)
+    sc = c if src == name and lookup is None else await svc.collection(src)
+    sname = vname if sc is c else _using(sc.vectors, src_using, param)
+    found = await points_by_id(svc, src, ids) if ids else {}
+    stored = {k: all_vectors(p, sc.vectors).get(sname) for k, p in found.items()}
     if missing := [x for x in ids if stored.get((type(x), x)) is None]:
-        raise PointNotFound(f"No point with id {missing[0]} found (holding the vector {vname!r})")
+        raise PointNotFound(f"No point with id {missing[0]} found (holding the vector {sname!r})")
+    if bad := [x for x in ids if len(stored[(type(x), x)]) != spec.dimension]:
+        raise InvalidCollectionRequest(f"{param}: point {bad[0]}'s vector {sname!r} is not of dimension "
+                                       f"{spec.dimension}", param, "wrong_dimension")  # fmt: skip
+    if lookup is not None:  # examples of another collection: nothing to leave out, no model of ours read
+        ids = []
     embedded = iter(await svc.embed(c, texts)) if texts else iter(())
 
     def vector(x: Any) -> Any:  # in the order the texts were gathered: positives, then negatives
@@ -232,19 +256,17 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
         offset = r.offset or 0
         top_k, models = _top_k(svc, r.limit or DEFAULT_LIMIT, offset, f"{param}limit"), []
 
-        async def qv(q: Any, at: str, using: str | None) -> tuple[Any, list, dict | None]:
-            return await _query_vector(svc, name, q, at, using)
+        async def qv(q: Any, at: str, using: str | None, lookup: Any) -> tuple[Any, list, dict | None]:
+            return await _query_vector(svc, name, q, at, using, lookup)
 
         spec = _spec(None, top_k, None, r.score_threshold, offset, r.with_payload, r.with_vector, r.using)
         spec.node = await prefetch.build(r, param, qv, top_k, bool(r.with_payload), models)
         spec.model = next((m for m in models if m is not None), None)
         return spec
-    if r.lookup_from is not None:
-        raise unsupported("lookup_from", f"{param}lookup_from")
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
-    query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query", r.using)
+    query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query", r.using, r.lookup_from)
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
     if excluded:  # alone, a search for that many more hits on either backend (embedded: search.left_out)
@@ -275,7 +297,7 @@ async def _scroll_query(svc: CollectionService, name: str, r: QueryRequest) -> l
     n = _top_k(svc, limit, offset, "limit")
     points, _ = await svc.scroll(name, None, n, translate(r.filter), r.with_vector or False)
     cfg = (await svc.collection(name)).vectors
-    return [{**record(p, r.with_payload, r.with_vector, cfg), "version": 0, "score": 0.0} for p in points[offset:]]
+    return [{**record(p, r.with_payload, r.with_vector, cfg), "version": 0, "score": 1.0} for p in points[offset:]]
 
 
 async def on_current_model(

@@ -33,7 +33,27 @@ import json
 from typing import Any
 
 from ..errors import InvalidCollectionRequest
-from ..filters import INT64, And, Empty, Exists, Filter, HasVector, Ids, Match, Not, Or, Range, balanced, value_kind
+from ..filters import (
+    INT64,
+    And,
+    Count,
+    DateRange,
+    Empty,
+    Exists,
+    Filter,
+    Geo,
+    HasVector,
+    Ids,
+    Match,
+    MinShould,
+    Nested,
+    Not,
+    Or,
+    Range,
+    Text,
+    balanced,
+    value_kind,
+)
 
 _RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -145,8 +165,24 @@ def _range(r: Range) -> str:
     return balanced(conds, lambda a, b: f"({a} and {b})")
 
 
+_NOT_IN_MILVUS = {MinShould: "$min_should", Nested: "$nested", Text: "full-text match", DateRange: "a datetime range",
+                  Count: "$count (values count)", Geo: "a geo condition"}  # fmt: skip
+
+
 def filter_expr(f: Filter) -> str:
-    """One filter tree as a Milvus boolean expression."""
+    """One filter tree as a Milvus boolean expression.
+
+    Raises:
+        InvalidCollectionRequest: ``unsupported`` (422): a condition Milvus 2.3's expressions cannot state with the
+            grammar's semantics (:data:`_NOT_IN_MILVUS`, keys into arrays).
+    """
+    if type(f) in _NOT_IN_MILVUS or "[" in getattr(f, "key", ""):
+        what = _NOT_IN_MILVUS.get(type(f)) or f"the key into arrays {getattr(f, 'key', '')!r}"
+        raise InvalidCollectionRequest(
+            f"{what} is not supported by the milvus backend (Milvus 2.3's expressions cannot state it)",
+            param="filter",
+            code="unsupported",
+        )
     if isinstance(f, (And, Or)):
         op = " and " if isinstance(f, And) else " or "
         return balanced([filter_expr(p) for p in f.parts], lambda a, b: f"({a}{op}{b})")

@@ -6,14 +6,62 @@ and SQL's three-valued logic would otherwise turn ``NOT (missing = 1)`` into NUL
 true. Arrays are searched element by element with ``json_each``. ``AND``/``OR`` chains are balanced trees
 (:func:`...filters.balanced`): a left-deep chain deeper than SQLite's ``SQLITE_MAX_EXPR_DEPTH`` (1,000) fails with
 "Expression tree is too large".
+
+Qdrant's richer conditions (:mod:`...conditions`: full text, datetime ranges, value counts, geo areas, ``$nested``,
+keys into arrays) have no JSON1 form that keeps their semantics: they call the SQLite function ``filter_leaf``
+(:func:`filter_leaf`, registered on every connection by :func:`register`), which evaluates the leaf with the
+reference code (:func:`...filters.matches`) on the row's payload: a Python call per row tested (measured in
+docs/performance.md).
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import weakref
 from typing import Any
 
-from ...filters import And, Empty, Exists, Filter, HasVector, Ids, Match, Not, Or, Range, balanced, value_kind
+from ...conditions import LEAVES
+from ...filters import (
+    And,
+    Empty,
+    Exists,
+    Filter,
+    HasVector,
+    Ids,
+    Match,
+    MinShould,
+    Nested,
+    Not,
+    Or,
+    Range,
+    balanced,
+    matches,
+    value_kind,
+)
 from ...ids import encode_id
+
+_LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(leaf) -> leaf, while a query holds it
+
+
+def filter_leaf(payload: str, leaf_id: int) -> int:
+    """SQLite function ``filter_leaf(payload, leaf id)``: 1 when the row's payload (JSON text) satisfies the leaf
+    :func:`to_sql` registered under ``leaf_id`` (the caller holds the filter while its statement runs), else 0."""
+    leaf = _LIVE.get(leaf_id)
+    if leaf is None:  # never: the statement's filter is alive; refuse rather than answer wrongly
+        raise LookupError(f"filter leaf {leaf_id} is gone")
+    return int(matches(leaf, json.loads(payload)))
+
+
+def register(conn: sqlite3.Connection) -> None:
+    """Make :func:`filter_leaf` callable on ``conn``."""
+    conn.create_function("filter_leaf", 2, filter_leaf)
+
+
+def _python_leaf(f: Filter, column: str) -> Sql:
+    _LIVE[id(f)] = f
+    return f"filter_leaf({column}, ?)", [id(f)]
+
 
 _RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 Sql = tuple[str, list[Any]]
@@ -91,6 +139,11 @@ def to_sql(f: Filter, column: str = "payload", key_column: str = "key") -> Sql:
     if isinstance(f, Ids):
         keys = [encode_id(i) for i in f.ids]
         return f"({_in(key_column, len(keys))})", keys
+    if isinstance(f, MinShould):  # every translated part is 0 or 1, never NULL
+        parts = [to_sql(p, column, key_column) for p in f.parts]
+        return f"(({' + '.join(s for s, _ in parts)}) >= {int(f.count)})", [x for _, ps in parts for x in ps]
+    if isinstance(f, (Nested, *LEAVES)) or "[" in getattr(f, "key", ""):
+        return _python_leaf(f, column)
     if isinstance(f, Match):
         return _match(column, f)
     if isinstance(f, Range):

@@ -1,0 +1,326 @@
+"""Payload conditions beyond equality and numeric ranges, with their reference semantics (Qdrant's, so that a
+collection answers as a Qdrant server does): key paths into arrays, full-text tokens, datetime ranges, value counts
+and geo conditions. :mod:`.filters` parses them into its tree; the embedded backend evaluates them with the code here
+(a SQLite function per row); the Milvus backend refuses them.
+
+Sources (Qdrant API reference and concepts, https://qdrant.tech/documentation/concepts/filtering/):
+
+* **key paths**: ``a.b`` nests, ``a[]`` takes every element of the array ``a``, ``a[2]`` its third element; the
+  values a path reaches are the values a condition tests, and a reached array is unwrapped one level ("Nested key");
+* **full-text match** on a field without a text index: both sides split by Qdrant's default word tokenizer
+  (runs of letters and digits, lowercased); ``text``: every query token is a token of the value, ``text_any``: one
+  is, ``phrase``: the query tokens occur consecutively;
+* **datetime range**: RFC 3339 values and bounds, or the other formats Qdrant parses (``YYYY-MM-DD[ T]HH:MM[:SS[.f]]``
+  with an optional ``±HH[:MM]``/``Z`` offset, or a date), read as UTC without an offset; fractions past
+  microseconds are cut;
+* **values count**: how many values a key holds (an array's length, 1 for a scalar, 0 for null or a missing key),
+  tested against ``gt``/``gte``/``lt``/``lte``;
+* **geo**: a payload value ``{"lon": x, "lat": y}`` (finite numbers) within ``radius`` meters of a centre (haversine on
+  a sphere of the IUGG mean Earth radius, 6,371,008.8 m), inside a bounding box (``top_left``, ``bottom_right``;
+  across the antimeridian when ``top_left.lon > bottom_right.lon``), or inside a polygon (an ``exterior`` ring and
+  optional ``interiors`` holes; a point on an edge of either is outside).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+_PATH_ITEM = re.compile(r"\[(\d*)\]")
+_NAME = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*")
+EARTH_RADIUS_M = 6371008.8
+_FORMATS = [f"%Y-%m-%d{sep}{t}{tz}" for tz in ("%z", " %z", "") for sep in ("T", " ")
+            for t in ("%H:%M:%S.%f", "%H:%M:%S", "%H:%M")] + ["%Y-%m-%d"]  # fmt: skip
+
+
+class ConditionError(ValueError):
+    """A condition's argument is malformed; the message says what is expected."""
+
+
+# --- key paths ----------------------------------------------------------------------------------------------------
+def parse_path(key: str) -> tuple[str | int | None, ...] | None:
+    """The items of a key path: names (str), array indexes (int) and ``[]`` (None); None when ``key`` is not a valid
+    path (a part that is not a name followed by brackets; a name holds no quote, backslash, dot, bracket or control
+    character and does not start with ``$``)."""
+    items: list[str | int | None] = []
+    for part in key.split("."):
+        m = _NAME.match(part)
+        if m is None:
+            return None
+        items.append(m.group(0))
+        rest = part[m.end() :]
+        while rest:
+            b = _PATH_ITEM.match(rest)
+            if b is None:
+                return None
+            items.append(int(b.group(1)) if b.group(1) else None)
+            rest = rest[b.end() :]
+    return tuple(items)
+
+
+def values_at(payload: Any, key: str, flat: bool = True) -> list[Any]:
+    """The values ``key`` reaches in ``payload`` (none when it reaches nothing); ``flat``: a reached array gives its
+    elements (Qdrant's rule for conditions on values), else the array itself."""
+    out: list[Any] = []
+
+    def walk(x: Any, items: tuple[str | int | None, ...]) -> None:
+        if not items:
+            out.extend(x) if flat and isinstance(x, list) else out.append(x)
+            return
+        head, rest = items[0], items[1:]
+        if isinstance(head, str):
+            if isinstance(x, dict) and head in x:
+                walk(x[head], rest)
+        elif isinstance(x, list):
+            for e in x if head is None else x[head : head + 1]:
+                walk(e, rest)
+
+    walk(payload, parse_path(key) or ())
+    return out
+
+
+# --- leaves ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Text:
+    """``payload[key]`` is a string whose tokens hold the query's: all of them (``mode="all"``), one (``"any"``) or
+    consecutively (``"phrase"``)."""
+
+    key: str
+    tokens: tuple[str, ...]
+    mode: str
+
+
+@dataclass(frozen=True, eq=False)
+class DateRange:
+    """``payload[key]`` is a datetime string within the bounds (aware datetimes; None: unbounded)."""
+
+    key: str
+    gt: datetime | None = None
+    gte: datetime | None = None
+    lt: datetime | None = None
+    lte: datetime | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Count:
+    """How many values ``payload[key]`` holds is within the bounds (None: unbounded)."""
+
+    key: str
+    gt: int | None = None
+    gte: int | None = None
+    lt: int | None = None
+    lte: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Geo:
+    """``payload[key]`` is a geo point ``{"lon", "lat"}`` inside the area: ``kind`` ``radius`` (``area``:
+    ``(lat, lon, meters)``), ``box`` (``(top_left_lat, top_left_lon, bottom_right_lat, bottom_right_lon)``) or
+    ``polygon`` (``(exterior ring, *interior rings)``, each a tuple of ``(lat, lon)``)."""
+
+    key: str
+    kind: str
+    area: tuple[Any, ...]
+
+
+LEAVES = (Text, DateRange, Count, Geo)
+
+
+def tokens(text: str) -> list[str]:
+    """Qdrant's default word tokenizer for a field without a text index: runs of letters and digits, lowercased."""
+    return [t.lower() for t in re.findall(r"[^\W_]+", text)]
+
+
+def parse_datetime(text: Any) -> datetime | None:
+    """An aware datetime of a string in one of the formats Qdrant parses (module docstring), or None."""
+    if not isinstance(text, str):
+        return None
+    s = text.lstrip()
+    s = s[:-4] + "+00:00" if s.endswith(" UTC") else s[:-1] + "Z" if s.endswith("z") else s
+    if (dot := s.find(".")) != -1:  # fractions past microseconds are cut
+        end = dot + 1
+        while end < len(s) and s[end].isdigit():
+            end += 1
+        s = s[: dot + 7] + s[end:] if end - dot > 7 else s
+    for candidate in (s, s + ":00") if re.search(r"[+-]\d\d\Z", s) else (s,):
+        for fmt in _FORMATS:
+            try:
+                dt = datetime.strptime(candidate, fmt)
+            except ValueError:
+                continue
+            return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+    return None
+
+
+def _geo_point(x: Any) -> tuple[float, float] | None:
+    if not isinstance(x, dict):
+        return None
+    lat, lon = x.get("lat"), x.get("lon")
+    if all(type(c) in (int, float) and math.isfinite(c) for c in (lat, lon)):
+        return float(lat), float(lon)
+    return None
+
+
+def geo_distance(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Meters between two points on a sphere of radius :data:`EARTH_RADIUS_M` (haversine)."""
+    p1, p2, dp, dl = map(math.radians, (lat1, lat2, lat2 - lat1, lon2 - lon1))
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_M * math.asin(math.sqrt(a))
+
+
+def _in_ring(pt: tuple[float, float], ring: tuple[tuple[float, float], ...], on_edge: bool) -> bool:
+    """Whether ``pt`` is inside ``ring`` by ray casting over ``(lat, lon)`` pairs (a closing point repeated is
+    dropped); a point on an edge answers ``on_edge``."""
+    if len(ring) > 1 and ring[0] == ring[-1]:
+        ring = ring[:-1]
+    inside, j = False, len(ring) - 1
+    px, py = pt
+    for i in range(len(ring)):
+        (xi, yi), (xj, yj) = ring[i], ring[j]
+        if (
+            py * (xi - xj) + yi * (xj - px) + yj * (px - xi) == 0
+            and (xi - px) * (xj - px) <= 0
+            and (yi - py) * (yj - py) <= 0
+        ):
+            return on_edge
+        if (yi > py) != (yj > py) and px < (xj - xi) * (py - yi) / (yj - yi) + xi:
+            inside = not inside
+        j = i
+    return inside
+
+
+def _geo_holds(g: Geo, x: Any) -> bool:
+    p = _geo_point(x)
+    if p is None:
+        return False
+    lat, lon = p
+    if g.kind == "radius":
+        return geo_distance(lat, lon, g.area[0], g.area[1]) < g.area[2]
+    if g.kind == "box":
+        tl_lat, tl_lon, br_lat, br_lon = g.area
+        lon_ok = (lon > tl_lon or lon < br_lon) if tl_lon > br_lon else tl_lon < lon < br_lon
+        return lon_ok and tl_lat > lat > br_lat
+    exterior, *holes = g.area  # an edge of the exterior is outside, an edge of a hole is in the hole
+    return _in_ring(p, exterior, False) and not any(_in_ring(p, h, True) for h in holes)
+
+
+def _within(n: Any, b: Any) -> bool:
+    return (
+        (b.gt is None or n > b.gt)
+        and (b.gte is None or n >= b.gte)
+        and (b.lt is None or n < b.lt)
+        and (b.lte is None or n <= b.lte)
+    )
+
+
+def leaf_holds(leaf: Any, payload: Any) -> bool:
+    """Whether ``payload`` (a point's payload object) satisfies one of :data:`LEAVES` (module docstring)."""
+    if isinstance(leaf, Count):
+        counts = [0 if v is None else len(v) if isinstance(v, list) else 1 for v in values_at(payload, leaf.key, False)]
+        return any(_within(n, leaf) for n in counts or [0])
+    values = values_at(payload, leaf.key)
+    if isinstance(leaf, Geo):
+        return any(_geo_holds(leaf, v) for v in values)
+    if isinstance(leaf, DateRange):
+        return any((dt := parse_datetime(v)) is not None and _within(dt, leaf) for v in values)
+    for v in values:  # Text
+        if not isinstance(v, str):
+            continue
+        have = tokens(v)
+        if leaf.mode == "any" and set(leaf.tokens) & set(have):
+            return True
+        if leaf.mode == "all" and leaf.tokens and set(leaf.tokens) <= set(have):
+            return True
+        n = len(leaf.tokens)
+        if leaf.mode == "phrase" and n and any(tuple(have[i : i + n]) == leaf.tokens for i in range(len(have) - n + 1)):
+            return True
+    return False
+
+
+# --- parsing of the operators' arguments ------------------------------------------------------------------------------
+def _number(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConditionError(f"{where} must be a finite number")
+    return float(v)
+
+
+def _lat_lon(p: Any, where: str) -> tuple[float, float]:
+    if not isinstance(p, dict) or set(p) != {"lat", "lon"}:
+        raise ConditionError(f"{where} must be {{'lat': number, 'lon': number}}")
+    return _number(p["lat"], f"{where}.lat"), _number(p["lon"], f"{where}.lon")
+
+
+def _ring(r: Any, where: str) -> tuple[tuple[float, float], ...]:
+    pts = r.get("points") if isinstance(r, dict) else None
+    if not isinstance(pts, list) or len(pts) < 4:
+        raise ConditionError(f"{where} must be {{'points': [4 or more {{'lat', 'lon'}}, the first repeated last]}}")
+    ring = tuple(_lat_lon(p, f"{where}.points[{i}]") for i, p in enumerate(pts))
+    if ring[0] != ring[-1]:
+        raise ConditionError(f"{where}: a ring must end where it starts")
+    return ring
+
+
+def geo(key: str, op: str, arg: Any, where: str) -> Geo:
+    """A :class:`Geo` from ``$geo_radius`` (``{center: {lat, lon}, radius: meters}``), ``$geo_box``
+    (``{top_left, bottom_right}``) or ``$geo_polygon`` (``{exterior: {points}, interiors: [{points}, ...]}``).
+
+    Raises:
+        ConditionError: a malformed argument.
+    """
+    if not isinstance(arg, dict):
+        raise ConditionError(f"{where} must be an object")
+    if op == "$geo_radius":
+        if set(arg) != {"center", "radius"}:
+            raise ConditionError(f"{where} must be {{'center': {{'lat', 'lon'}}, 'radius': meters}}")
+        return Geo(key, "radius", (*_lat_lon(arg["center"], f"{where}.center"), _number(arg["radius"], where)))
+    if op == "$geo_box":
+        if set(arg) != {"top_left", "bottom_right"}:
+            raise ConditionError(f"{where} must be {{'top_left': {{'lat', 'lon'}}, 'bottom_right': {{'lat', 'lon'}}}}")
+        tl, br = _lat_lon(arg["top_left"], f"{where}.top_left"), _lat_lon(arg["bottom_right"], f"{where}.bottom_right")
+        return Geo(key, "box", (*tl, *br))
+    if not set(arg) <= {"exterior", "interiors"} or "exterior" not in arg:
+        raise ConditionError(f"{where} must be {{'exterior': {{'points': [...]}}, 'interiors': [...]}}")
+    holes = arg.get("interiors") or []
+    if not isinstance(holes, list):
+        raise ConditionError(f"{where}.interiors must be a list of rings")
+    rings = [_ring(arg["exterior"], f"{where}.exterior")]
+    rings += [_ring(h, f"{where}.interiors[{i}]") for i, h in enumerate(holes)]
+    return Geo(key, "polygon", tuple(rings))
+
+
+def bounds(arg: Any, where: str, read: Any) -> dict[str, Any]:
+    """``{gt, gte, lt, lte}`` of an object of ``$gt``/``$gte``/``$lt``/``$lte``, each value read by ``read(value,
+    where)`` (which raises :class:`ConditionError` on a bad one).
+
+    Raises:
+        ConditionError: not such an object.
+    """
+    if not isinstance(arg, dict) or not arg or set(arg) - {"$gt", "$gte", "$lt", "$lte"}:
+        raise ConditionError(f"{where} must be an object of $gt, $gte, $lt, $lte")
+    return {k[1:]: read(v, f"{where}.{k}") for k, v in arg.items()}
+
+
+def count_bound(v: Any, where: str) -> int:
+    """A values-count bound: a non-negative integer.
+
+    Raises:
+        ConditionError: anything else.
+    """
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConditionError(f"{where} must be a non-negative integer")
+    return v
+
+
+def datetime_bound(v: Any, where: str) -> datetime:
+    """A datetime range bound: a string Qdrant parses (:func:`parse_datetime`).
+
+    Raises:
+        ConditionError: anything else.
+    """
+    dt = parse_datetime(v)
+    if dt is None:
+        raise ConditionError(f"{where} must be an RFC 3339 datetime or date string")
+    return dt
