@@ -33,9 +33,17 @@ def ok(request: Request, result: Any) -> Response:
     return json_response({"result": result, "status": "ok", "time": round(elapsed_s(request.scope), 6)})
 
 
+#: Qdrant's error kinds as its messages begin (its storage errors' ``Display``: "Not found: ...", "Wrong input: ...")
+_KINDS = {404: "Not found: ", 409: "Wrong input: ", 422: "Wrong input: ", 400: "Bad request: "}
+#: Qdrant's wording of some errors, which clients match on (``Not existing vector name error: <name>``)
+_WORDING = {"vector_not_found": "Not existing vector name error: ", "collection_not_found": "Collection: "}
+
+
 def error_body(err: APIError, elapsed: float) -> dict[str, Any]:
-    """Qdrant's error body ``{"status": {"error": message}, "time": seconds}`` (a ``service.errors.ErrorShape``)."""
-    return {"status": {"error": err.message}, "time": round(elapsed, 6)}
+    """Qdrant's error body ``{"status": {"error": message}, "time": seconds}`` (a ``service.errors.ErrorShape``), the
+    message prefixed as Qdrant's are by the error's kind (``Not found: Collection: collection 'x' not found``)."""
+    message = _KINDS.get(err.status, "") + _WORDING.get(err.code or "", "") + err.message
+    return {"status": {"error": message}, "time": round(elapsed, 6)}
 
 
 def unsupported(what: str, param: str) -> InvalidCollectionRequest:

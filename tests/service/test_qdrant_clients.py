@@ -337,7 +337,7 @@ def test_qdrant_batch_update_points(env, sts):
         assert c.get("/qdrant/collections/batch/points/200").status_code == 404
     other = {"upsert": {"points": [{"id": 201, "vector": {"text": "x", "model": "another-model"}}]}}
     r = c.post("/qdrant/collections/batch/points/batch", json={"operations": [up, other]})
-    assert r.status_code == 422 and r.json()["status"]["error"].startswith("operations[1].upsert: "), r.text
+    assert r.status_code == 422 and r.json()["status"]["error"].startswith("Wrong input: operations[1].upsert: "), r.text
     assert c.get("/qdrant/collections/batch/points/200").status_code == 200  # the operation before it stayed applied
     client.delete_collection("batch")
 
