@@ -2,8 +2,8 @@
 (here: this service) and qdrant-client's in-memory local mode (the oracle) with the same calls and compares the
 answers. Fixtures and assertions run as written; only the transport is redirected: a ``sitecustomize`` module makes
 httpx send qdrant-client's ``http://localhost:6333/...`` requests to ``http://127.0.0.1:<port>/qdrant/...`` of a
-fresh service (embedded backend, the default artifact). gRPC (``prefer_grpc=True``) is not served here and fails
-by that cause.
+fresh service (embedded backend, the default artifact); its gRPC channels to ``localhost:6334``
+(``prefer_grpc=True``) go to the service's Qdrant gRPC port (``qdrant_grpc_port``).
 
 The tests come from a qdrant-client git checkout (``--repo``, a bare repository is fine: ``git archive`` of
 ``--ref``), run by the installed qdrant-client; prints passed/failed/errored per module and the failures grouped by
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import cpu_model, write_json  # noqa: E402
-from tests.server_utils import run_server  # noqa: E402
+from tests.server_utils import free_port, run_server  # noqa: E402
 
 MODULES = ("test_sparse_search", "test_sparse_idf_search", "test_sparse_updates", "test_sparse_recommend",
            "test_search", "test_query", "test_query_batch", "test_retrieve", "test_updates", "test_delete_points",
@@ -71,6 +71,22 @@ async def handle_async_request(self, request):
 
 httpx.HTTPTransport.handle_request = handle_request
 httpx.AsyncHTTPTransport.handle_async_request = handle_async_request
+
+import grpc  # qdrant-client's gRPC channels to localhost:6334 go to the service's gRPC port
+
+_GRPC = os.environ["CONGRUENCE_GRPC_TARGET"]  # 127.0.0.1:<port>
+
+
+def _redirect(make):
+    def channel(target, *args, **kwargs):
+        if target in ("localhost:6334", "127.0.0.1:6334"):
+            target = _GRPC
+        return make(target, *args, **kwargs)
+    return channel
+
+
+grpc.insecure_channel = _redirect(grpc.insecure_channel)
+grpc.aio.insecure_channel = _redirect(grpc.aio.insecure_channel)
 """
 
 
@@ -111,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         root = extract_tests(a.repo, a.ref, Path(tmp))
         (Path(tmp) / "site").mkdir()
         (Path(tmp) / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        with run_server(Path(a.models_dir), workdir=Path(tmp) / "service") as server:
+        grpc_port = free_port()
+        env = {"EMBED_QDRANT_GRPC_PORT": str(grpc_port)}
+        with run_server(Path(a.models_dir), workdir=Path(tmp) / "service", env=env) as server:
             files = [f"tests/congruence_tests/{m}.py" for m in a.modules.split(",")]
             files = [f for f in files if (root / f).exists()]
             env = {**os.environ, "CONGRUENCE_TARGET": f"{server.url}/qdrant",
+                   "CONGRUENCE_GRPC_TARGET": f"127.0.0.1:{grpc_port}",
                    "PYTHONPATH": os.pathsep.join([str(Path(tmp) / "site"), str(root)])}  # fmt: skip
             junit = Path(tmp) / "junit.xml"
             cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",

@@ -117,16 +117,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.collection_service = None
         await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
-        later = None
+        later = grpc = None
         try:
             try:
                 await open_collections_now(app)
             except BackendUnavailable as e:  # a vector store not up yet (or recovering): serve, not ready, retry
                 log.warning("collections: the vector store is unavailable (%s); not ready until it answers", e)
                 later = asyncio.create_task(open_collections_later(app), name="collections-open")
+            if settings.qdrant_grpc_port:  # Qdrant's gRPC API, translated onto the /qdrant routes of this app
+                from .qdrant.grpc_server import start_server
+
+                grpc = await start_server(app, settings.host, settings.qdrant_grpc_port)
             yield
         finally:
             app.state.ready = False
+            if grpc is not None:
+                await grpc[0].stop(grace=settings.graceful_timeout_s)
+                await grpc[1].close()
             await cancel_and_wait(later)
             await control.close()
             if "reembedder" in opened:

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="interface to bind")
     port: int = Field(8000, ge=0, le=65535, description="TCP port")
+    qdrant_grpc_port: int = Field(
+        0, ge=0, le=65535, description="TCP port of Qdrant's gRPC API on the same host (0: off; Qdrant uses 6334)"
+    )
     models_dir: str = Field("models", description="artifact store (models/<name>/ or models/<name>/<version>/)")
     default_model: str = Field(
         "all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model"

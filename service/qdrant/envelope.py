@@ -36,13 +36,14 @@ def ok(request: Request, result: Any) -> Response:
 #: Qdrant's error kinds as its messages begin (its storage errors' ``Display``: "Not found: ...", "Wrong input: ...")
 _KINDS = {404: "Not found: ", 409: "Wrong input: ", 422: "Wrong input: ", 400: "Bad request: "}
 #: Qdrant's wording of some errors, which clients match on (``Not existing vector name error: <name>``)
-_WORDING = {"vector_not_found": "Not existing vector name error: ", "collection_not_found": "Collection: "}
+_WORDING = {"vector_not_found": "Not existing vector name error: "}
 
 
 def error_body(err: APIError, elapsed: float) -> dict[str, Any]:
     """Qdrant's error body ``{"status": {"error": message}, "time": seconds}`` (a ``service.errors.ErrorShape``), the
-    message prefixed as Qdrant's are by the error's kind (``Not found: Collection: collection 'x' not found``)."""
-    message = _KINDS.get(err.status, "") + _WORDING.get(err.code or "", "") + err.message
+    message prefixed as Qdrant's are by the error's kind (``Not found: Collection 'x' not found``)."""
+    message = err.message[:1].upper() + err.message[1:]  # "Not found: Collection 'x' not found", as Qdrant's
+    message = _KINDS.get(err.status, "") + _WORDING.get(err.code or "", "") + message
     return {"status": {"error": message}, "time": round(elapsed, 6)}
 
 
