@@ -223,7 +223,8 @@ class Settings(BaseSettings):
         32 * 1024 * 1024,
         ge=1024,
         description="most bytes of hits in one search or search/batch response (texts and payloads as stored, plus "
-        "64 per hit; more: 413 response_too_large), the same on both backends",
+        "64 per hit; more: 413 response_too_large), the same on both backends; under /qdrant one budget per request "
+        "also counts the vectors returned (with_vector) and bounds scroll and retrieve",
     )
     collections_max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")

@@ -21,6 +21,7 @@ artifact (:func:`same_model`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,10 @@ class Hit:
 
 
 HIT_OVERHEAD_BYTES = 64  # a hit's id, score and JSON punctuation, counted against a response budget
+#: one value of a dense vector in a response: a float32 written as JSON text (as Python's float: about 17 significant
+#: digits) and its comma, 19 to 21 bytes on average (unit vectors: 21), 25 at most
+FLOAT_JSON_BYTES = 21
+SPARSE_ENTRY_BYTES = 11 + FLOAT_JSON_BYTES  # one entry of a sparse vector: its index (a uint32) and its value
 
 CONSISTENCY_LEVELS: tuple[str, ...] = get_args(ReadConsistencyLevel)  # "strong", "bounded", "eventual"
 
@@ -122,15 +127,40 @@ STRONG = ReadConsistency()
 
 
 class ResponseBudget:
-    """The bytes a search response may still hold (``collections_max_response_bytes``), spent by the backends as
-    they gather hits: texts (UTF-8) and payloads (JSON) as stored, plus :data:`HIT_OVERHEAD_BYTES` per hit.
+    """The bytes a response may still hold (``collections_max_response_bytes``), spent by the backends as they gather
+    hits or points: texts (UTF-8) and payloads (JSON) as stored, vectors as JSON text (:data:`FLOAT_JSON_BYTES` per
+    dense value, :data:`SPARSE_ENTRY_BYTES` per sparse entry), plus :data:`HIT_OVERHEAD_BYTES` per hit or point.
+    One budget serves one request: every search of a batch and every read of the vectors of its hits spend from it.
 
-    Raises (from :meth:`spend`):
+    Raises (from :meth:`spend`, :meth:`spend_point`, :meth:`spend_hits`):
         ResponseTooLarge: more than ``limit`` bytes in all.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit, self.used = limit, 0
+
+    def spend_point(
+        self, key: str, text: str | None = None, payload: Any = None, floats: int = 0, entries: int = 0
+    ) -> None:
+        """Count one hit or point: its id's JSON text ``key``, its ``text`` (UTF-8), ``payload`` (as JSON), ``floats``
+        dense and ``entries`` sparse vector values, and :data:`HIT_OVERHEAD_BYTES`.
+
+        Raises:
+            ResponseTooLarge: as :meth:`spend`.
+        """
+        self.spend(len(key.encode()) + HIT_OVERHEAD_BYTES + (len(text.encode()) if text else 0)
+                   + (len(json.dumps(payload)) if payload is not None else 0) + floats * FLOAT_JSON_BYTES
+                   + entries * SPARSE_ENTRY_BYTES)  # fmt: skip
+
+    def spend_hits(self, hits: Sequence[Hit]) -> None:
+        """Count hits already gathered (e.g. the fused hits of a query with prefetches, whose searches each had a
+        budget of their own): their ids, texts and payloads as :meth:`spend_point` counts them.
+
+        Raises:
+            ResponseTooLarge: as :meth:`spend`.
+        """
+        for h in hits:
+            self.spend_point(json.dumps(h.id), h.text, h.payload)
 
     def spend(self, n: int) -> None:
         """Count ``n`` more bytes; raises :class:`~.errors.ResponseTooLarge` once the total exceeds ``limit``."""
@@ -138,7 +168,8 @@ class ResponseBudget:
         if self.used > self.limit:
             raise ResponseTooLarge(
                 f"the search results hold more than {self.limit} bytes (collections_max_response_bytes): ask for "
-                "fewer hits (top_k), without payloads or texts (with_payload, with_text), or split the batch"
+                "fewer hits (top_k, limit), without payloads, texts or vectors (with_payload, with_text, "
+                "with_vector), or split the batch"
             )
 
 
@@ -264,13 +295,21 @@ class CollectionHandle(Protocol):
         the point holds (``{name: [float] | {indices, values}}``; present when the collection has any)."""
 
     def scroll(
-        self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool | list[str] = False
-    ) -> list[dict[str, Any]]:
+        self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool | list[str] = False,
+        budget: ResponseBudget | None = None, with_text: bool = True, with_payload: bool = True,
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """Up to ``limit`` points ``{id, text, payload[, vector][, vectors]}`` (as :meth:`get`) matching ``where``, in
         id order, from the point whose id is ``start`` (inclusive; None: from the first). Embedded: Qdrant's order
         (integer ids numerically, then string ids by their UTF-8 bytes); Milvus: the stored keys' byte order
         (:func:`.ids.encode_id`: string ids before integer ids, integers as decimal text), the only order a Milvus
-        2.3 query with a limit can walk."""
+        2.3 query with a limit can walk. ``with_text``/``with_payload`` False: ``text``/``payload`` are None (not
+        read). The points' bytes (:meth:`ResponseBudget.spend_point`: id, text and payload as read, the vectors
+        asked for) are spent from ``budget`` before their texts, payloads and vectors are read where the backend can
+        (embedded), else as they arrive.
+
+        Raises:
+            ResponseTooLarge: the points would exceed ``budget``.
+        """
 
     def count_matching(self, where: Filter | None = None) -> int:
         """How many live points match ``where`` (None: all), counted exactly."""

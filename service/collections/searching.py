@@ -40,15 +40,19 @@ class SearchSpec(Protocol):
 
 
 async def search(
-    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency
-) -> list[list[Hit]]:
+    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency,
+    budget: ResponseBudget | None = None,
+) -> list[list[Hit]]:  # fmt: skip
     """One list of hits per search, best first, read at ``consistency`` (see the module docstring). ``svc``: the
     :class:`~.service.CollectionService`; ``param``: ``query`` (one search) or ``searches`` (a batch), used to name
-    the field at fault.
+    the field at fault; ``budget``: the request's :class:`~.backend.ResponseBudget`, which the hits of every search
+    spend (None: one of ``collections_max_response_bytes`` for these searches).
 
     Raises:
-        CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
+        CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged;
+        ResponseTooLarge: the hits exceed the budget.
     """
+    budget = budget or ResponseBudget(svc.settings.max_response_bytes)
     if param == "searches" and len(searches) > svc.settings.max_batch_searches:
         raise TooManyItems(
             f"{len(searches)} searches in one request; the maximum is {svc.settings.max_batch_searches}",
@@ -61,15 +65,17 @@ async def search(
         plain = [i for i, m in enumerate(modes) if m != "hybrid"]
         out: list[list[Hit]] = [[] for _ in searches]
         specs = [_on_mode(cfg, searches[i], f"{param}[{i}]." if param == "searches" else "") for i in plain]
-        for i, hits in zip(plain, await search(svc, name, specs, param, consistency) if specs else []):
+        for i, hits in zip(plain, await search(svc, name, specs, param, consistency, budget) if specs else []):
             out[i] = hits
         for i in (i for i, m in enumerate(modes) if m == "hybrid"):
             node = hybrid(cfg, searches[i], f"{param}[{i}]." if param == "searches" else "")
-            out[i] = await query(svc, name, node, consistency)
+            out[i] = await query(svc, name, node, consistency, budget=budget)
         return out
+    used = budget.used
     for attempt in range(RETRIES):
         try:
-            return await _search_once(svc, name, searches, param, consistency)
+            budget.used = used  # a search run again spends again
+            return await _search_once(svc, name, searches, param, consistency, budget)
         except ModelChanged as e:
             if attempt == RETRIES - 1:
                 raise ModelChanged(f"collection {name!r} changed model during the search; retry ({e})") from e
@@ -77,8 +83,9 @@ async def search(
 
 
 async def _search_once(
-    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency
-) -> list[list[Hit]]:
+    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency,
+    budget: ResponseBudget,
+) -> list[list[Hit]]:  # fmt: skip
     c = await svc.collection(name)
     cfg, model = c.vectors, dict(c.model) if c.model else None
     plans: list[tuple[SearchSpec, Filter | None, str, int | np.ndarray | SparseVec]] = []
@@ -132,7 +139,6 @@ async def _search_once(
         plans.append((s, where, using, v))
     qvecs = await svc.embed(c, texts, model) if texts else None
 
-    budget = ResponseBudget(svc.settings.max_response_bytes)  # one for the whole response
     # searches that differ only in their query vector go to the backend as one multi-query search (one Milvus
     # RPC, one FAISS call), each group its own bounded backend call
     groups: dict[tuple, list[int]] = {}
@@ -201,14 +207,16 @@ def _and(a: Any, b: Any) -> Any:
 
 
 async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsistency, above: Any = None,
-                depth: int = 0) -> list[Hit]:  # fmt: skip
+                depth: int = 0, budget: ResponseBudget | None = None) -> list[Hit]:  # fmt: skip
     """The hits of a query with prefetches (:class:`QueryNode`), best first; ``above``: the filter of the nodes
-    above (native grammar).
+    above (native grammar). ``budget``: the request's, which this query's hits spend (the hits of a search, or the
+    fused hits: each prefetch's search spends a budget of its own, as one search; None: each search its own).
 
     Raises:
         InvalidCollectionRequest: prefetches nested deeper than :data:`MAX_PREFETCH_DEPTH`, a re-scoring over more
             points than ``collections_max_filter_values``; and what :func:`search` raises.
         TooManyItems: more searches in the tree than ``collections_max_batch_searches``.
+        ResponseTooLarge: the hits exceed a budget.
     """
     s = node.search
     where = _and(above, s.filter)
@@ -216,7 +224,7 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
         raise TooManyItems(f"{n} prefetch searches in one query; the maximum is {svc.settings.max_batch_searches} "
                            "(collections_max_batch_searches)", "prefetch", "too_many_searches")  # fmt: skip
     if not node.prefetch:
-        return (await search(svc, name, [replace(s, filter=where)], "query", consistency))[0]
+        return (await search(svc, name, [replace(s, filter=where)], "query", consistency, budget))[0]
     if depth >= MAX_PREFETCH_DEPTH:
         raise InvalidCollectionRequest(f"prefetch nested more than {MAX_PREFETCH_DEPTH} deep", "prefetch")
     leaves = [replace(p, search=replace(p.search, with_payload=s.with_payload, with_text=s.with_text))
@@ -228,11 +236,14 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
         except ValueError as e:
             raise InvalidCollectionRequest(str(e), "query") from e
         t = s.score_threshold
-        return [h for h in fused if t is None or h.score >= t]
+        fused = [h for h in fused if t is None or h.score >= t]
+        if budget is not None:
+            budget.spend_hits(fused)
+        return fused
     ids = list(dict.fromkeys(h.id for hits in sources for h in hits))
     if not ids:
         return []
-    return (await search(svc, name, [replace(s, filter=_and(where, {"$ids": ids}))], "query", consistency))[0]
+    return (await search(svc, name, [replace(s, filter=_and(where, {"$ids": ids}))], "query", consistency, budget))[0]
 
 
 def _model_sparse(cfg: Any, pre: str) -> str:

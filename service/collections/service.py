@@ -25,7 +25,7 @@ import numpy as np
 from ..embedder import ModelNotReady
 from ..registry import ModelNotFound
 from . import searching
-from .backend import CollectionHandle, Hit, ReadConsistency, VectorBackend, check_name, single_config
+from .backend import CollectionHandle, Hit, ReadConsistency, ResponseBudget, VectorBackend, check_name, single_config
 from .errors import (
     RETRIES,
     CollectionNotFound,
@@ -41,7 +41,7 @@ from .payload_update import check_payload_sizes, delete_payload_keys, delete_vec
 from .schema import VectorsConfig, new_vectors_config, point_vectors
 from .searching import SearchSpec
 from .sparse_inputs import sparse_from_texts, sparse_model
-from .vectors import query_problem
+from .vectors import given_vectors
 
 
 class CollectionService:
@@ -84,6 +84,11 @@ class CollectionService:
             raise InvalidCollectionRequest(
                 str(e).replace("filter", param, 1), param=param, code="invalid_filter"
             ) from e
+
+    def response_budget(self) -> ResponseBudget:
+        """A new :class:`~.backend.ResponseBudget` of ``collections_max_response_bytes``: one per request, passed to
+        each of its searches and reads (:meth:`search`, :meth:`query`, :meth:`scroll`)."""
+        return ResponseBudget(self.settings.max_response_bytes)
 
     def read_consistency(self, level: str | None = None, after: int | None = None) -> ReadConsistency:
         """A read's consistency: ``level`` (default: ``collections_read_consistency``) and an optional write's
@@ -253,37 +258,28 @@ class CollectionService:
         self, c: CollectionHandle, texts: list[str], given: dict[int, Sequence[float]], model: dict[str, Any]
     ) -> np.ndarray:
         """float32 ``(n, d)``: the client's vectors where given (checked), the texts embedded by ``model`` elsewhere."""
-        d = c.spec.dimension
-        out = np.empty((len(texts), d), dtype=np.float32)
-        for i, v in given.items():
-            x = np.asarray(v, dtype=np.float32)
-            if x.shape != (d,):
-                raise InvalidCollectionRequest(
-                    f"vector has dimension {x.size}; collection {c.name!r} has {d}", f"points[{i}].vector",
-                    "wrong_dimension",
-                )  # fmt: skip
-            if (problem := query_problem(x, c.spec.metric)) is not None:
-                raise InvalidCollectionRequest(problem.replace("query vector", "vector"), f"points[{i}].vector")
-            out[i] = x
-        rest = [i for i in range(len(texts)) if i not in given]
+        out, rest = given_vectors(given, len(texts), c.spec, c.name)
         if rest:
             out[rest] = await self.embed(c, [texts[i] for i in rest], model)
         return out
 
     async def scroll(
-        self, name: str, start: int | str | None, limit: int, raw_filter: Any, with_vector: bool = False
-    ) -> tuple[list[dict[str, Any]], int | str | None]:
-        """A page of points in id order (see :meth:`CollectionHandle.scroll`): ``(points, next start)``, the
-        next start None on the last page. ``limit``: 1 to ``max_top_k``.
+        self, name: str, start: int | str | None, limit: int, raw_filter: Any, with_vector: bool | list[str] = False,
+        budget: ResponseBudget | None = None, with_text: bool = True, with_payload: bool = True,
+    ) -> tuple[list[dict[str, Any]], int | str | None]:  # fmt: skip
+        """A page of points in id order (see :meth:`CollectionHandle.scroll`: ``with_vector`` True or the names of
+        the vectors wanted; ``with_text``/``with_payload`` False leave those out): ``(points, next start)``, the next
+        start None on the last page. ``limit``: 1 to ``max_top_k``. ``budget``: the request's, which the points spend
+        before their texts, payloads and vectors are read (the next page's first point too; None: bounded by ``limit``).
 
         Raises:
-            CollectionNotFound, InvalidCollectionRequest (bad filter or limit).
+            CollectionNotFound, InvalidCollectionRequest (bad filter or limit), ResponseTooLarge (over ``budget``).
         """
         if not 1 <= limit <= self.settings.max_top_k:
             raise InvalidCollectionRequest(f"limit must be between 1 and {self.settings.max_top_k}", "limit")
         c = await self.collection(name)
         where = self.parse_filter(raw_filter, "filter", c.vectors)
-        rows = await self.backend.run(c.scroll, start, limit + 1, where, with_vector)
+        rows = await self.backend.run(c.scroll, start, limit + 1, where, with_vector, budget, with_text, with_payload)
         return rows[:limit], (rows[limit]["id"] if len(rows) > limit else None)
 
     async def set_payload(
@@ -374,23 +370,28 @@ class CollectionService:
         raise PointNotFound(f"point {str(shown)!r} not found in collection {name!r}")
 
     async def search(
-        self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency | None = None
-    ) -> list[list[Hit]]:
+        self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency | None = None,
+        budget: ResponseBudget | None = None,
+    ) -> list[list[Hit]]:  # fmt: skip
         """One list of hits per search, best first, read at ``consistency`` (default :meth:`read_consistency`):
         :func:`.searching.search` (each search by its ``using`` vector, default the collection's default one).
-        ``param``: ``query`` (one search) or ``searches`` (a batch), used to name the field at fault.
+        ``param``: ``query`` (one search) or ``searches`` (a batch), used to name the field at fault. ``budget``: the
+        request's (:meth:`response_budget`), shared with its other searches and reads; None: one for these searches.
 
         Raises:
-            CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged.
+            CollectionNotFound, TooManyItems, InvalidCollectionRequest, ModelUnavailable, ModelChanged;
+            ResponseTooLarge: the hits exceed the budget (checked as they are gathered).
         """
-        return await searching.search(self, name, searches, param, consistency or self.read_consistency())
+        return await searching.search(self, name, searches, param, consistency or self.read_consistency(), budget)
 
     async def query(
-        self, name: str, node: searching.QueryNode, consistency: ReadConsistency | None = None
-    ) -> list[Hit]:
-        """The hits of a query with prefetches and fusion (:func:`.searching.query`), best first.
+        self, name: str, node: searching.QueryNode, consistency: ReadConsistency | None = None,
+        budget: ResponseBudget | None = None,
+    ) -> list[Hit]:  # fmt: skip
+        """The hits of a query with prefetches and fusion (:func:`.searching.query`), best first; ``budget``: as for
+        :meth:`search`.
 
         Raises:
             as :meth:`search`; InvalidCollectionRequest: prefetches nested too deep, an unknown fusion.
         """
-        return await searching.query(self, name, node, consistency or self.read_consistency())
+        return await searching.query(self, name, node, consistency or self.read_consistency(), budget=budget)

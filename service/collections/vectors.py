@@ -6,7 +6,11 @@ float32 norm of 0, ``[3e38] * 384`` one of inf), which silently turned such quer
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+from .errors import InvalidCollectionRequest
 
 #: largest query-vector norm for ``dot`` and ``l2``: scores and squared distances then stay finite in float32
 #: against unit-scale points (``MAX_NORM**2`` is below float32's 3.4e38)
@@ -51,3 +55,26 @@ def average_vector(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
         avg = 2 * avg - np.asarray(negative, dtype=np.float64).mean(axis=0)
     with np.errstate(over="ignore"):
         return avg.astype(np.float32)
+
+
+def given_vectors(given: dict[int, Any], n: int, spec: Any, collection: str) -> tuple[np.ndarray, list[int]]:
+    """float32 ``(n, d)`` holding the client's vectors ``given`` (by position among an upsert's ``n`` points) of a
+    collection whose model-bound vector has the index ``spec`` (dimension, metric), and the positions left to embed.
+
+    Raises:
+        InvalidCollectionRequest: a given vector of the wrong dimension (``wrong_dimension``), not finite, or zero
+            for cosine.
+    """
+    d = spec.dimension
+    out = np.empty((n, d), dtype=np.float32)
+    for i, v in given.items():
+        x = np.asarray(v, dtype=np.float32)
+        if x.shape != (d,):
+            raise InvalidCollectionRequest(
+                f"vector has dimension {x.size}; collection {collection!r} has {d}", f"points[{i}].vector",
+                "wrong_dimension",
+            )  # fmt: skip
+        if (problem := query_problem(x, spec.metric)) is not None:
+            raise InvalidCollectionRequest(problem.replace("query vector", "vector"), f"points[{i}].vector")
+        out[i] = x
+    return out, [i for i in range(n) if i not in given]

@@ -16,6 +16,7 @@ scan would make. Refused with 422: ``with_lookup``, a query without ``query``, `
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -86,8 +87,11 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
         return await _grouped(svc, collection_name, spec, body.group_by, limit, size), [spec]
 
     groups = await on_current_model(svc, collection_name, attempt)
-    ids = [h.id for hits in groups.values() for h in hits]
-    points = await points_by_id(svc, collection_name, ids) if body.with_vector else {}
+    budget = svc.response_budget()  # the response's hits (each search had its own), then their vectors
+    hits = [h for g in groups.values() for h in g]
+    budget.spend_hits(hits if body.with_payload else [replace(h, payload=None) for h in hits])
+    ids = [h.id for h in hits]
+    points = await points_by_id(svc, collection_name, ids, body.with_vector, budget) if body.with_vector else {}
     cfg = (await svc.collection(collection_name)).vectors
     return ok(request, {"groups": [
         {"id": v, "hits": [scored(h, body.with_payload, shown(points.get((type(h.id), h.id)), body.with_vector, cfg))

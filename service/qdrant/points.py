@@ -31,6 +31,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from ..collections.backend import ResponseBudget
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
@@ -86,25 +87,40 @@ def no_shard_key(body: Any) -> None:
 
 
 async def fetch(
-    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any, where: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
+    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any, where: dict[str, Any] | None = None,
+    budget: ResponseBudget | None = None, payload: bool = True,
+) -> list[dict[str, Any]]:  # fmt: skip
     """The stored points among ``ids`` (and matching the native filter ``where``, if given), in the order asked
-    (missing ones left out, repeats once)."""
+    (missing ones left out, repeats once); without their texts when they are read for a response (a ``budget``: the
+    request's, which they spend page by page before their payloads and vectors are read; ``payload``: read them).
+
+    Raises:
+        CollectionNotFound; ResponseTooLarge: over ``budget``.
+    """
     ids = list(dict.fromkeys(ids))
     found: dict[Any, dict[str, Any]] = {}
     step = min(svc.settings.max_top_k, svc.settings.max_filter_values)  # one scroll page, one $ids filter
     for i in range(0, len(ids), step):
         part = ids[i : i + step]
         flt = {"$ids": part} if where is None else {"$and": [{"$ids": part}, where]}
-        points, _ = await svc.scroll(name, None, len(part), flt, with_vector)
+        points, _ = await svc.scroll(name, None, len(part), flt, with_vector, budget, budget is None, payload)
         found.update({(type(p["id"]), p["id"]): p for p in points})
     return [found[(type(i), i)] for i in ids if (type(i), i) in found]
 
 
-async def points_by_id(svc: CollectionService, name: str, ids: list[int | str]) -> dict[tuple[type, Any], Any]:
-    """The stored points among ``ids`` with every vector, keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay
-    apart)."""
-    return {(type(p["id"]), p["id"]): p for p in await fetch(svc, name, ids, True)} if ids else {}
+async def points_by_id(
+    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any = True,
+    budget: ResponseBudget | None = None,
+) -> dict[tuple[type, Any], Any]:  # fmt: skip
+    """The vectors (``with_vector``: True for all, or their names) of the stored points among ``ids``, as points
+    without text nor payload keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay apart); ``budget``: the
+    request's, when the vectors are read for its response (hits' vectors).
+
+    Raises:
+        CollectionNotFound; ResponseTooLarge: over ``budget``.
+    """
+    points = await fetch(svc, name, ids, with_vector, None, budget, False) if ids else []
+    return {(type(p["id"]), p["id"]): p for p in points}
 
 
 def _keys(points: list[dict[str, Any]]) -> set[tuple[type, Any]]:
@@ -174,7 +190,8 @@ async def retrieve_points(collection_name: str, body: PointRequest, request: Req
     """Qdrant API reference: ``POST /collections/{collection_name}/points`` -> ``[Record]`` (the ids found, in the
     order asked). Errors: 404 collection."""
     no_shard_key(body)
-    points = await fetch(svc, collection_name, body.ids, body.with_vector)
+    points = await fetch(svc, collection_name, body.ids, body.with_vector, None, svc.response_budget(),
+                         bool(body.with_payload))  # fmt: skip
     cfg = (await svc.collection(collection_name)).vectors
     return ok(request, [record(p, body.with_payload, body.with_vector, cfg) for p in points])
 
@@ -317,7 +334,8 @@ async def scroll_points(collection_name: str, body: ScrollRequest, request: Requ
     if body.order_by is not None:
         raise unsupported("order_by", "order_by")
     limit = body.limit or DEFAULT_SCROLL_LIMIT
-    points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), body.with_vector)
+    points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), body.with_vector,
+                                   svc.response_budget(), False, bool(body.with_payload))  # fmt: skip
     cfg = (await svc.collection(collection_name)).vectors
     return ok(request, {"points": [record(p, body.with_payload, body.with_vector, cfg) for p in points],
                         "next_page_offset": nxt})  # fmt: skip

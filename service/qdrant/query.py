@@ -35,6 +35,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
 from ..collections.api import SearchRequest
+from ..collections.backend import ResponseBudget
 from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound, TooManyItems
 from ..collections.schema import VectorsConfig
 from ..collections.searching import QueryNode
@@ -277,25 +278,36 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     return spec
 
 
-async def _run(svc: CollectionService, name: str, specs: list[Spec], param: str) -> list[list[dict[str, Any]]]:
-    """Run the searches in one service call; hits as ``ScoredPoint``, vectors read back when asked."""
+async def _run(
+    svc: CollectionService, name: str, specs: list[Spec], param: str, budget: ResponseBudget | None = None
+) -> list[list[dict[str, Any]]]:
+    """Run the searches in one service call; hits as ``ScoredPoint``, vectors read back when asked. Every search and
+    every read of the hits' vectors spends ``budget`` (the request's; None: a new one).
+
+    Raises:
+        ResponseTooLarge: the hits (with their payloads and vectors) exceed the budget; and what the searches raise.
+    """
+    budget = budget or svc.response_budget()
     plain = [s for s in specs if s.node is None]
-    found = iter(await svc.search(name, [s.search for s in plain], param) if plain else [])
-    results = [await svc.query(name, s.node) if s.node is not None else next(found) for s in specs]
+    found = iter(await svc.search(name, [s.search for s in plain], param, budget=budget) if plain else [])
+    results = [await svc.query(name, s.node, budget=budget) if s.node is not None else next(found) for s in specs]
     cfg = (await svc.collection(name)).vectors
     out = []
     for s, hits in zip(specs, results):
         hits = hits[s.offset :]
-        points = await points_by_id(svc, name, [h.id for h in hits]) if s.vector_sel else {}
+        points = await points_by_id(svc, name, [h.id for h in hits], s.vector_sel, budget) if s.vector_sel else {}
         out.append([scored(h, s.payload_sel, shown(points.get((type(h.id), h.id)), s.vector_sel, cfg))
                     for h in hits])  # fmt: skip
     return out
 
 
-async def _scroll_query(svc: CollectionService, name: str, r: QueryRequest) -> list[dict[str, Any]]:
+async def _scroll_query(
+    svc: CollectionService, name: str, r: QueryRequest, budget: ResponseBudget | None = None
+) -> list[dict[str, Any]]:
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     n = _top_k(svc, limit, offset, "limit")
-    points, _ = await svc.scroll(name, None, n, translate(r.filter), r.with_vector or False)
+    points, _ = await svc.scroll(name, None, n, translate(r.filter), r.with_vector or False, budget, False,
+                                 bool(r.with_payload))  # fmt: skip
     cfg = (await svc.collection(name)).vectors
     return [{**record(p, r.with_payload, r.with_vector, cfg), "version": 0, "score": 1.0} for p in points[offset:]]
 
@@ -326,8 +338,11 @@ async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], 
 
     async def attempt() -> tuple[list[list[dict]], list[Spec | None]]:
         plans = [await plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
-        found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query"))
-        return [next(found) if p is not None else await _scroll_query(svc, name, r) for p, r in zip(plans, reqs)], plans
+        budget = svc.response_budget()  # one for the request's searches, scrolls and vectors
+        found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query",
+                                budget))  # fmt: skip
+        return [next(found) if p is not None else await _scroll_query(svc, name, r, budget)
+                for p, r in zip(plans, reqs)], plans  # fmt: skip
 
     return await on_current_model(svc, name, attempt)
 

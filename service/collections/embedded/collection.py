@@ -32,7 +32,7 @@ from ..schema import VectorsConfig
 from .locks import RWLock
 from .named import NamedIndexes, prepared
 from .reembedding import Reembedding
-from .search import assemble_hits, dense_search, left_out, point_dict
+from .search import assemble_hits, budgeted_page, dense_search, left_out, point_dict
 from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
 from .store import Store
 
@@ -328,11 +328,8 @@ class Collection(Reembedding):
 
     def _points(self, rows: list[tuple], with_vector: Any) -> list[dict[str, Any]]:
         """Stored rows ``(id, iid, text, payload, vector bytes)`` as points: ``vector`` the model-bound vector and
-        ``vectors`` the named others asked for by ``with_vector`` (True: all; a list: those names)."""
-        b = self.vectors.bound
-        others = [n for n in [*self.named.dense, *self.vectors.sparse] if with_vector is True or
-                  (isinstance(with_vector, list) and n in with_vector)]  # fmt: skip
-        want_bound = with_vector is True or (isinstance(with_vector, list) and b is not None and b.name in with_vector)
+        ``vectors`` the named others asked for by ``with_vector`` (:meth:`.named.NamedIndexes.wanted`)."""
+        want_bound, others = self.named.wanted(with_vector)
         named = self.named.vectors_of([r[1] for r in rows], others) if others else {}
         has_named = bool(self.named.dense or self.vectors.sparse)  # then "vectors" is always answered, maybe empty
         return [point_dict(pid, t, p, v if want_bound else None, named.get(iid, {}) if has_named else None)
@@ -345,11 +342,20 @@ class Collection(Reembedding):
             row = self.store.get(encode_id(point_id))
             return None if row is None else self._points([(point_id, *row)], with_vector)[0]
 
-    def scroll(self, start, limit, where=None, with_vector=False) -> list[dict[str, Any]]:
-        """Points in id order (integers numerically, then strings) from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`)."""
+    def scroll(self, start, limit, where=None, with_vector=False, budget=None, with_text=True, with_payload=True):
+        """Points in id order (integers numerically, then strings) from ``start``, as the backend's ``scroll`` says;
+        with a ``budget``, a page's bytes are spent before its texts, payloads and vectors are read
+        (:func:`.search.budgeted_page`). Raises CollectionClosed, ResponseTooLarge."""
         with self._rw.read():
             self._check_open()
-            rows = self.store.scroll(None if start is None else encode_id(start), limit, where, bool(with_vector))
+            key = None if start is None else encode_id(start)
+            if budget is None:
+                rows = self.store.scroll(key, limit, where, bool(with_vector), with_text, with_payload)
+            else:
+                bound, others = self.named.wanted(with_vector)
+                page = self.store.scroll(key, limit, where, False, False, False)  # ids only: spent before read
+                dim = self.spec.dimension if bound else 0
+                rows = budgeted_page(self.store, self.named, page, dim, others, budget, with_text, with_payload)
             return self._points([(decode_id(k), i, t, p, v) for k, i, t, p, v in rows], with_vector)
 
     def count_matching(self, where: Filter | None = None) -> int:

@@ -119,6 +119,19 @@ class NamedIndexes:
         """``{iid: {name: float32 array | SparseVec}}`` of the named vectors among ``names`` the points hold."""
         return tables.vectors_of(self.store.reader(), iids, names, set(self.dense))
 
+    def wanted(self, with_vector: Any) -> tuple[bool, list[str]]:
+        """``(whether the model-bound vector is asked for, the other named vectors asked for)`` by a read's
+        ``with_vector`` (True: all; a list: those names)."""
+        b, sel = self.config.bound, with_vector
+        others = [n for n in [*self.dense, *self.config.sparse] if sel is True or (isinstance(sel, list) and n in sel)]
+        return b is not None and (sel is True or (isinstance(sel, list) and b.name in sel)), others
+
+    def value_counts(self, iids: list[int], names: list[str]) -> tuple[int, int]:
+        """``(dense values, sparse entries)`` of the named vectors among ``names`` that the points ``iids`` hold
+        (:func:`.store.named.value_counts`: their vectors are not read)."""
+        dims = {n: v.spec.dimension for n, v in self.dense.items()}
+        return tables.value_counts(self.store.reader(), iids, names, dims)
+
     def info(self) -> dict[str, Any]:
         """Per named vector: how many points hold it (and, for dense ones, the index's state)."""
         out: dict[str, Any] = {}

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Hit
+from ..backend import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 from ..filters import Filter, Ids, Not
 from ..ids import decode_id
 from ..index import VectorIndex, exact_search
@@ -129,14 +129,41 @@ def assemble_hits(
 
 
 def point_dict(
-    point_id: int | str, text: str, payload_json: str, vector: bytes | None, named: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    point_id: int | str, text: str | None, payload_json: str | None, vector: bytes | None,
+    named: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """A stored row as the API's point ``{id, text, payload[, vector][, vectors]}``: ``vector`` the model-bound
     vector when its bytes are given (and not empty: a collection without one stores none), ``vectors`` the point's
     named vectors asked for (``{name: list | {indices, values}}``) when ``named`` is given."""
-    out: dict[str, Any] = {"id": point_id, "text": text, "payload": json.loads(payload_json)}
+    out: dict[str, Any] = {"id": point_id, "text": text,
+                           "payload": json.loads(payload_json) if payload_json is not None else None}  # fmt: skip
     if vector:
         out["vector"] = np.frombuffer(vector, dtype=np.float32).tolist()
     if named is not None:
         out["vectors"] = {n: v.to_json() if isinstance(v, SparseVec) else v.tolist() for n, v in named.items()}
     return out
+
+
+def budgeted_page(
+    store: Store, named: Any, rows: list[tuple], bound: int, others: list[str], budget: ResponseBudget, text: bool,
+    payload: bool,
+) -> list[tuple]:  # fmt: skip
+    """The rows ``(key, iid, text, payload_json, vector_bytes)`` of a scroll page given as ``(key, iid, ...)``, read
+    once their bytes are spent from ``budget``: first the vectors asked for (``bound``: the model-bound vector's
+    dimension, 0 when not asked; ``others``: the named vectors asked for, counted by ``named.value_counts``), then the
+    ids, texts and payloads (:meth:`.store.Store.rows_for`), each before it is read.
+
+    Raises:
+        ResponseTooLarge: from ``budget``, before any text, payload or vector is read.
+    """
+    iids = [r[1] for r in rows]
+    if not iids:
+        return []
+    floats, entries = named.value_counts(iids, others) if others else (0, 0)
+    budget.spend((floats + bound * len(iids)) * FLOAT_JSON_BYTES + entries * SPARSE_ENTRY_BYTES)
+    got = store.rows_for(iids, text, payload, budget)
+    vectors: dict[int, bytes] = {}
+    if bound:
+        ids, vecs = store.vectors_for(np.asarray(iids, dtype=np.int64), bound)
+        vectors = {int(i): v.tobytes() for i, v in zip(ids, vecs)}
+    return [(key, iid, got[iid][1], got[iid][2], vectors.get(iid)) for key, iid, *_ in rows if iid in got]

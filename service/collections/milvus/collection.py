@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pymilvus import MilvusException
 
-from ..backend import HIT_OVERHEAD_BYTES, STRONG, Hit, ReadConsistency, same_model
+from ..backend import STRONG, Hit, ReadConsistency, same_model
 from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
 from ..filters import Filter
 from ..ids import decode_id, encode_id
@@ -255,22 +255,25 @@ class MilvusCollection:
             out["vector"] = [float(x) for x in rows[0]["vector"]]
         return out
 
-    def scroll(self, start, limit, where=None, with_vector=False) -> list[dict[str, Any]]:
+    def scroll(self, start, limit, where=None, with_vector=False, budget=None, with_text=True, with_payload=True):
         """Points in stored-key order from ``start`` (see :meth:`~..backend.CollectionHandle.scroll`): Milvus answers
         a limited query with the smallest primary keys, sorted here (Python's order of ``str`` is UTF-8 byte order,
-        as Milvus compares VARCHAR keys)."""
+        as Milvus compares VARCHAR keys); ``budget`` spent as the rows arrive (one query of ``limit`` rows at most:
+        ResponseTooLarge past it)."""
         rec = self.fresh()
         with_vector = wants_vector(with_vector, rec.get("vector_name", ""))
         parts = ([f"key >= {json.dumps(encode_id(start), ensure_ascii=False)}"] if start is not None else []) + (
             [to_expr(where)] if where is not None else []
         )
         expr = " and ".join(f"({p})" for p in parts) or 'key != ""'
-        fields = ["key", *_FIELDS] + (["vector"] if with_vector else [])
+        fields = ["key"] + [f for f, w in zip([*_FIELDS, "vector"], (with_text, with_payload, with_vector)) if w]
         rows = self._call(self.backend.client.query, rec["physical"], filter=expr, output_fields=fields, limit=limit)
         rows.sort(key=lambda r: r["key"])
         out = []
         for r in rows[:limit]:
-            p = {"id": decode_id(r["key"]), "text": r["text"], "payload": r["payload"]}
+            p = {"id": decode_id(r["key"]), "text": r.get("text"), "payload": r.get("payload")}
+            if budget is not None:
+                budget.spend_point(r["key"], p["text"], p["payload"], len(r["vector"]) if with_vector else 0)
             if with_vector:
                 p["vector"] = [float(x) for x in r["vector"]]
             out.append(p)
@@ -324,8 +327,7 @@ class MilvusCollection:
                 e = h["entity"]
                 text, payload = e.get("text"), e.get("payload")
                 if budget is not None:  # Milvus has sent them already: at most 64 KB of text and of payload each
-                    budget.spend(len(h["id"].encode()) + HIT_OVERHEAD_BYTES + (len(text.encode()) if text else 0)
-                                 + (len(json.dumps(payload)) if payload is not None else 0))  # fmt: skip
+                    budget.spend_point(h["id"], text, payload)
                 row.append(Hit(decode_id(h["id"]), s, text, payload))
             out.append(row)
         return out

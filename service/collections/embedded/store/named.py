@@ -131,6 +131,22 @@ def vectors_of(
     return out
 
 
+def value_counts(conn: sqlite3.Connection, iids: list[int], names: list[str], dims: dict[str, int]) -> tuple[int, int]:
+    """``(dense values, sparse entries)``: how many values the vectors among ``names`` that the points ``iids`` hold
+    have in all (``dims``: the dense ones' dimensions; the other names are sparse), counted from the keys and the
+    blobs' lengths, without reading the vectors."""
+    floats = entries = 0
+    for part in chunks(iids):
+        for name in names:
+            if name in dims:
+                q = f"SELECT COUNT(*) FROM named_dense WHERE field=? AND iid IN ({marks(part)})"
+                floats += conn.execute(q, [name, *part]).fetchone()[0] * dims[name]
+            else:
+                q = f"SELECT TOTAL(length(indices)) FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
+                entries += int(conn.execute(q, [name, *part]).fetchone()[0]) // 4  # uint32 indices
+    return floats, entries
+
+
 def count(conn: sqlite3.Connection, name: str, sparse: bool) -> int:
     """How many points hold the vector ``name``."""
     table = "sparse_vectors" if sparse else "named_dense"

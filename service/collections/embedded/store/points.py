@@ -374,16 +374,17 @@ class Store:
         return out
 
     def scroll(
-        self, start_key: str | None, limit: int, where: Filter | None, with_vector: bool
-    ) -> list[tuple[str, int, str, str, bytes | None]]:
-        """``(key, iid, text, payload_json, vector_bytes or None)`` of up to ``limit`` rows matching ``where``, in id
-        order (:data:`ORDER_KEY`, Qdrant's: integers numerically, then strings), from ``start_key`` (inclusive; None:
-        the first)."""
+        self, start_key: str | None, limit: int, where: Filter | None, with_vector: bool, text: bool = True,
+        payload: bool = True,
+    ) -> list[tuple[str, int, str | None, str | None, bytes | None]]:  # fmt: skip
+        """``(key, iid, text, payload_json, vector_bytes)`` of up to ``limit`` rows matching ``where``, in id order
+        (:data:`ORDER_KEY`, Qdrant's: integers numerically, then strings), from ``start_key`` (inclusive; None: the
+        first); the text, payload and vector None where ``text``, ``payload``, ``with_vector`` are False."""
         sql, params = to_sql(where) if where is not None else ("1", [])
         if start_key is not None:
             sql, params = f"{ORDER_KEY} >= ? AND ({sql})", [order_key(start_key), *params]
-        vec = "vector" if with_vector else "NULL"
-        q = f"SELECT key, iid, text, payload, {vec} FROM points WHERE {sql} ORDER BY {ORDER_KEY} LIMIT ?"
+        cols = ", ".join(c if w else "NULL" for c, w in (("text", text), ("payload", payload), ("vector", with_vector)))
+        q = f"SELECT key, iid, {cols} FROM points WHERE {sql} ORDER BY {ORDER_KEY} LIMIT ?"
         return self.reader().execute(q, [*params, int(limit)]).fetchall()
 
     def count_where(self, where: Filter | None) -> int:
