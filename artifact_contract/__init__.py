@@ -36,6 +36,8 @@ MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "sentence_embedding"
+#: the output of a reranker's graph (``task: "reranker"``): raw relevance logits, float32 ``(batch, 1)``
+RERANK_OUTPUT_NAME = "logits"
 SCHEMA_VERSION = 1
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "Parity",
     "INPUT_NAMES",
     "OUTPUT_NAME",
+    "RERANK_OUTPUT_NAME",
     "MANIFEST_FILE",
     "MODEL_FILE",
     "TOKENIZER_FILE",
@@ -67,13 +70,15 @@ class Parity(BaseModel):
     """Export parity of ONNX against the torch model on real sentences.
 
     ``max_abs_diff`` is the largest absolute element difference of the pooled
-    embeddings; ``min_cosine`` the smallest per-sentence cosine similarity.
+    embeddings; ``min_cosine`` the smallest per-sentence cosine similarity. For a reranker (``task: "reranker"``)
+    ``n_sentences`` counts held-out (query, passage) pairs, ``max_abs_diff`` is the largest |ONNX raw score -
+    ``CrossEncoder.predict`` raw score| and ``min_cosine`` is None (scores are not vectors).
     """
 
     model_config = ConfigDict(extra="forbid")
     n_sentences: int = Field(gt=0)
     max_abs_diff: float = Field(ge=0)
-    min_cosine: float
+    min_cosine: float | None = None
     source: str = Field(description="where the parity sentences came from, and what was compared with what")
     provider: str | None = Field(
         default=None, description="ONNX Runtime execution provider the ONNX side ran on (None: not recorded)"
@@ -86,12 +91,16 @@ class Canary(BaseModel):
     A loader re-embeds ``sentences`` and compares with ``embeddings``
     (shape ``(len(sentences), dimension)``) within ``atol`` to prove the
     artifact it opened is the artifact that was exported.
+
+    A reranker's canary holds pairs: ``queries[i]`` with ``sentences[i]`` (the passage), and ``embeddings[i]`` is
+    the pair's raw score as a one-column row (``dimension`` is 1).
     """
 
     model_config = ConfigDict(extra="forbid")
     sentences: list[str] = Field(min_length=1)
     embeddings: list[list[float]]
     atol: float = 1e-3
+    queries: list[str] | None = Field(default=None, description="a reranker's canary: the query of each pair")
 
 
 class Manifest(BaseModel):
@@ -99,6 +108,12 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     schema_version: int = SCHEMA_VERSION
+    task: Literal["reranker"] | None = Field(
+        default=None,
+        description="what the graph computes: absent/null = an embedding model (output sentence_embedding); "
+        "'reranker' = a cross-encoder scoring (query, passage) pairs (output logits (batch, 1), dimension 1, "
+        "pooling cls: its classification head reads the first token; never served for embeddings)",
+    )
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     version: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     created_at: datetime
@@ -145,6 +160,22 @@ class Manifest(BaseModel):
         if self.quantization is not None and self.dtype != "fp32":
             raise ValueError(f"quantization {self.quantization} applies to fp32 graphs, dtype is {self.dtype}")
         return self
+
+    @model_validator(mode="after")
+    def _task_fields(self) -> Manifest:
+        rerank = self.task == "reranker"
+        if rerank and (self.dimension != 1 or self.normalize):
+            raise ValueError("a reranker has dimension 1 (one raw score per pair) and normalize false")
+        if self.parity is not None and not rerank and self.parity.min_cosine is None:
+            raise ValueError("an embedding model's parity needs min_cosine")
+        if self.canary is not None and (self.canary.queries is not None) != rerank:
+            raise ValueError("canary.queries is given for a reranker's pairs, and only then")
+        return self
+
+    @property
+    def is_reranker(self) -> bool:
+        """The artifact is a cross-encoder (``task == "reranker"``), not an embedding model."""
+        return self.task == "reranker"
 
 
 @dataclass(frozen=True)
@@ -211,6 +242,10 @@ def validate_artifact(artifact_dir: str | os.PathLike, check_hash: bool = True) 
                 raise ArtifactError(
                     f"{d}: canary embedding has {len(row)} dimensions, manifest dimension is {m.dimension}"
                 )
+        if m.canary.queries is not None and len(m.canary.queries) != len(m.canary.sentences):
+            raise ArtifactError(
+                f"{d}: canary has {len(m.canary.queries)} queries for {len(m.canary.sentences)} passages"
+            )
         if len(m.canary.embeddings) != len(m.canary.sentences):
             raise ArtifactError(
                 f"{d}: canary has {len(m.canary.sentences)} sentences but {len(m.canary.embeddings)} embeddings"
@@ -219,8 +254,12 @@ def validate_artifact(artifact_dir: str | os.PathLike, check_hash: bool = True) 
 
 
 def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
-    """Write ``manifest.json`` atomically and durably (see :mod:`artifact_contract.fsio`)."""
-    return atomic_write_text(Path(artifact_dir) / MANIFEST_FILE, manifest.model_dump_json(indent=2))
+    """Write ``manifest.json`` atomically and durably (see :mod:`artifact_contract.fsio`); an embedding model's
+    manifest is written without the reranker-only fields (``task``, ``canary.queries``), as before they existed."""
+    exclude: dict = {}
+    if manifest.task is None:
+        exclude = {"task": True, "canary": {"queries"}} if manifest.canary is not None else {"task": True}
+    return atomic_write_text(Path(artifact_dir) / MANIFEST_FILE, manifest.model_dump_json(indent=2, exclude=exclude))
 
 
 def now_utc() -> datetime:

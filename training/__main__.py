@@ -1,4 +1,5 @@
-"""``python -m training <command>``: export | train | eval | sparse | pretrain (one module each in training/cli/)."""
+"""``python -m training <command>``: export | train | train-reranker | eval | sparse | pretrain (one module each in
+training/cli/, a command's dashes underscores in its module's name)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 COMMANDS = {
     "export": "export an HF/sentence-transformers encoder to an ONNX artifact",
     "train": "train with SimCSE (+3R and relatives) from a config file",
+    "train-reranker": "train a cross-encoder reranker on SciFact (BM25 hard negatives) and export it",
     "eval": "evaluate a model directory or ONNX artifact on the STS suite",
     "sparse": "SparseCSE: importance scores, pruning, sparsity sweep",
     "pretrain": "masked-LM pretraining of a raw BERT encoder (from scratch or continued)",
@@ -20,9 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print("usage: python -m training {" + ",".join(COMMANDS) + "} [options]\n")
         for name, help_ in COMMANDS.items():
-            print(f"  {name:8s} {help_}")
+            print(f"  {name:14s} {help_}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(f"training.cli.{argv[0]}")
+    module = importlib.import_module(f"training.cli.{argv[0].replace('-', '_')}")
     return int(module.main(argv[1:]) or 0)
 
 

@@ -1,0 +1,178 @@
+"""Cross-encoder (reranker) training on SciFact with sentence-transformers' ``CrossEncoderTrainer``.
+
+``python -m training train-reranker`` (:mod:`training.cli.train_reranker`) calls :func:`train_reranker`:
+
+1. data (:mod:`training.data.scifact`): SciFact's train qrels, split by query into train and dev
+   (``dev_fraction``), BM25 hard negatives per query (positives excluded), rows ``(query, passage, label)``;
+2. model: ``CrossEncoder(model_dir, num_labels=1)`` from any local Hugging Face / sentence-transformers directory
+   (default: the default encoder's weights, a fresh one-logit classification head on ``[CLS]``);
+3. training: ``CrossEncoderTrainer`` with ``BinaryCrossEntropyLoss`` (sentence-transformers' cross-encoder training
+   API, "Training Overview" of its docs); the dev split is scored by ``CrossEncoderRerankingEvaluator`` (nDCG@10 of
+   each dev query's positives among its mined negatives) every ``eval_steps``, and the best checkpoint is kept
+   (``load_best_model_at_end``), which is the model choice;
+4. ``publish``: the chosen model is exported (:func:`training.export.reranker.export_reranker`) as the next version
+   of ``artifact_name`` in the models directory, parity measured on dev pairs.
+
+Resume and skip, as ``train`` does: a run writes checkpoints under ``<output_dir>/checkpoints`` and resumes from the
+newest (``resume``); a finished run (``<output_dir>/model`` with ``done.json`` for the same recipe) is not trained
+again, and an artifact already published from it is not exported again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from artifact_contract import ArtifactError, find_artifacts, validate_artifact
+from artifact_contract.fsio import atomic_write_text
+
+log = logging.getLogger("training.reranker")
+DONE_FILE = "done.json"
+
+
+@dataclasses.dataclass
+class RerankerConfig:
+    """Settings of one reranker run (each is a ``--flag`` of ``python -m training train-reranker``).
+
+    ``model_dir`` None: the default encoder. ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
+    corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only.
+    """
+
+    output_dir: str = "runs/reranker"
+    model_dir: str | None = None
+    max_seq_length: int = 256
+    max_steps: int = 200
+    batch_size: int = 16
+    lr: float = 2e-5
+    warmup_ratio: float = 0.1
+    negatives_per_query: int = 7
+    dev_fraction: float = 0.1
+    max_queries: int | None = None
+    max_corpus: int | None = None
+    eval_steps: int = 100
+    seed: int = 42
+    resume: bool = True
+    artifact_name: str = "scifact-reranker"
+    models_dir: str | None = None
+
+    def recipe(self) -> dict[str, Any]:
+        """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
+        skip = {"output_dir", "resume", "artifact_name", "models_dir"}
+        return {"objective": "binary_cross_entropy", **{k: v for k, v in dataclasses.asdict(self).items()
+                                                          if k not in skip}}  # fmt: skip
+
+
+def _data(cfg: RerankerConfig):
+    from training.data.scifact import load_scifact, mine_negatives, split_queries
+
+    data = load_scifact(cfg.max_queries, cfg.max_corpus, cfg.seed)
+    train_q, dev_q = split_queries(list(data.qrels), cfg.dev_fraction, cfg.seed)
+    negatives = mine_negatives(data, train_q + dev_q, cfg.negatives_per_query)
+    return data, train_q, dev_q, negatives
+
+
+def dev_samples(data, dev_q: list[str], negatives: dict[str, list[str]]) -> list[dict]:
+    """``CrossEncoderRerankingEvaluator`` samples: per dev query its positives and mined negatives (texts)."""
+    return [{"query": data.queries[q], "positive": [data.corpus[d] for d in sorted(data.qrels[q])],
+             "negative": [data.corpus[d] for d in negatives[q]]} for q in dev_q]  # fmt: skip
+
+
+def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> dict[str, float]:
+    from datasets import Dataset
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from training.data.scifact import pair_rows
+    from training.st_dir import default_model_dir
+
+    model = CrossEncoder(str(cfg.model_dir or default_model_dir()), num_labels=1, max_length=cfg.max_seq_length,
+                         device="cpu" if not _cuda() else None)  # fmt: skip
+    evaluator = CrossEncoderRerankingEvaluator(dev_samples(data, dev_q, negatives), name="scifact-dev", write_csv=False)
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    every = cfg.eval_steps or cfg.max_steps
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(ckpt), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.lr, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, eval_strategy="steps",
+        eval_steps=every, save_strategy="steps", save_steps=every, save_total_limit=2, load_best_model_at_end=True,
+        metric_for_best_model="eval_scifact-dev_ndcg@10", greater_is_better=True, logging_steps=max(1, every // 4),
+        report_to="none", dataloader_num_workers=0, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(pair_rows(data, train_q, negatives)),
+                                  loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)  # fmt: skip
+    last = get_last_checkpoint(str(ckpt)) if cfg.resume and ckpt.is_dir() else None
+    if last:
+        log.info("resuming from %s", last)
+    trainer.train(resume_from_checkpoint=last)
+    scores = {k: float(v) for k, v in evaluator(model).items()}
+    model.save_pretrained(str(final))
+    return scores
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
+    """Train (or skip a finished run), then export when ``cfg.models_dir`` is set. Returns ``{"model_dir", "dev",
+    "skipped_training", "artifact", "skipped_export"}`` (``dev``: the evaluator's metrics of the chosen model).
+
+    Raises:
+        FileNotFoundError: SciFact is missing. training.export.ExportError: the export failed parity.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out = Path(cfg.output_dir)
+    final = out / "model"
+    recipe = cfg.recipe()
+    data, train_q, dev_q, negatives = _data(cfg)
+    done = json.loads((final / DONE_FILE).read_text()) if (final / DONE_FILE).is_file() else None
+    skipped = bool(cfg.resume and done and done.get("recipe") == recipe)
+    if skipped:
+        log.info("%s holds a finished run of this recipe; not training again", final)
+        dev = done["dev"]
+    else:
+        dev = _fit(cfg, data, train_q, dev_q, negatives, final)
+        split = {"train_queries": train_q, "dev_queries": dev_q}
+        atomic_write_text(final / DONE_FILE, json.dumps({"recipe": recipe, "dev": dev, **split}, indent=2))
+    result = {
+        "model_dir": str(final),
+        "dev": dev,
+        "skipped_training": skipped,
+        "artifact": None,
+        "skipped_export": False,
+    }
+    if cfg.models_dir:
+        result.update(_publish(cfg, final, recipe, dev, data, dev_q, negatives))
+    return result
+
+
+def _publish(cfg, final: Path, recipe: dict, dev: dict, data, dev_q, negatives) -> dict[str, Any]:
+    from training.export.reranker import export_reranker
+    from training.publishing import next_version
+    from training.st_dir import DEFAULT_BASE_MODEL
+
+    for ref in reversed([r for r in find_artifacts(cfg.models_dir) if r.name == cfg.artifact_name]):
+        try:
+            m = validate_artifact(ref.path)
+        except ArtifactError:
+            continue
+        if m.is_reranker and (m.training or {}).get("recipe") == recipe:
+            log.info("%s already holds this run's export; not exporting again", ref.path)
+            return {"artifact": str(ref.path), "skipped_export": True}
+    version = next_version(cfg.models_dir, cfg.artifact_name)
+    pairs = [(data.queries[q], data.corpus[d]) for q in dev_q for d in sorted(data.qrels[q]) + negatives[q]][:64]
+    base = cfg.model_dir or DEFAULT_BASE_MODEL
+    dest = Path(cfg.models_dir) / cfg.artifact_name / version
+    ndcg = {f"scifact-dev-{k.split('_', 1)[-1]}": 100 * v for k, v in dev.items() if k.endswith("ndcg@10")}
+    export_reranker(final, dest, name=cfg.artifact_name, version=version, parity_pairs=pairs,
+                    parity_source=f"SciFact train-split dev pairs, first {len(pairs)}", base_model=base,
+                    training={"recipe": recipe, "dev": dev}, scores=ndcg)  # fmt: skip
+    return {"artifact": str(dest), "skipped_export": False}
