@@ -42,7 +42,9 @@ _WORDING = {"vector_not_found": "Not existing vector name error: "}
 def error_body(err: APIError, elapsed: float) -> dict[str, Any]:
     """Qdrant's error body ``{"status": {"error": message}, "time": seconds}`` (a ``service.errors.ErrorShape``), the
     message prefixed as Qdrant's are by the error's kind (``Not found: Collection 'x' not found``)."""
-    message = err.message[:1].upper() + err.message[1:]  # "Not found: Collection 'x' not found", as Qdrant's
+    message = err.message
+    if err.code == "collection_not_found":  # "Not found: Collection 'x' not found", as Qdrant words it
+        message = message[:1].upper() + message[1:]
     message = _KINDS.get(err.status, "") + _WORDING.get(err.code or "", "") + message
     return {"status": {"error": message}, "time": round(elapsed, 6)}
 
