@@ -45,7 +45,8 @@ from .qdrant import PREFIX as QDRANT_PREFIX
 from .qdrant import ROUTERS as QDRANT_ROUTERS
 from .qdrant import error_body as qdrant_error
 from .registry import ModelRegistry
-from .routes import admin, embeddings, meta, similarity
+from .reranker import Reranker
+from .routes import admin, embeddings, meta, rerank, similarity
 from .settings import Settings
 from .sparse import open_sparse_models
 from .tasks import cancel_and_wait
@@ -117,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.collection_service = None
         await control.startup()  # the persisted active version, else settings.default_model
         app.state.embedder = Embedder(registry)
+        app.state.reranker = Reranker(registry)  # the rerank routes' interface (rerank_models, or loaded by /admin)
         later = grpc = None
         try:
             try:
@@ -154,6 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.reembedder = None
     app.state.collection_service = None
     app.state.embedder = None
+    app.state.reranker = None
     app.state.ready = False
     app.state.draining = False
     metrics.watch_collections(lambda: open_collections(app.state))  # embed_collection_* gauges, read at scrape time
@@ -161,6 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app, shapes)
     for router in (
         embeddings.router,
+        rerank.router,
         similarity.router,
         meta.router,
         admin.router,

@@ -123,6 +123,9 @@ class OnnxModel:
         PrecisionUnsupported: an fp16 artifact, and the session has no CUDA provider.
     """
 
+    #: the graph output this class reads (a reranker's is ``logits``: :class:`service.reranker.OnnxReranker`)
+    OUTPUT = OUTPUT_NAME
+
     def __init__(
         self,
         artifact_dir: str | os.PathLike,
@@ -182,14 +185,14 @@ class OnnxModel:
         for n in INPUT_NAMES:
             if ins[n].type != "tensor(int64)":
                 raise ModelLoadError(f"{self.path}: ONNX input {n!r} is {ins[n].type}, expected tensor(int64)")
-        if OUTPUT_NAME not in outs:
-            raise ModelLoadError(f"{self.path}: ONNX outputs are {sorted(outs)}, expected {OUTPUT_NAME!r}")
-        shape = outs[OUTPUT_NAME].shape
+        if self.OUTPUT not in outs:
+            raise ModelLoadError(f"{self.path}: ONNX outputs are {sorted(outs)}, expected {self.OUTPUT!r}")
+        shape = outs[self.OUTPUT].shape
         if len(shape) != 2:
-            raise ModelLoadError(f"{self.path}: output {OUTPUT_NAME!r} has shape {shape}, expected (batch, dimension)")
+            raise ModelLoadError(f"{self.path}: output {self.OUTPUT!r} has shape {shape}, expected (batch, dimension)")
         if isinstance(shape[1], int) and shape[1] != self.manifest.dimension:
             raise ModelLoadError(
-                f"{self.path}: output {OUTPUT_NAME!r} has {shape[1]} columns, manifest dimension is "
+                f"{self.path}: output {self.OUTPUT!r} has {shape[1]} columns, manifest dimension is "
                 f"{self.manifest.dimension}"
             )
 
@@ -284,7 +287,7 @@ class OnnxModel:
         """
         shrink = self.arena_shrink_tokens is not None and input_ids.size > self.arena_shrink_tokens
         feed = {"input_ids": input_ids, "attention_mask": attention_mask}
-        out = self._session.run([OUTPUT_NAME], feed, self._shrink if shrink else None)[0]
+        out = self._session.run([self.OUTPUT], feed, self._shrink if shrink else None)[0]
         if out.ndim != 2 or out.shape != (input_ids.shape[0], self.info.dimension):
             raise RuntimeError(
                 f"model returned shape {out.shape}, expected ({input_ids.shape[0]}, {self.info.dimension})"

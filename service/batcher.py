@@ -157,7 +157,7 @@ class Batcher:
             self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"batcher-{self._label}")
 
     async def submit(self, texts: list[str], *, truncate: bool = True, direction: str = "right") -> SubmitResult:
-        """Embed ``texts`` (non-empty list of strings); returns pooled, unnormalised rows in input order.
+        """Run ``texts`` (strings; a reranker's: (query, passage) pairs); returns the graph's rows in input order.
         ``direction``: which end of an over-long input is cut (:meth:`OnnxModel.tokenize`).
 
         Raises:
@@ -266,7 +266,7 @@ class Batcher:
                 raise BatcherClosed("model is shutting down")
             end, chars = start, 0
             while end < len(texts) and (end == start or chars < TOKENIZE_CHUNK_CHARS):
-                chars += len(texts[end]) if budget is None else min(len(texts[end]), budget)
+                chars += _chars(texts[end]) if budget is None else min(_chars(texts[end]), budget)
                 end += 1
             out.extend(await loop.run_in_executor(self._tok_pool, fn, texts[start:end], *args))
             start = end
@@ -287,7 +287,7 @@ class Batcher:
             if len(over):
                 i = int(over[0])
                 self.metrics.rejected.labels(self._label, "input_too_long").inc()
-                raise InputTooLong(i, int(tokens.lengths[i]), limit, len(texts[i]) > self.model.char_budget)
+                raise InputTooLong(i, int(tokens.lengths[i]), limit, _chars(texts[i]) > self.model.char_budget)
         self._check_total(int(tokens.lengths.sum()))
 
     def _check_total(self, total: int) -> None:
@@ -376,6 +376,11 @@ class Batcher:
                     if job.future is not None and not job.future.done():
                         job.future.set_exception(BatchFailed(f"batching failed: {type(e).__name__}: {e}"))
                 await asyncio.sleep(0.01)
+
+
+def _chars(text: str | tuple[str, str]) -> int:
+    """Characters of an input: a text, or a reranker's (query, passage) pair (:mod:`service.rerank_model`)."""
+    return len(text) if isinstance(text, str) else sum(map(len, text))
 
 
 def _drain(q: asyncio.Queue) -> list:

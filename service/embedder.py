@@ -11,7 +11,8 @@ Errors are domain exceptions (``service.errors.ERROR_TABLE`` maps each to its HT
 :class:`~service.registry.ModelNotFound` (404), :class:`ModelNotReady` (503), :class:`InvalidInput` (422),
 :class:`~service.batcher.InputTooLong` (413), :class:`~service.batcher.RequestTooLarge` (413),
 :class:`~service.batcher.QueueFull` (429),
-:class:`~service.batcher.BatchFailed` (500), :class:`~service.batcher.BatcherClosed` (503). Each carries the
+:class:`~service.batcher.BatchFailed` (500), :class:`~service.batcher.BatcherClosed` (503),
+:class:`~service.rerank_model.WrongModelTask` (422: a reranker named for embeddings). Each carries the
 request field it concerns in ``param``.
 """
 
@@ -25,7 +26,7 @@ from artifact_contract import postprocess
 
 from .backend import ModelInfo
 from .batcher import InputTooLong, RequestTooLarge
-from .registry import LoadedModel, ModelNotFound, ModelRegistry
+from .registry import LoadedModel, ModelNotFound, ModelRegistry, WrongModelTask
 
 
 class ModelNotReady(RuntimeError):
@@ -101,6 +102,8 @@ class Embedder:
         """
         _check_texts(texts, param)
         lm = model if isinstance(model, LoadedModel) else self.resolve(model)
+        if lm.is_reranker:
+            raise WrongModelTask(lm.info.name, "reranker", "embedding")
         dim = lm.info.dimension
         if dimensions is not None and not 1 <= dimensions <= dim:
             raise InvalidInput(

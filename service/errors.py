@@ -23,6 +23,7 @@ from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull, Reques
 from .collections import errors as col
 from .embedder import InvalidInput, ModelNotReady
 from .registry import ModelNotFound
+from .rerank_model import WrongModelTask
 
 log = logging.getLogger("service.errors")
 
@@ -130,6 +131,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     ModelNotFound: lambda e: APIError(404, str(e), param=getattr(e, "param", "model"), code="model_not_found"),
     ModelNotReady: lambda e: APIError(503, str(e), code="model_not_ready"),
     InvalidInput: lambda e: APIError(422, str(e), param=e.param, code="invalid_value"),
+    WrongModelTask: lambda e: APIError(422, str(e), param=e.param, code=e.code),
     InputTooLong: _too_long,
     RequestTooLarge: lambda e: APIError(413, str(e), param=e.param, code="request_too_large"),
     QueueFull: lambda e: APIError(

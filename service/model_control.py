@@ -43,7 +43,7 @@ from artifact_contract import MANIFEST_FILE, ArtifactError, ArtifactRef, _versio
 
 from .backend import ModelInfo, ModelLoadError
 from .metrics import Metrics
-from .registry import LoadedModel, ModelNotFound, ModelRegistry, load_model
+from .registry import LoadedModel, ModelNotFound, ModelRegistry, WrongModelTask, load_model
 from .settings import Settings
 from .tasks import cancel_and_wait
 
@@ -154,13 +154,15 @@ class ModelControl:
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> LoadedModel:
-        """Load and activate the persisted active model, else ``settings.default_model``; start polling if asked.
+        """Load and activate the persisted active model, else ``settings.default_model``; load the rerankers of
+        ``settings.rerank_models``; start polling if asked.
 
         A persisted model that no longer loads, or is no longer in ``models_dir``, is logged and the default model
         is used instead.
 
         Raises:
-            ModelLoadError: the model to start with cannot be loaded.
+            ModelLoadError: the model to start with, or a reranker to load, cannot be loaded.
+            ModelNotFound: a reranker named in ``rerank_models`` is not in ``models_dir``.
         """
         lm: LoadedModel | None = None
         persisted = self.read_persisted()
@@ -180,6 +182,8 @@ class ModelControl:
         if lm is None:
             lm = await self._load_unlocked(self.settings.default_model, None)
         self.registry.set_active(lm.info.id)
+        for name in self.settings.rerank_models:  # served by the rerank routes beside the active model
+            await self._load_unlocked(name, None)
         self._seen = {f"{r.name}:{r.version}": _mtime(r) for r in find_artifacts(self.models_dir)}
         if self.settings.model_control == "poll":
             self._poll_task = asyncio.get_running_loop().create_task(self._poll(), name="model-control-poll")
@@ -246,10 +250,13 @@ class ModelControl:
 
         Raises:
             ModelNotFound, ModelLoadError: as :meth:`load`; the active model is unchanged.
+            WrongModelTask: ``name`` is a reranker (it is loaded, never active); the active model is unchanged.
             OSError: the choice could not be persisted; the active model is unchanged.
         """
         async with self._lock:
             lm = await self._load_unlocked(name, version)
+            if lm.is_reranker:  # checked before anything is persisted
+                raise WrongModelTask(lm.info.name, "reranker", "embedding")
             prev = self.registry.active
             prev_info = prev.info if prev is not None else None
             self.persist(lm.info)

@@ -17,6 +17,8 @@ from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from .routes.rerank import RERANK_OPERATIONS
+
 
 class ErrorDetail(BaseModel):
     """The ``error`` object of an error body, as OpenAI's API answers errors."""
@@ -253,9 +255,7 @@ class SnapshotList(BaseModel):
 
 # the answers of a wait=false snapshot operation (accepted, running in the background): native and Qdrant's
 Accepted = create_model("Accepted", status=(Literal["accepted"], ...))
-QdrantAccepted = create_model(
-    "QdrantAccepted", result=(None, None), status=(Literal["accepted"], ...), time=(float, ...)
-)
+QdrantAccepted = create_model("QdrantAccepted", result=(None, None), status=(Literal["accepted"], ...), time=(float, ...))  # fmt: skip
 
 
 BINARY = "binary"  # the snapshot file a download answers (``application/octet-stream``)
@@ -280,6 +280,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", "/tokenize"): (200, list[list[TeiToken]], TOKENIZE),
     ("POST", "/decode"): (200, list[str], TOKENIZE),
     ("POST", "/similarity"): (200, SimilarityResponse | list[float], EMBED),  # TEI's form: the bare list
+    **RERANK_OPERATIONS,  # /rerank, /v1/rerank, /v2/rerank (service.routes.rerank)
     ("GET", "/v1/models"): (200, ModelList, (401, 503)),
     ("GET", "/info"): (200, _Open, (401, 503)),
     ("GET", "/health"): (200, Status, ()),
@@ -347,8 +348,7 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", "/qdrant/aliases"): (200, _q(ALIASES, "QdrantAliases"), (401, 503)),
     ("GET", f"{QDRANT_COLLECTION}/aliases"): (200, _q(ALIASES, "QdrantCollectionAliases"), READ),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
-    ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"),
-                                                           COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"), COLLECTION),
 }  # fmt: skip
 
 _DESCRIPTIONS = {

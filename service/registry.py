@@ -18,6 +18,7 @@ from artifact_contract import ArtifactError, resolve_artifact
 from .backend import ModelInfo, ModelLoadError, OnnxModel
 from .batcher import Batcher
 from .metrics import Metrics
+from .rerank_model import WrongModelTask, open_model
 from .settings import Settings
 
 log = logging.getLogger("service.registry")
@@ -43,6 +44,11 @@ class LoadedModel:
         """The model's identity: name, version, sha256, full dimension, ``max_seq_length`` in tokens."""
         return self.model.info
 
+    @property
+    def is_reranker(self) -> bool:
+        """A cross-encoder (manifest ``task: "reranker"``): served by the rerank routes only, never active."""
+        return self.model.manifest.is_reranker
+
 
 async def load_model(settings: Settings, metrics: Metrics, name: str, version: str | None = None) -> LoadedModel:
     """Locate ``name`` (latest version unless given) in ``settings.models_dir``, load, warm up, check the canary.
@@ -58,7 +64,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
         raise ModelLoadError(str(e)) from e
 
     def _load() -> OnnxModel:
-        m = OnnxModel(
+        m = open_model(  # an OnnxReranker for a reranker artifact
             ref.path,
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
@@ -110,8 +116,11 @@ class ModelRegistry:
 
         Raises:
             ModelNotFound: ``model_id`` is not loaded.
+            WrongModelTask: it is a reranker (the active model embeds requests and collections).
         """
         lm = self.get(model_id)
+        if lm.is_reranker:
+            raise WrongModelTask(lm.info.name, "reranker", "embedding")
         self._active = lm.info.id
         self._refresh_metrics()
         return lm

@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     default_model: str = Field(
         "all-minilm-l6-v2", description="artifact loaded at start and used when a request names no model"
     )
+    rerank_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="reranker artifacts (manifest task 'reranker') loaded at start, comma-separated, served by "
+        "/rerank, /v1/rerank and /v2/rerank (a request naming none gets the first); more: POST /admin/models/<name>/load",
+    )
     data_dir: str = Field("data", description="writable state (collections)")
     max_batch_tokens: int = Field(
         2048,
@@ -238,7 +243,7 @@ class Settings(BaseSettings):
         description="most points per second a background re-embedding embeds (0 = unlimited); bounds its cost to live traffic during a model swap",
     )
 
-    @field_validator("providers", "api_keys", "admin_api_keys", mode="before")
+    @field_validator("providers", "api_keys", "admin_api_keys", "rerank_models", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split_csv(v)

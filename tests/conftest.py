@@ -98,6 +98,46 @@ def default_model_dir() -> Path:
     return _default_model_dir()
 
 
+RERANKER_NAME = "scifact-reranker-tiny"
+#: the session's reranker: a handful of steps on a small slice of SciFact (what it costs, not a useful model)
+TINY_RERANKER = {"max_queries": 24, "max_corpus": 150, "negatives_per_query": 3, "dev_fraction": 0.25,
+                 "max_steps": 6, "batch_size": 8, "max_seq_length": 128, "eval_steps": 3}  # fmt: skip
+
+
+def reranker_config():
+    """The :class:`training.reranker.RerankerConfig` of the session's tiny reranker: its run (the trained
+    ``CrossEncoder`` in ``<output_dir>/model``) is cached beside the artifacts, in a hidden folder."""
+    from training.reranker import RerankerConfig
+
+    out = _models_dir() / f".{RERANKER_NAME}.run"
+    return RerankerConfig(output_dir=str(out), artifact_name=RERANKER_NAME, **TINY_RERANKER)
+
+
+@pytest.fixture(scope="session")
+def reranker_artifact(default_artifact: Path) -> Path:
+    """A tiny cross-encoder trained from the default encoder (``python -m training train-reranker``'s code, 6 steps on
+    24 SciFact train queries) and exported as ``models/scifact-reranker-tiny`` (``task: "reranker"``), beside the
+    default artifact; trained and exported once, then reused while its recipe is unchanged (one pytest-xdist worker
+    makes it while the others wait on a file lock)."""
+    from filelock import FileLock
+
+    from artifact_contract import ArtifactError, validate_artifact
+    from training.reranker import export_run, train_reranker
+
+    cfg = reranker_config()
+    out = _models_dir() / RERANKER_NAME
+    with FileLock(str(out.parent / f".{RERANKER_NAME}.lock")):
+        trained = not train_reranker(cfg)["skipped_training"]  # a finished run of this recipe is not redone
+        try:
+            fresh = not trained and (validate_artifact(out).training or {}).get("recipe") == cfg.recipe()
+        except ArtifactError:
+            fresh = False
+        if not fresh:
+            export_run(cfg, out)
+            validate_artifact(out)
+    return out
+
+
 _MILVUS = None  # the session's own Milvus server, once started in this process
 
 

@@ -96,7 +96,7 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
                          device="cpu" if not _cuda() else None)  # fmt: skip
     evaluator = CrossEncoderRerankingEvaluator(dev_samples(data, dev_q, negatives), name="scifact-dev", write_csv=False)
     ckpt = Path(cfg.output_dir) / "checkpoints"
-    every = cfg.eval_steps or cfg.max_steps
+    every = min(cfg.eval_steps or cfg.max_steps, cfg.max_steps)
     args = CrossEncoderTrainingArguments(
         output_dir=str(ckpt), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.lr, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, eval_strategy="steps",
@@ -154,10 +154,8 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
     return result
 
 
-def _publish(cfg, final: Path, recipe: dict, dev: dict, data, dev_q, negatives) -> dict[str, Any]:
-    from training.export.reranker import export_reranker
+def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, dev_q, negatives) -> dict[str, Any]:
     from training.publishing import next_version
-    from training.st_dir import DEFAULT_BASE_MODEL
 
     for ref in reversed([r for r in find_artifacts(cfg.models_dir) if r.name == cfg.artifact_name]):
         try:
@@ -168,11 +166,31 @@ def _publish(cfg, final: Path, recipe: dict, dev: dict, data, dev_q, negatives) 
             log.info("%s already holds this run's export; not exporting again", ref.path)
             return {"artifact": str(ref.path), "skipped_export": True}
     version = next_version(cfg.models_dir, cfg.artifact_name)
-    pairs = [(data.queries[q], data.corpus[d]) for q in dev_q for d in sorted(data.qrels[q]) + negatives[q]][:64]
-    base = cfg.model_dir or DEFAULT_BASE_MODEL
     dest = Path(cfg.models_dir) / cfg.artifact_name / version
-    ndcg = {f"scifact-dev-{k.split('_', 1)[-1]}": 100 * v for k, v in dev.items() if k.endswith("ndcg@10")}
-    export_reranker(final, dest, name=cfg.artifact_name, version=version, parity_pairs=pairs,
-                    parity_source=f"SciFact train-split dev pairs, first {len(pairs)}", base_model=base,
-                    training={"recipe": recipe, "dev": dev}, scores=ndcg)  # fmt: skip
+    export_run(cfg, dest, version=version, dev=dev, data=(data, dev_q, negatives))
     return {"artifact": str(dest), "skipped_export": False}
+
+
+def export_run(cfg: RerankerConfig, dest: str | os.PathLike, *, version: str = "1", dev: dict | None = None,
+               data=None):  # fmt: skip
+    """Export the finished run in ``<cfg.output_dir>/model`` to the artifact directory ``dest`` (named
+    ``cfg.artifact_name``): parity on the first 64 dev pairs, the recipe and dev metrics in ``training``, dev
+    nDCG@10 (x100) in ``scores``. ``data``: ``(SciFact, dev query ids, negatives)`` when already loaded. Returns the
+    manifest.
+
+    Raises:
+        training.export.ExportError: parity out of tolerance. FileNotFoundError: no finished run.
+    """
+    from training.export.reranker import export_reranker
+    from training.st_dir import DEFAULT_BASE_MODEL
+
+    final = Path(cfg.output_dir) / "model"
+    if dev is None:
+        dev = json.loads((final / DONE_FILE).read_text())["dev"]
+    sf, dev_q, negatives = data if data is not None else (lambda d: (d[0], d[2], d[3]))(_data(cfg))
+    pairs = [(sf.queries[q], sf.corpus[d]) for q in dev_q for d in sorted(sf.qrels[q]) + negatives[q]][:64]
+    ndcg = {f"scifact-dev-{k.split('_', 1)[-1]}": 100 * v for k, v in dev.items() if k.endswith("ndcg@10")}
+    return export_reranker(final, dest, name=cfg.artifact_name, version=version, parity_pairs=pairs,
+                           parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",
+                           base_model=cfg.model_dir or DEFAULT_BASE_MODEL, training={"recipe": cfg.recipe(), "dev": dev},
+                           scores=ndcg)  # fmt: skip

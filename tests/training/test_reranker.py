@@ -1,0 +1,100 @@
+"""Reranker training and export: the SciFact pairs (split by query, negatives never positives), the manifest and its
+parity contract, ONNX scores equal to ``CrossEncoder.predict``, and a finished run neither trained nor exported
+twice (``python -m training train-reranker``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from artifact_contract import RERANK_OUTPUT_NAME, Manifest, load_manifest, validate_artifact, write_manifest
+from tests.conftest import RERANKER_NAME, reranker_config
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_split_is_by_query_and_negatives_are_never_positives():
+    from training.data.scifact import load_scifact, mine_negatives, pair_rows, split_queries
+
+    data = load_scifact(max_queries=30, max_corpus=200, seed=1)
+    assert len(data.qrels) == 30 and all(data.qrels.values())
+    train, dev = split_queries(list(data.qrels), 0.2, seed=1)
+    assert set(train).isdisjoint(dev) and len(dev) == 6 and set(train) | set(dev) == set(data.qrels)
+    assert split_queries(list(data.qrels), 0.2, seed=1) == (train, dev)  # seeded
+    neg = mine_negatives(data, train + dev, depth=4)
+    for q, docs in neg.items():
+        assert len(docs) == 4 and not set(docs) & data.qrels[q]
+    rows = pair_rows(data, dev, neg)
+    assert len(rows["query"]) == sum(len(data.qrels[q]) + 4 for q in dev)
+    assert set(rows["label"]) == {0.0, 1.0}
+    assert {data.queries[q] for q in dev}.isdisjoint(pair_rows(data, train, neg)["query"])
+
+
+def test_manifest_is_a_reranker_with_recorded_parity(reranker_artifact):
+    m = validate_artifact(reranker_artifact)
+    assert m.task == "reranker" and m.is_reranker
+    assert (m.dimension, m.normalize, m.pooling, m.max_seq_length) == (1, False, "cls", 128)
+    assert m.parity.min_cosine is None and m.parity.n_sentences >= 16
+    assert 0 <= m.parity.max_abs_diff <= 1e-4
+    assert "dev pairs" in m.parity.source and "CrossEncoder.predict" in m.parity.source
+    assert m.training["recipe"] == reranker_config().recipe()
+    assert 0 <= m.scores["scifact-dev-ndcg@10"] <= 100
+    assert len(m.canary.queries) == len(m.canary.sentences) == len(m.canary.embeddings) == 4
+    raw = json.loads((reranker_artifact / "manifest.json").read_text())
+    assert raw["task"] == "reranker"
+
+
+def test_encoder_manifests_keep_their_shape(default_artifact, tmp_path):
+    m = load_manifest(default_artifact)
+    assert m.task is None and not m.is_reranker
+    write_manifest(tmp_path, m)
+    raw = json.loads((tmp_path / "manifest.json").read_text())
+    assert "task" not in raw and "queries" not in raw["canary"]
+
+
+def test_contract_refuses_inconsistent_reranker_manifests(reranker_artifact, default_artifact):
+    m = load_manifest(reranker_artifact).model_dump()
+    with pytest.raises(ValidationError, match="dimension 1"):
+        Manifest.model_validate({**m, "dimension": 2})
+    with pytest.raises(ValidationError, match="canary.queries"):
+        Manifest.model_validate({**m, "canary": {**m["canary"], "queries": None}})
+    enc = load_manifest(default_artifact).model_dump()
+    with pytest.raises(ValidationError, match="min_cosine"):
+        Manifest.model_validate({**enc, "parity": {**enc["parity"], "min_cosine": None}})
+
+
+def test_onnx_scores_equal_crossencoder_predict(reranker_artifact):
+    import onnx
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from training.export.reranker import onnx_pair_scores
+
+    g = onnx.load(str(reranker_artifact / "model.onnx"))
+    assert [i.name for i in g.graph.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in g.graph.output] == [RERANK_OUTPUT_NAME]
+    ce = CrossEncoder(str(reranker_config().output_dir + "/model"), device="cpu")
+    long = "Randomized trials of statins " * 60  # over max_seq_length: truncated longest-first
+    pairs = [("Do statins lower cholesterol?", long), ("a", "b"), ("Do statins lower cholesterol?", "Statins do.")]
+    ref = ce.predict(pairs, activation_fn=torch.nn.Identity())
+    got = onnx_pair_scores(reranker_artifact, pairs, batch_size=2)
+    assert np.abs(ref - got).max() <= 1e-4
+
+
+def test_finished_run_is_neither_trained_nor_exported_again(reranker_artifact, tmp_path, capsys):
+    from training.cli.train_reranker import main
+
+    cfg = reranker_config()
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(cfg).items()
+             if v is not None and k not in ("resume", "models_dir")]  # fmt: skip
+    assert main([*flags, "--publish", str(tmp_path)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["skipped_training"] and not first["skipped_export"]
+    assert first["artifact"] == str(tmp_path / RERANKER_NAME / "1")
+    assert validate_artifact(first["artifact"]).is_reranker
+    assert main([*flags, "--publish", str(tmp_path)]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["skipped_training"] and second["skipped_export"] and second["artifact"] == first["artifact"]
