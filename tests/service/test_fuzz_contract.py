@@ -26,8 +26,9 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(default_artifact: Path, tmp_path_factory):
+def fuzz_server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
     args = ["--default-model", default_artifact.name, "--intra-op-threads", "1", "--log-level", "warning",
+            "--rerank-models", reranker_artifact.name,  # the rerank routes answer with a model, not only 404
             "--max-client-batch-size", "64", "--collections-max-points-per-request", "64"]  # fmt: skip
     with run_server(default_artifact.parent, workdir=tmp_path_factory.mktemp("fuzz"), args=args) as srv:
         s = load_task("STSBenchmark")
