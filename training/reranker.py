@@ -39,7 +39,8 @@ class RerankerConfig:
     """Settings of one reranker run (each is a ``--flag`` of ``python -m training train-reranker``).
 
     ``model_dir`` None: the default encoder. ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
-    corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only.
+    corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only. ``quantize`` ``"int8"``:
+    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised.
     """
 
     output_dir: str = "runs/reranker"
@@ -58,10 +59,11 @@ class RerankerConfig:
     resume: bool = True
     artifact_name: str = "scifact-reranker"
     models_dir: str | None = None
+    quantize: str | None = None
 
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
-        skip = {"output_dir", "resume", "artifact_name", "models_dir"}
+        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize"}
         return {"objective": "binary_cross_entropy", **{k: v for k, v in dataclasses.asdict(self).items()
                                                           if k not in skip}}  # fmt: skip
 
@@ -127,8 +129,11 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: SciFact is missing. training.export.ExportError: the export failed parity.
+        ValueError: ``quantize`` is neither None nor ``"int8"``.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if cfg.quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be int8 or unset, got {cfg.quantize!r}")
     out = Path(cfg.output_dir)
     final = out / "model"
     recipe = cfg.recipe()
@@ -154,21 +159,46 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
     return result
 
 
-def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, dev_q, negatives) -> dict[str, Any]:
-    from training.publishing import next_version
-
-    for ref in reversed([r for r in find_artifacts(cfg.models_dir) if r.name == cfg.artifact_name]):
+def _published(models_dir: str, name: str, recipe: dict) -> Path | None:
+    """The newest valid reranker artifact ``name`` in ``models_dir`` exported from a run of ``recipe``, or None."""
+    for ref in reversed([r for r in find_artifacts(models_dir) if r.name == name]):
         try:
             m = validate_artifact(ref.path)
         except ArtifactError:
             continue
         if m.is_reranker and (m.training or {}).get("recipe") == recipe:
-            log.info("%s already holds this run's export; not exporting again", ref.path)
-            return {"artifact": str(ref.path), "skipped_export": True}
-    version = next_version(cfg.models_dir, cfg.artifact_name)
-    dest = Path(cfg.models_dir) / cfg.artifact_name / version
-    export_run(cfg, dest, version=version, dev=dev, data=(data, dev_q, negatives))
-    return {"artifact": str(dest), "skipped_export": False}
+            return ref.path
+    return None
+
+
+def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, dev_q, negatives) -> dict[str, Any]:
+    from training.publishing import next_version
+
+    out: dict[str, Any] = {"artifact": None, "skipped_export": False}
+    if (done := _published(cfg.models_dir, cfg.artifact_name, recipe)) is not None:
+        log.info("%s already holds this run's export; not exporting again", done)
+        out.update(artifact=str(done), skipped_export=True)
+    else:
+        version = next_version(cfg.models_dir, cfg.artifact_name)
+        dest = Path(cfg.models_dir) / cfg.artifact_name / version
+        export_run(cfg, dest, version=version, dev=dev, data=(data, dev_q, negatives))
+        out["artifact"] = str(dest)
+    if cfg.quantize == "int8":
+        from training.export.reranker import quantize_reranker
+
+        name = f"{cfg.artifact_name}-int8"
+        if (done := _published(cfg.models_dir, name, recipe)) is None:
+            version = next_version(cfg.models_dir, name)
+            done = Path(cfg.models_dir) / name / version
+            pairs = _parity_pairs(data, dev_q, negatives)
+            quantize_reranker(out["artifact"], done, name=name, version=version, parity_pairs=pairs,
+                              parity_source=f"SciFact train-split dev pairs, first {len(pairs)}")  # fmt: skip
+        out["artifact_int8"] = str(done)
+    return out
+
+
+def _parity_pairs(data, dev_q: list[str], negatives: dict[str, list[str]]) -> list[tuple[str, str]]:
+    return [(data.queries[q], data.corpus[d]) for q in dev_q for d in sorted(data.qrels[q]) + negatives[q]][:64]
 
 
 def export_run(cfg: RerankerConfig, dest: str | os.PathLike, *, version: str = "1", dev: dict | None = None,
@@ -188,7 +218,7 @@ def export_run(cfg: RerankerConfig, dest: str | os.PathLike, *, version: str = "
     if dev is None:
         dev = json.loads((final / DONE_FILE).read_text())["dev"]
     sf, dev_q, negatives = data if data is not None else (lambda d: (d[0], d[2], d[3]))(_data(cfg))
-    pairs = [(sf.queries[q], sf.corpus[d]) for q in dev_q for d in sorted(sf.qrels[q]) + negatives[q]][:64]
+    pairs = _parity_pairs(sf, dev_q, negatives)
     ndcg = {f"scifact-dev-{k.split('_', 1)[-1]}": 100 * v for k, v in dev.items() if k.endswith("ndcg@10")}
     return export_reranker(final, dest, name=cfg.artifact_name, version=version, parity_pairs=pairs,
                            parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",

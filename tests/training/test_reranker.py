@@ -90,11 +90,29 @@ def test_finished_run_is_neither_trained_nor_exported_again(reranker_artifact, t
     cfg = reranker_config()
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(cfg).items()
              if v is not None and k not in ("resume", "models_dir")]  # fmt: skip
-    assert main([*flags, "--publish", str(tmp_path)]) == 0
+    assert main([*flags, "--publish", str(tmp_path), "--quantize", "int8"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["skipped_training"] and not first["skipped_export"]
     assert first["artifact"] == str(tmp_path / RERANKER_NAME / "1")
+    assert first["artifact_int8"] == str(tmp_path / f"{RERANKER_NAME}-int8" / "1")
     assert validate_artifact(first["artifact"]).is_reranker
-    assert main([*flags, "--publish", str(tmp_path)]) == 0
+    assert main([*flags, "--publish", str(tmp_path), "--quantize", "int8"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["skipped_training"] and second["skipped_export"] and second["artifact"] == first["artifact"]
+    assert second["artifact_int8"] == first["artifact_int8"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RERANKER_NAME, f"{RERANKER_NAME}-int8"]
+    assert [p.name for p in (tmp_path / f"{RERANKER_NAME}-int8").iterdir()] == ["1"]
+
+
+def test_int8_reranker_loads_and_scores_close_to_fp32(reranker_artifact, tmp_path):
+    from service.rerank_model import OnnxReranker, open_model
+    from training.export.reranker import CANARY_PAIRS, quantize_reranker
+
+    m = quantize_reranker(reranker_artifact, tmp_path / "rr-int8", name="rr-int8")
+    assert (m.quantization, m.task, m.dimension) == ("int8", "reranker", 1)
+    assert validate_artifact(tmp_path / "rr-int8").parity.source.endswith("int8 vs fp32 ONNX (informational)")
+    assert (tmp_path / "rr-int8" / "model.onnx").stat().st_size < (reranker_artifact / "model.onnx").stat().st_size / 2
+    int8 = open_model(tmp_path / "rr-int8", providers=["cpu"], intra_op_threads=1)
+    fp32 = open_model(reranker_artifact, providers=["cpu"], intra_op_threads=1)
+    assert isinstance(int8, OnnxReranker) and int8.check_canary() <= 1e-3
+    assert np.abs(int8.scores_sync(CANARY_PAIRS) - fp32.scores_sync(CANARY_PAIRS)).max() < 0.1

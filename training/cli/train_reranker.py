@@ -5,7 +5,8 @@ Trains a cross-encoder reranker on BEIR SciFact's train qrels with BM25 hard neg
 carved from train by query, and with ``--publish`` exports it as the next version of ``--artifact-name`` in
 ``MODELS_DIR`` (an artifact with ``task: "reranker"``, served by ``/rerank``, ``/v1/rerank`` and ``/v2/rerank`` once
 loaded: ``--rerank-models NAME`` or ``POST /admin/models/NAME/load``). A finished run of the same recipe is not
-trained again, an interrupted one resumes from its newest checkpoint (``--no-resume``: start over).
+trained again, an interrupted one resumes from its newest checkpoint (``--no-resume``: start over). ``--quantize int8``
+also publishes ``<artifact-name>-int8``, the fp32 artifact dynamically quantised (ONNX Runtime, QInt8 weights).
 
 A short CPU run::
 
@@ -31,7 +32,8 @@ def main(argv: list[str]) -> int:
             continue
         flag = "--model" if f.name == "model_dir" else "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        p.add_argument(flag, dest=f.name, type=kind, default=f.default, help=f"default: {f.default}")
+        choices = ["int8"] if f.name == "quantize" else None  # int8: also publish <artifact-name>-int8
+        p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=f"default: {f.default}")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="retrain from scratch")
     p.add_argument("--publish", dest="models_dir", metavar="MODELS_DIR", help="export the chosen model there")
     cfg = RerankerConfig(**vars(p.parse_args(argv)))
