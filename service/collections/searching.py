@@ -22,6 +22,7 @@ from .errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItem
 from .filters import Filter
 from .fusion import fuse
 from .schema import SparseVec, sparse_vec
+from .scorers import Scorer, scorer_of
 from .vectors import query_problem
 
 HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
@@ -102,6 +103,13 @@ async def _search_once(
                 f"collection {name!r} has several vectors and none is the default: name one in 'using'",
                 f"{pre}using",
             )
+        if isinstance(s.query, dict) and "scorer" in s.query:  # a multi-example query, scored over every candidate
+            if cfg.kind_of(using, f"{pre}using") == "sparse":
+                raise InvalidCollectionRequest(f"a {s.query['scorer']} query on a sparse vector is not supported",
+                                               f"{pre}query")  # fmt: skip
+            spec = cfg.dense[using].spec
+            plans.append((s, where, using, scorer_of(s.query, spec.metric, spec.dimension, f"{pre}query")))
+            continue
         if cfg.kind_of(using, f"{pre}using") == "sparse":
             q = s.query if not hasattr(s.query, "indices") else {"indices": s.query.indices, "values": s.query.values}
             if isinstance(q, str) or (isinstance(q, dict) and set(q) == {"text", "model"}):
@@ -144,7 +152,7 @@ async def _search_once(
     groups: dict[tuple, list[int]] = {}
     for i, (s, _, using, _) in enumerate(plans):
         key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text, using,
-               bool(getattr(s, "exact", False)))  # fmt: skip
+               bool(getattr(s, "exact", False)), i if isinstance(plans[i][3], Scorer) else -1)  # fmt: skip
         groups.setdefault(key, []).append(i)
     out: list[list[Hit] | None] = [None] * len(plans)
     for members in groups.values():
@@ -155,7 +163,7 @@ async def _search_once(
             part = members[k : k + step]
             qs = [qvecs[q] if isinstance(q, int) else q for _, _, _, q in (plans[i] for i in part)]
             hits = await svc.backend.run(
-                c.search, qs if sparse else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
+                c.search, qs if sparse else qs[0] if isinstance(qs[0], Scorer) else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
                 s.with_text, model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
                 budget=budget, consistency=consistency, using=using, exact=bool(getattr(s, "exact", False)),
             )  # fmt: skip

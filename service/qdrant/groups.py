@@ -10,7 +10,8 @@ The query is one of the universal query's (:mod:`.query`: vector, point id, ``Do
 ``recommend``), with its ``filter``, ``score_threshold``, ``with_payload`` and ``with_vector``. The groups are formed
 from the best hits of the native search, asked again with four times as many hits until ``limit`` groups are full or
 the hits run out, and at most ``collections_max_top_k`` hits: past that, groups may be fewer or smaller than a full
-scan would make. Refused with 422: ``with_lookup``, a query without ``query``, ``limit * group_size`` over
+scan would make. ``with_lookup`` attaches to each group the point of another collection whose id is the group's
+value (:func:`_lookups`). Refused with 422: a query without ``query``, ``limit * group_size`` over
 ``collections_max_top_k``.
 """
 
@@ -25,10 +26,11 @@ from ..collections.errors import InvalidCollectionRequest
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
+from .ids import canonical_id
 from .models import QueryGroupsRequest
-from .points import points_by_id
+from .points import fetch, points_by_id
 from .query import DEFAULT_LIMIT, Spec, on_current_model, plan
-from .results import scored, values_at
+from .results import record, scored, values_at
 from .vectors import shown
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
@@ -67,8 +69,6 @@ async def _grouped(svc: CollectionService, name: str, spec: Spec, key: str, limi
 async def query_groups(collection_name: str, body: QueryGroupsRequest, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``POST /collections/{collection_name}/points/query/groups`` -> ``{groups}`` (module
     docstring). Errors: as for a universal query; 422 as the module docstring says."""
-    if body.with_lookup is not None:
-        raise unsupported("with_lookup", "with_lookup")
     if body.offset is not None:
         raise InvalidCollectionRequest("offset is not a field of a groups query", "offset")
     if body.query is None:
@@ -93,7 +93,35 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
     ids = [h.id for h in hits]
     points = await points_by_id(svc, collection_name, ids, body.with_vector, budget) if body.with_vector else {}
     cfg = (await svc.collection(collection_name)).vectors
+    lookups = await _lookups(svc, body.with_lookup, list(groups)) if body.with_lookup is not None else {}
     return ok(request, {"groups": [
         {"id": v, "hits": [scored(h, body.with_payload, shown(points.get((type(h.id), h.id)), body.with_vector, cfg))
-                           for h in hits], "lookup": None}
+                           for h in hits], "lookup": lookups.get((type(v), v))}
         for v, hits in groups.items()]})  # fmt: skip
+
+
+async def _lookups(svc: CollectionService, raw: Any, values: list[Any]) -> dict[tuple[type, Any], Any]:
+    """Qdrant's ``with_lookup`` (a collection name, or ``{collection, with_payload, with_vectors}``): for each group
+    value that is a point id (an unsigned integer or a UUID), the ``Record`` of that point in the lookup collection
+    (payload by default, no vectors), keyed by ``(type(value), value)``; values naming no point have none.
+
+    Raises:
+        InvalidCollectionRequest: a malformed ``with_lookup``. CollectionNotFound: no such lookup collection.
+    """
+    wl = {"collection": raw} if isinstance(raw, str) else raw
+    if not isinstance(wl, dict) or not isinstance(wl.get("collection"), str) or set(wl) - {
+        "collection", "with_payload", "with_vectors"}:  # fmt: skip
+        raise InvalidCollectionRequest("with_lookup must be a collection name or {collection, with_payload, "
+                                       "with_vectors}", "with_lookup")  # fmt: skip
+    payload = True if wl.get("with_payload") is None else wl["with_payload"]
+    vectors = wl.get("with_vectors") or False
+    ids: dict[Any, Any] = {}
+    for v in values:
+        try:
+            ids[(type(v), v)] = canonical_id(v) if isinstance(v, str) else v
+        except ValueError:
+            continue  # not a point id: no lookup
+    ids = {k: i for k, i in ids.items() if isinstance(i, str) or (isinstance(i, int) and i >= 0)}
+    found = {(type(p["id"]), p["id"]): p for p in await fetch(svc, wl["collection"], list(ids.values()), vectors)}
+    cfg = (await svc.collection(wl["collection"])).vectors
+    return {k: record(found[(type(i), i)], payload, vectors, cfg) for k, i in ids.items() if (type(i), i) in found}

@@ -6,17 +6,16 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
 * ``POST /collections/{collection_name}/points/query`` and ``.../points/query/batch``: ``query`` is a dense vector,
   a sparse vector ``{indices, values}``, a point id (its stored vector of the ``using`` vector; the point itself is
   left out of the hits, as in Qdrant), a ``Document`` ``{text, model}`` (embedded here by the collection's model,
-  for its model-bound vector; another model is 422 ``model_mismatch``), ``{"nearest": one of those}``, or
-  ``{"recommend": {positive, negative, strategy}}`` with dense examples, by the ``average_vector`` strategy
-  (Qdrant's default; the example points are left out of the hits); no ``query`` pages through the points in id
-  order (score 1, as Qdrant scores them). ``using`` names the vector searched (default: the model-bound one, else
-  the only dense one); ``filter``, ``limit`` (default 10), ``offset``, ``score_threshold``, ``with_payload`` (default false),
-  ``with_vector``. ``prefetch`` with a fusion (``{"fusion": "rrf" | "dbsf"}``, ``{"rrf": {k, weights}}``) or a
-  re-scoring query: :mod:`.prefetch`. ``lookup_from: {collection, vector}`` reads the point ids of a query (and of
-  its recommend examples) from that collection's vector (default: ``using``; they are then not left out of the
-  hits). Refused with 422: the recommend strategies ``best_score`` and
-  ``sum_scores`` (each scores every candidate against every example: no index search), and the other query kinds
-  (discover, context, order_by, formula, sample, mmr).
+  for its model-bound vector; another model is 422 ``model_mismatch``), ``{"nearest": one of those}``, or an Explore
+  query on a dense vector: ``{"recommend": {positive, negative, strategy}}``, ``{"discover": {target, context}}``,
+  ``{"context": [pairs]}`` (:mod:`.explore`; the example points are left out of the hits); no ``query`` pages through
+  the points in id order (score 1, as Qdrant scores them). ``using`` names the vector searched (default: the
+  model-bound one, else the only dense one); ``filter``, ``limit`` (default 10), ``offset``, ``score_threshold``,
+  ``with_payload`` (default false), ``with_vector``. ``prefetch`` with a fusion (``{"fusion": "rrf" | "dbsf"}``,
+  ``{"rrf": {k, weights}}``) or a re-scoring query: :mod:`.prefetch`. ``lookup_from: {collection, vector}`` reads
+  the point ids of a query (and of its examples) from that collection's vector (default: ``using``; they are then
+  not left out of the hits). Refused with 422: the other query kinds (order_by, formula, sample, mmr,
+  relevance_feedback).
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
   ``NamedSparseVector``), with the same options; ``limit`` required.
 
@@ -30,19 +29,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
 from ..collections.api import SearchRequest
 from ..collections.backend import ResponseBudget
-from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound, TooManyItems
-from ..collections.schema import VectorsConfig
+from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound
 from ..collections.searching import QueryNode
 from ..collections.service import CollectionService
-from ..collections.vectors import average_vector, unit_rows
 from ..routes import JSONRoute
-from . import prefetch
+from . import explore, prefetch
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
 from .ids import QdrantId
@@ -53,7 +49,6 @@ from .models import (
     NamedVector,
     QueryBatch,
     QueryRequest,
-    RecommendInput,
     SearchBatch,
     SparseVector,
 )
@@ -95,13 +90,6 @@ def _spec(
     return Spec(search, offset, payload, vector)
 
 
-def _source(name: str, using: str | None, lookup: LookupLocation | None) -> tuple[str, str | None]:
-    """The collection and vector that point ids of a query name: ``lookup_from``'s, else the searched ones."""
-    if lookup is None:
-        return name, using
-    return lookup.collection, lookup.vector if lookup.vector is not None else using
-
-
 async def _query_vector(
     svc: CollectionService, name: str, q: Any, param: str, using: str | None = None,
     lookup: LookupLocation | None = None,
@@ -115,7 +103,11 @@ async def _query_vector(
         return q.model_dump(), [], None
     if isinstance(q, dict):
         if set(q) == {"recommend"}:
-            return await _recommend(svc, name, q["recommend"], f"{param}.recommend", using, lookup)
+            return await explore.recommend(svc, name, q["recommend"], f"{param}.recommend", using, lookup)
+        if set(q) == {"discover"}:
+            return await explore.discover(svc, name, q["discover"], f"{param}.discover", using, lookup)
+        if set(q) == {"context"}:
+            return await explore.context(svc, name, q["context"], f"{param}.context", using, lookup)
         if set(q) != {"nearest"}:
             raise unsupported(f"the query {sorted(q)}", param)
         q = q["nearest"]
@@ -136,9 +128,9 @@ async def _query_vector(
     if isinstance(q, SparseVector):
         return q.model_dump(), [], None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
-        src, src_using = _source(name, using, lookup)
+        src, src_using = explore.source(name, using, lookup)
         c = await svc.collection(src)
-        vname = _using(c.vectors, src_using, param)
+        vname = explore.vector_name(c.vectors, src_using, param)
         model = c.model and dict(c.model)  # the stored vector read below is this model's
         points = await fetch(svc, src, [q], True)
         if not points:
@@ -151,96 +143,6 @@ async def _query_vector(
     raise InvalidCollectionRequest(
         "query must be a vector, a point id, a Document, {nearest: ...} or {recommend: ...}", param=param
     )
-
-
-def _using(cfg: VectorsConfig, using: str | None, param: str) -> str:
-    """The vector a query uses: ``using``, else the collection's default one.
-
-    Raises:
-        InvalidCollectionRequest: no such vector, or no default one.
-    """
-    name = cfg.default_using() if using is None else using
-    if name is None:
-        raise InvalidCollectionRequest("the collection has several vectors: name one in 'using'", param="using")
-    cfg.kind_of(name, "using")
-    return name
-
-
-async def _recommend(
-    svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
-    lookup: LookupLocation | None = None,
-) -> tuple[list[float], list, dict | None]:  # fmt: skip
-    """The query vector of ``{"recommend": RecommendInput}`` by the ``average_vector`` strategy
-    (:func:`~service.collections.vectors.average_vector`), the example points' ids (to leave out), and the model of
-    the vectors read or embedded (None: none). Examples
-    are vectors (unit-normalised first on a cosine collection, as Qdrant preprocesses them and as the stored vectors
-    are), point ids (their stored vectors, read where ``lookup`` says) or ``Document`` texts (embedded by the
-    collection's model).
-
-    Raises:
-        InvalidCollectionRequest: malformed input, no positive example, another strategy (``best_score``,
-            ``sum_scores``), a vector of the wrong dimension, a ``Document`` of another model.
-        TooManyItems: more examples than ``collections_max_filter_values``.
-        PointNotFound: an example id that is not stored.
-    """
-    try:
-        rec = RecommendInput.model_validate(raw)
-    except ValidationError as e:
-        where = ".".join([param, *(str(x) for x in e.errors()[0]["loc"])])
-        raise InvalidCollectionRequest(f"{where}: {e.errors()[0]['msg']}", param=where) from None
-    if rec.strategy not in (None, "average_vector"):
-        raise unsupported(f"the recommend strategy {rec.strategy!r}", f"{param}.strategy")
-    sides = {"positive": rec.positive or [], "negative": rec.negative or []}
-    if not sides["positive"]:
-        raise InvalidCollectionRequest("the average_vector strategy needs a positive example", f"{param}.positive")
-    if (n := len(sides["positive"]) + len(sides["negative"])) > (cap := svc.settings.max_filter_values):
-        raise TooManyItems(f"{n} examples; the maximum is {cap} (collections_max_filter_values)", param,
-                           "too_many_examples")  # fmt: skip
-    c = await svc.collection(name)
-    vname = _using(c.vectors, using, param)
-    if vname in c.vectors.sparse:
-        raise unsupported("a recommendation on a sparse vector", f"{param}")
-    spec, bound = c.vectors.dense[vname].spec, c.vectors.dense[vname].bound
-    model = c.model and dict(c.model)  # the stored and embedded vectors below are this model's
-    texts: list[str] = []
-    ids: list[int | str] = []
-    for side, examples in sides.items():
-        for i, x in enumerate(examples):
-            if isinstance(x, Document):
-                if not bound:
-                    raise InvalidCollectionRequest(f"the vector {vname!r} is the client's: no Document examples",
-                                                   f"{param}.{side}[{i}]")  # fmt: skip
-                texts.append(check_model(x, c.model, name, f"{param}.{side}[{i}]"))
-            elif isinstance(x, list) and len(x) != spec.dimension:
-                raise InvalidCollectionRequest(
-                    f"{param}.{side}[{i}] has dimension {len(x)}; the vector {vname!r} has {spec.dimension}",
-                    f"{param}.{side}[{i}]", "wrong_dimension",
-                )  # fmt: skip
-            elif not isinstance(x, list):
-                ids.append(x)
-    src, src_using = _source(name, using, lookup)
-    sc = c if src == name and lookup is None else await svc.collection(src)
-    sname = vname if sc is c else _using(sc.vectors, src_using, param)
-    found = await points_by_id(svc, src, ids) if ids else {}
-    stored = {k: all_vectors(p, sc.vectors).get(sname) for k, p in found.items()}
-    if missing := [x for x in ids if stored.get((type(x), x)) is None]:
-        raise PointNotFound(f"No point with id {missing[0]} found (holding the vector {sname!r})")
-    if bad := [x for x in ids if len(stored[(type(x), x)]) != spec.dimension]:
-        raise InvalidCollectionRequest(f"{param}: point {bad[0]}'s vector {sname!r} is not of dimension "
-                                       f"{spec.dimension}", param, "wrong_dimension")  # fmt: skip
-    if lookup is not None:  # examples of another collection: nothing to leave out, no model of ours read
-        ids = []
-    embedded = iter(await svc.embed(c, texts)) if texts else iter(())
-
-    def vector(x: Any) -> Any:  # in the order the texts were gathered: positives, then negatives
-        return x if isinstance(x, list) else next(embedded) if isinstance(x, Document) else stored[(type(x), x)]
-
-    d = spec.dimension
-    rows = {side: np.array([vector(x) for x in xs], dtype=np.float64).reshape(-1, d) for side, xs in sides.items()}
-    if spec.metric == "cosine":
-        rows = {side: unit_rows(r) for side, r in rows.items()}
-    vec = average_vector(rows["positive"], rows["negative"]).tolist()
-    return vec, list(dict.fromkeys(ids)), model if ids or texts else None
 
 
 def _top_k(svc: CollectionService, limit: int, offset: int, param: str) -> int:

@@ -264,7 +264,11 @@ def test_qdrant_payload_keys_clear_index_and_recommend(env, sts):
     assert [h.id for h in batch[0].points] == first
     assert 10 not in [h.id for h in batch[1].points] and len(batch[1].points) == K
     for rec, status, words in [
-        ({"positive": [10], "strategy": "best_score"}, 422, "best_score"),
+        *(
+            [({"positive": [10], "strategy": "best_score"}, 422, "milvus backend")]
+            if env["backend"] == "milvus"
+            else []
+        ),
         ({"negative": [10]}, 422, "positive"),
         ({"positive": [999]}, 404, "999"),
         ({"positive": [[0.1] * 3]}, 422, "dimension"),
@@ -337,7 +341,9 @@ def test_qdrant_batch_update_points(env, sts):
         assert c.get("/qdrant/collections/batch/points/200").status_code == 404
     other = {"upsert": {"points": [{"id": 201, "vector": {"text": "x", "model": "another-model"}}]}}
     r = c.post("/qdrant/collections/batch/points/batch", json={"operations": [up, other]})
-    assert r.status_code == 422 and r.json()["status"]["error"].startswith("Wrong input: operations[1].upsert: "), r.text
+    assert r.status_code == 422 and r.json()["status"]["error"].startswith("Wrong input: operations[1].upsert: "), (
+        r.text
+    )
     assert c.get("/qdrant/collections/batch/points/200").status_code == 200  # the operation before it stayed applied
     client.delete_collection("batch")
 
@@ -377,12 +383,20 @@ def test_qdrant_query_points_groups(env, sts):
     groups = r.json()["result"]["groups"]
     assert r.status_code == 200 and len(groups) == 2 and len(groups[0]["hits"][0]["vector"]) == 384, r.text
     assert 0 not in [h["id"] for g in groups for h in g["hits"]]  # a point-id query leaves the point out
-    for body, words in [({"query": 0, "group_by": "doc", "with_lookup": "other"}, "with_lookup"),
+    client.create_collection("groups-docs", vectors_config=models.VectorParams(size=384, distance="Cosine"))
+    client.upsert("groups-docs", [models.PointStruct(id=d, vector=models.Document(text=f"doc {d}", model="all-minilm-l6-v2"),
+                                                     payload={"title": f"doc {d}"}) for d in range(0, 24, 2)])  # fmt: skip
+    got = client.query_points_groups("groups", group_by="doc", query=0, limit=6, group_size=1,
+                                     with_lookup=models.WithLookup(collection="groups-docs", with_payload=True)).groups  # fmt: skip
+    assert len(got) == 6 and all(g.lookup.payload == {"title": f"doc {g.id}"} if g.id % 2 == 0 else g.lookup is None
+                                 for g in got), got  # fmt: skip
+    for body, words in [({"query": 0, "group_by": "doc", "with_lookup": "missing-collection"}, "not found"),
                         ({"group_by": "doc"}, "without a query"),
                         ({"query": 0, "group_by": "doc", "limit": 100, "group_size": 100}, "collections_max_top_k")]:  # fmt: skip
         r = c.post("/qdrant/collections/groups/points/query/groups", json=body)
-        assert r.status_code == 422 and words in r.json()["status"]["error"], (body, r.text)
+        assert r.status_code in (404, 422) and words in r.json()["status"]["error"], (body, r.text)
     client.delete_collection("groups")
+    client.delete_collection("groups-docs")
 
 
 def test_qdrant_facet(env, sts):
@@ -984,3 +998,48 @@ def test_lookup_from_reads_query_ids_from_another_collection(env):
     with pytest.raises(UnexpectedResponse) as e:  # an id the lookup collection lacks
         remote.query_points("lk-a", query=99, using="v", lookup_from=lookup)
     assert e.value.status_code == 404
+
+
+def test_explore_queries_agree_with_local_mode(env):
+    """Qdrant's Explore queries (recommend by best_score and sum_scores, discover with and without context, context)
+    on cosine, dot and Euclid vectors score as qdrant-client's local mode scores them (the example points left out)."""
+    if env["backend"] == "milvus":
+        pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((80, 6)).round(3)
+    remote = QdrantClient(url=f"{env['server'].url}/qdrant", timeout=60)
+    local = QdrantClient(":memory:")
+    dists = {"c": models.Distance.COSINE, "d": models.Distance.DOT, "e": models.Distance.EUCLID}
+    for c in (remote, local):
+        c.create_collection(
+            "explore", vectors_config={n: models.VectorParams(size=6, distance=d) for n, d in dists.items()}
+        )
+        c.upsert("explore", [models.PointStruct(id=i, vector={n: v.tolist() for n in dists}) for i, v in enumerate(x)])
+    pair = models.ContextPair
+    queries = [
+        models.RecommendQuery(recommend=models.RecommendInput(positive=[1, 2], negative=[3], strategy="best_score")),
+        models.RecommendQuery(recommend=models.RecommendInput(negative=[4, 5], strategy="best_score")),
+        models.RecommendQuery(
+            recommend=models.RecommendInput(positive=[6, x[7].tolist()], negative=[8], strategy="sum_scores")
+        ),  # fmt: skip
+        models.DiscoverQuery(
+            discover=models.DiscoverInput(
+                target=9, context=[pair(positive=10, negative=11), pair(positive=12, negative=13)]
+            )
+        ),  # fmt: skip
+        models.DiscoverQuery(discover=models.DiscoverInput(target=x[14].tolist(), context=[])),
+        models.ContextQuery(context=[pair(positive=15, negative=16), pair(positive=17, negative=18)]),
+    ]
+    for using in dists:
+        for q in queries:
+            flt = models.Filter(must_not=[models.HasIdCondition(has_id=[20, 21])])
+            got, want = (c.query_points("explore", query=q, using=using, limit=8, query_filter=flt).points
+                         for c in (remote, local))  # fmt: skip
+            assert np.allclose([p.score for p in got], [p.score for p in want], atol=1e-4), (using, q)
+            assert [p.id for p in got] == [p.id for p in want] or isinstance(q, models.ContextQuery), (using, q)
+    r = httpx.post(f"{env['server'].url}/qdrant/collections/explore/points/query",
+                   json={"query": {"discover": {"target": [1.0] * 5, "context": []}}, "using": "c"})  # fmt: skip
+    assert r.status_code == 422 and "dimension" in r.text

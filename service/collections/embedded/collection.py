@@ -29,6 +29,7 @@ from ..filters import Filter
 from ..ids import decode_id, encode_id
 from ..index import IndexSpec, VectorIndex, higher_is_better
 from ..schema import VectorsConfig
+from ..scorers import Scorer
 from .locks import RWLock
 from .named import NamedIndexes, prepared
 from .reembedding import Reembedding
@@ -47,9 +48,8 @@ class Collection(Reembedding):
     ``model`` (dict with name, version, sha256) are the model-bound vector's (None without one).
 
     Args:
-        exact_filter_threshold: a filtered search whose filter matches at most this many
-            points is answered by brute force over their stored vectors (exact, for any
-            index kind); broader filters use a FAISS ``IDSelector`` over the index.
+        exact_filter_threshold: a search over at most this many points (a filter's, or an index's) is exact (by
+            brute force); broader filters use a FAISS ``IDSelector`` over the index.
     """
 
     def __init__(self, path: Path, store: Store, exact_filter_threshold: int = 20000) -> None:
@@ -308,7 +308,7 @@ class Collection(Reembedding):
                 metric = "dot"
             else:
                 if bound:
-                    index, q = self.index, self._prepare(queries)
+                    index, q = self.index, queries if isinstance(queries, Scorer) else self._prepare(queries)
                     fetch = lambda iids: self.store.vectors_for(iids, self.spec.dimension)  # noqa: E731
                     scan = lambda: self.store.iter_vectors(self.spec.dimension)  # noqa: E731
                 else:
@@ -316,8 +316,9 @@ class Collection(Reembedding):
                     fetch = lambda iids: self.named.fetch_dense(using, iids)  # noqa: E731
                     scan = lambda: self.named.scan_dense(using)  # noqa: E731
                 cap = self.exact_filter_threshold
-                D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact else None)
-                metric = index.spec.metric
+                scored = isinstance(q, Scorer)  # a multi-example query: higher is better whatever the metric
+                D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None)
+                metric = "dot" if scored else index.spec.metric
             if len(dropped):
                 I = np.where(np.isin(I, dropped), -1, I)  # left out (assemble_hits skips -1)
             found, counts = np.unique(I[I >= 0], return_counts=True)

@@ -15,13 +15,17 @@ import numpy as np
 
 from ..index import VectorIndex
 from ..schema import SparseVec, VectorsConfig
+from ..scorers import Scorer
 from ..vectors import unit_rows
 from .store import Store
 from .store import named as tables
 
 
 def prepared(v: np.ndarray, metric: str) -> np.ndarray:
-    """Vectors ``(n, d)`` as indexed and searched: unit rows for cosine, float32 otherwise."""
+    """Vectors ``(n, d)`` as indexed and searched: unit rows for cosine, float32 otherwise (a multi-example query,
+    :class:`~..scorers.Scorer`, holds its examples prepared: returned as it is)."""
+    if isinstance(v, Scorer):
+        return v
     v = np.ascontiguousarray(v, dtype=np.float32)
     return unit_rows(v) if metric == "cosine" else v
 

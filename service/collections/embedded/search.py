@@ -14,6 +14,7 @@ from ..filters import Filter, Ids, Not
 from ..ids import decode_id
 from ..index import VectorIndex, exact_search
 from ..schema import SparseVec
+from ..scorers import Scorer, top
 from .store import Store
 
 
@@ -86,6 +87,13 @@ def dense_search(
     ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW graph), in
     memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
     restricted by an ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
+    if isinstance(q, Scorer):  # a multi-example query: every candidate scored (in memory where the index allows)
+        found = index.held(allowed)
+        chunks = [found] if found is not None else (scan() if scan is not None else [fetch(allowed)])
+        if found is None and allowed is not None and scan is not None:
+            chunks = ((i[np.isin(i, allowed)], v[np.isin(i, allowed)]) for i, v in chunks)
+        s, i = top(q, chunks, k)
+        return s[None], i[None]
     if allowed is not None and len(allowed) <= cap:
         ids, vecs = fetch(allowed)
         return exact_search(q, vecs, ids, top_k, index.spec.metric)

@@ -177,6 +177,14 @@ class VectorIndex:
         """The exact ``k`` nearest of the vectors the index holds uncompressed (``IndexType.held_vectors``), in
         memory, tombstones left out; arguments and result as :meth:`search` (shapes ``(nq, <=k)``). None when the
         type holds no uncompressed vectors (IVF-PQ): the caller reads the store instead."""
+        if (found := self.held(allowed)) is None:
+            return None
+        ids, held = found
+        return exact_search(np.ascontiguousarray(queries, dtype=np.float32), held, ids, k, self.spec.metric)
+
+    def held(self, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(ids, vectors)`` (int64 ``(n,)``, float32 ``(n, d)``) of the live vectors the index holds uncompressed
+        (those in ``allowed`` when given), or None when the type holds none (IVF-PQ)."""
         held = self.type.held_vectors(self.spec, self.index)
         ids = self.id_array()
         if held is None or ids is None:
@@ -186,9 +194,7 @@ class VectorIndex:
             keep = ~np.isin(ids, tomb)
         if allowed is not None:
             keep = np.isin(ids, allowed) if keep is None else keep & np.isin(ids, allowed)
-        if keep is not None:
-            held, ids = held[keep], ids[keep]
-        return exact_search(np.ascontiguousarray(queries, dtype=np.float32), held, ids, k, self.spec.metric)
+        return (ids[keep], held[keep]) if keep is not None else (ids, held)
 
     # --- builds ----------------------------------------------------------------------------------
     @classmethod

@@ -27,6 +27,7 @@ from ..filters import Filter
 from ..ids import decode_id, encode_id
 from ..index import IndexSpec
 from ..schema import VectorsConfig
+from ..scorers import Scorer
 from ..vectors import unit_rows
 from .client import long_call
 from .expr import keys_expr, payload_marks, to_expr
@@ -302,8 +303,11 @@ class MilvusCollection:
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``.
 
         Raises:
-            CollectionClosed, ModelChanged.
+            CollectionClosed, ModelChanged; InvalidCollectionRequest: a multi-example query (not on Milvus).
         """
+        if isinstance(queries, Scorer):
+            raise InvalidCollectionRequest(f"a {queries.kind} query is not supported by the milvus backend", "query",
+                                           "unsupported")  # fmt: skip
         rec = self.fresh()
         if model is not None and not same_model(model, rec["model"]):
             raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")

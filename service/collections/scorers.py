@@ -1,0 +1,137 @@
+"""Queries scored against several example vectors at once (Qdrant's Explore API: the recommendation strategies
+``best_score`` and ``sum_scores``, discovery and context search), scored exactly over every candidate point.
+
+Source: Qdrant documentation, "Explore the data" (https://qdrant.tech/documentation/concepts/explore/): recommendation
+strategies, Discovery API (target and context pairs, "Context search"); the formulas as Qdrant's segment code and
+qdrant-client's local mode compute them. Each score is built from the raw similarity ``sim(x, e)`` of a candidate
+``x`` to an example ``e``: the dot product for ``dot`` and for ``cosine`` (stored and example vectors unit-normalised),
+minus the squared distance for ``l2``. With ``f(s) = s / (1 + |s|)`` (fast sigmoid) and ``g(s) = (f(s) + 1) / 2``:
+
+* **best_score**: ``p = max_i sim(x, pos_i)``, ``n = max_j sim(x, neg_j)`` (-inf without examples); ``g(p)`` when
+  ``p > n``, else ``-g(n)``;
+* **sum_scores**: ``sum_i sim(x, pos_i) - sum_j sim(x, neg_j)``;
+* **discover**: ``rank + g(sim(x, target))``, ``rank = sum over pairs of sign(sim(x, pos) - sim(x, neg))``;
+* **context**: ``sum over pairs of f(min(sim(x, pos) - sim(x, neg) - eps, 0))`` (eps = 2**-23, f32's epsilon).
+
+Higher is better for every kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidCollectionRequest
+from .vectors import unit_rows
+
+EPSILON = np.float32(1.1920929e-7)
+KINDS = ("best_score", "sum_scores", "discover", "context")
+
+
+def fast_sigmoid(s: np.ndarray) -> np.ndarray:
+    """``s / (1 + |s|)``, elementwise (inf and NaN unchanged)."""
+    with np.errstate(invalid="ignore"):
+        out = s / (1.0 + np.abs(s))
+    return np.where(np.isfinite(s), out, s)
+
+
+def _g(s: np.ndarray) -> np.ndarray:
+    return 0.5 * (fast_sigmoid(s) + 1.0)
+
+
+@dataclass
+class Scorer:
+    """A multi-example query (module docstring): ``kind`` one of :data:`KINDS`; examples as float32 ``(k, d)`` arrays,
+    already prepared for the metric (unit-normalised for cosine); ``pairs`` as ``(positive, negative)`` rows."""
+
+    kind: str
+    metric: str
+    positive: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    negative: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    target: np.ndarray | None = None
+    pairs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return 1  # one query (a search's batch of queries is one scorer)
+
+    def sims(self, examples: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``(k, n)`` raw similarities of ``n`` candidates ``x`` (``(n, d)``) to ``k`` examples."""
+        if len(examples) == 0:
+            return np.zeros((0, len(x)), np.float32)
+        if self.metric == "l2":
+            d2 = (examples**2).sum(1)[:, None] - 2 * examples @ x.T + (x**2).sum(1)[None, :]
+            return -np.maximum(d2, 0).astype(np.float32)
+        return (examples @ x.T).astype(np.float32)
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """float32 ``(n,)`` scores of the candidates ``x`` (``(n, d)``), higher is better."""
+        if self.kind in ("best_score", "sum_scores"):
+            pos, neg = self.sims(self.positive, x), self.sims(self.negative, x)
+            if self.kind == "sum_scores":
+                return (pos.sum(0) - neg.sum(0)).astype(np.float32)
+            p = pos.max(0) if len(pos) else np.full(len(x), -np.inf, np.float32)
+            n = neg.max(0) if len(neg) else np.full(len(x), -np.inf, np.float32)
+            return np.where(p > n, _g(p), -_g(n)).astype(np.float32)
+        total = np.zeros(len(x), np.float32)
+        for pos, neg in self.pairs:
+            diff = self.sims(pos[None], x)[0] - self.sims(neg[None], x)[0]
+            if self.kind == "discover":
+                total += np.sign(diff).astype(np.float32)
+            else:
+                total += fast_sigmoid(np.minimum(diff - EPSILON, 0.0)).astype(np.float32)
+        if self.kind == "discover":
+            total += _g(self.sims(self.target[None], x)[0]) if self.target is not None else 0
+        return total
+
+
+def top(scorer: Scorer, chunks, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best candidates of ``chunks`` (``(ids, vectors)`` pairs, each ``(c,)``/``(c, d)``) by
+    ``scorer``: ``(scores, ids)``, each ``(<=k,)``, best first (ties by id)."""
+    best_s = np.zeros(0, np.float32)
+    best_i = np.zeros(0, np.int64)
+    for ids, x in chunks:
+        if len(ids) == 0:
+            continue
+        s = np.concatenate([best_s, scorer.scores(np.asarray(x, np.float32))])
+        i = np.concatenate([best_i, np.asarray(ids, np.int64)])
+        order = np.lexsort((i, -s))[:k]
+        best_s, best_i = s[order], i[order]
+    return best_s, best_i
+
+
+def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> Scorer:
+    """A :class:`Scorer` of the native query ``{"scorer": kind, "positive": [vectors], "negative": [vectors],
+    "target": vector, "pairs": [[positive, negative], ...]}`` for a dense vector of ``metric`` and ``dimension``
+    (examples unit-normalised for cosine, as stored vectors are).
+
+    Raises:
+        InvalidCollectionRequest: an unknown kind or field, a vector of another dimension or not finite, no example
+            (best_score/sum_scores need one, discover a target, context a pair).
+    """
+    kind = raw.get("scorer")
+    if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs"}:
+        raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
+                                       "target, pairs}", param)  # fmt: skip
+
+    def rows(vs: Any, at: str) -> np.ndarray:
+        a = np.asarray(vs if vs else np.zeros((0, dimension)), dtype=np.float32)
+        if a.ndim != 2 or a.shape[1] != dimension:
+            raise InvalidCollectionRequest(f"{at}: vectors of dimension {dimension}", at, "wrong_dimension")
+        if not np.all(np.isfinite(a)):
+            raise InvalidCollectionRequest(f"{at}: vectors must be finite", at)
+        return unit_rows(a) if metric == "cosine" else a
+
+    pos, neg = rows(raw.get("positive"), f"{param}.positive"), rows(raw.get("negative"), f"{param}.negative")
+    target = rows([raw["target"]], f"{param}.target")[0] if raw.get("target") is not None else None
+    pairs = [tuple(rows(p, f"{param}.pairs[{i}]")) for i, p in enumerate(raw.get("pairs") or [])]
+    if any(len(p) != 2 for p in pairs):
+        raise InvalidCollectionRequest(f"{param}.pairs: each pair is [positive, negative]", f"{param}.pairs")
+    if (
+        (kind in ("best_score", "sum_scores") and not len(pos) + len(neg))
+        or (kind == "context" and not pairs)
+        or (kind == "discover" and target is None)
+    ):
+        raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
+    return Scorer(kind, "l2" if metric == "l2" else "dot", pos, neg, target, pairs)  # type: ignore[arg-type]
