@@ -14,7 +14,7 @@
    of ``artifact_name`` in the models directory, parity measured on dev pairs.
 
 Resume and skip, as ``train`` does: a run writes checkpoints under ``<output_dir>/checkpoints`` and resumes from the
-newest (``resume``); a finished run (``<output_dir>/model`` with ``done.json`` for the same recipe) is not trained
+newest (``resume``) when they are of the same recipe (``checkpoints/recipe.json``; else it starts over); a finished run (``<output_dir>/model`` with ``done.json`` for the same recipe) is not trained
 again, and an artifact already published from it is not exported again.
 """
 
@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,20 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
     every = min(cfg.eval_steps or cfg.max_steps, cfg.max_steps)
     args = CrossEncoderTrainingArguments(
         output_dir=str(ckpt), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
-        learning_rate=cfg.lr, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, eval_strategy="steps",
+        learning_rate=cfg.lr, warmup_steps=round(cfg.warmup_ratio * cfg.max_steps), seed=cfg.seed, eval_strategy="steps",
         eval_steps=every, save_strategy="steps", save_steps=every, save_total_limit=2, load_best_model_at_end=True,
         metric_for_best_model="eval_scifact-dev_ndcg@10", greater_is_better=True, logging_steps=max(1, every // 4),
         report_to="none", dataloader_num_workers=0, disable_tqdm=True,
     )  # fmt: skip
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(pair_rows(data, train_q, negatives)),
                                   loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)  # fmt: skip
-    last = get_last_checkpoint(str(ckpt)) if cfg.resume and ckpt.is_dir() else None
+    mark = ckpt / "recipe.json"  # checkpoints of another recipe are not resumed from
+    if ckpt.is_dir() and (not cfg.resume or not mark.is_file() or json.loads(mark.read_text()) != cfg.recipe()):
+        log.info("%s: not this run's checkpoints (or --no-resume); starting over", ckpt)
+        shutil.rmtree(ckpt)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(mark, json.dumps(cfg.recipe(), indent=2))
+    last = get_last_checkpoint(str(ckpt))
     if last:
         log.info("resuming from %s", last)
     trainer.train(resume_from_checkpoint=last)

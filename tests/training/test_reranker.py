@@ -5,6 +5,7 @@ twice (``python -m training train-reranker``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,3 +117,23 @@ def test_int8_reranker_loads_and_scores_close_to_fp32(reranker_artifact, tmp_pat
     fp32 = open_model(reranker_artifact, providers=["cpu"], intra_op_threads=1)
     assert isinstance(int8, OnnxReranker) and int8.check_canary() <= 1e-3
     assert np.abs(int8.scores_sync(CANARY_PAIRS) - fp32.scores_sync(CANARY_PAIRS)).max() < 0.1
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(reranker_artifact, tmp_path, caplog):
+    import dataclasses
+    import logging
+    import os
+    import shutil
+
+    from training.reranker import train_reranker
+
+    # the session run as if interrupted after its step-3 checkpoint (hard links: nothing is copied)
+    ckpt = tmp_path / "run" / "checkpoints"
+    src = Path(reranker_config().output_dir) / "checkpoints"
+    shutil.copytree(src, ckpt, copy_function=os.link, ignore=shutil.ignore_patterns("checkpoint-6", "eval"))
+    cfg = dataclasses.replace(reranker_config(), output_dir=str(tmp_path / "run"))
+    with caplog.at_level(logging.INFO, logger="training.reranker"):
+        assert not train_reranker(cfg)["skipped_training"]
+    assert f"resuming from {ckpt / 'checkpoint-3'}" in caplog.text
+    assert json.loads((ckpt / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+    assert train_reranker(cfg)["skipped_training"]  # finished: not trained again
