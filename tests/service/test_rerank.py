@@ -183,3 +183,15 @@ def test_concurrent_requests_get_their_own_scores(server, client, claim):
         got = {i["index"]: i["score"] for i in r.json()}
         ref = {i["index"]: i["score"] for i in want[q]}
         assert all(abs(got[k] - ref[k]) <= 1e-4 for k in ref)
+
+
+def test_admin_unloads_and_loads_a_reranker(client):  # last: it changes what the server holds
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    assert client.post("/admin/models/scifact-reranker-tiny/unload", headers=auth).status_code == 200
+    r = client.post("/v2/rerank", json={"query": "q", "documents": ["a"]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+    assert "no reranker is loaded" in r.json()["error"]["message"]
+    assert client.post("/embed", json={"inputs": "still embedding"}).status_code == 200
+    r = client.post("/admin/models/scifact-reranker-tiny/load", headers=auth)
+    assert r.status_code == 200, r.text
+    assert client.post("/v2/rerank", json={"query": "q", "documents": ["a", "b"]}).status_code == 200
