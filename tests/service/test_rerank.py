@@ -185,6 +185,41 @@ def test_concurrent_requests_get_their_own_scores(server, client, claim):
         assert all(abs(got[k] - ref[k]) <= 1e-4 for k in ref)
 
 
+def test_pairs_go_through_the_batcher_with_its_limits(reranker_artifact, claim):
+    """In process: a reranker's pairs are the batcher's inputs: batched scores equal one-batch scores, and the
+    batcher's queue bound, truncate=false and max_request_tokens hold for pairs as for texts."""
+    from service.batcher import Batcher, InputTooLong, QueueFull, RequestTooLarge
+    from service.metrics import Metrics
+    from service.registry import LoadedModel
+    from service.rerank_model import OnnxReranker, open_model
+    from service.reranker import Reranker
+
+    model = open_model(reranker_artifact, providers=["cpu"], intra_op_threads=1)
+    assert isinstance(model, OnnxReranker)
+    query, docs = claim
+    want = model.scores_sync([(query, d) for d in docs])
+
+    async def main():
+        b = Batcher(model, Metrics(), max_batch_tokens=512, max_batch_size=3, max_queue_size=2, max_request_tokens=4000)
+        b.start()
+        try:
+            lm = LoadedModel(model, b)
+            rr = Reranker(type("OneModel", (), {"all": lambda self: [lm], "get": lambda self, name: lm})())
+            got = await rr.rerank(query, docs)
+            assert np.abs(got.scores - want).max() <= 1e-5 and got.prompt_tokens > 0
+            with pytest.raises(InputTooLong) as e:
+                await rr.rerank(query, ["word " * 300], truncate=False)
+            assert e.value.param == "documents"
+            with pytest.raises(RequestTooLarge):
+                await rr.rerank(query, ["word " * 300] * 40)
+            results = await asyncio.gather(*(rr.rerank(query, docs) for _ in range(3)), return_exceptions=True)
+            assert sum(isinstance(r, QueueFull) for r in results) == 1  # max_queue_size=2
+        finally:
+            await b.close()
+
+    asyncio.run(main())
+
+
 def test_admin_unloads_and_loads_a_reranker(client):  # last: it changes what the server holds
     auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
     assert client.post("/admin/models/scifact-reranker-tiny/unload", headers=auth).status_code == 200
