@@ -20,6 +20,24 @@ import logging
 
 from training.cli.common import command, parser, print_json
 
+HELP = {
+    "output_dir": "run directory: checkpoints/ (resumed from), model/ (the chosen model, done.json)",
+    "model_dir": "local Hugging Face / sentence-transformers directory to start from (default: the default encoder)",
+    "max_seq_length": "tokens of a (query, passage) pair, longest side truncated first",
+    "max_steps": "optimizer steps",
+    "batch_size": "pairs per step",
+    "lr": "peak learning rate (AdamW, linear decay)",
+    "warmup_ratio": "fraction of max_steps warming the learning rate up",
+    "negatives_per_query": "BM25 hard negatives per query (its judged documents excluded)",
+    "dev_fraction": "fraction of the train queries held out as the dev split (model choice, parity pairs)",
+    "max_queries": "use this many train queries (a seeded sample; default all 809)",
+    "max_corpus": "keep the positives plus the first N abstracts (default all 5,183)",
+    "eval_steps": "score the dev split and checkpoint every N steps (0: at the end); the best dev nDCG@10 is kept",
+    "seed": "data split, sampling and initialisation seed",
+    "artifact_name": "name of the published artifact (MODELS_DIR/NAME/<next version>/)",
+    "quantize": "int8: also publish NAME-int8, the fp32 artifact dynamically quantised",
+}
+
 
 @command
 def main(argv: list[str]) -> int:
@@ -33,7 +51,8 @@ def main(argv: list[str]) -> int:
         flag = "--model" if f.name == "model_dir" else "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
         choices = ["int8"] if f.name == "quantize" else None  # int8: also publish <artifact-name>-int8
-        p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=f"default: {f.default}")
+        help_ = f"{HELP[f.name]} (default: {f.default})"
+        p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=help_)
     p.add_argument("--no-resume", dest="resume", action="store_false", help="retrain from scratch")
     p.add_argument("--publish", dest="models_dir", metavar="MODELS_DIR", help="export the chosen model there")
     cfg = RerankerConfig(**vars(p.parse_args(argv)))
