@@ -18,12 +18,14 @@ Higher is better for every kind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .errors import InvalidCollectionRequest
+from .schema import sparse_vec
 from .vectors import unit_rows
 
 EPSILON = np.float32(1.1920929e-7)
@@ -43,15 +45,16 @@ def _g(s: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Scorer:
-    """A multi-example query (module docstring): ``kind`` one of :data:`KINDS`; examples as float32 ``(k, d)`` arrays,
-    already prepared for the metric (unit-normalised for cosine); ``pairs`` as ``(positive, negative)`` rows."""
+    """A multi-example query (module docstring): ``kind`` one of :data:`KINDS`; ``metric`` ``dot``, ``l2`` or
+    ``sparse``; dense examples as float32 ``(k, d)`` arrays prepared for the metric (unit-normalised for cosine), sparse
+    ones as lists of :class:`~.schema.SparseVec`; ``pairs`` as ``(positive, negative)`` examples."""
 
     kind: str
     metric: str
-    positive: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    negative: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    target: np.ndarray | None = None
-    pairs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    positive: Any = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    negative: Any = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    target: Any = None
+    pairs: list[tuple[Any, Any]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return 1  # one query (a search's batch of queries is one scorer)
@@ -66,23 +69,29 @@ class Scorer:
         return (examples @ x.T).astype(np.float32)
 
     def scores(self, x: np.ndarray) -> np.ndarray:
-        """float32 ``(n,)`` scores of the candidates ``x`` (``(n, d)``), higher is better."""
+        """float32 ``(n,)`` scores of the dense candidates ``x`` (``(n, d)``), higher is better."""
+        return self.score_with(lambda e: self.sims(np.asarray(e)[None], x)[0], len(x))
+
+    def score_with(self, sim: Callable[[Any], np.ndarray], n: int) -> np.ndarray:
+        """float32 ``(n,)`` scores of ``n`` candidates given ``sim(example)``, their ``(n,)`` similarities to one
+        example (dense rows or sparse vectors alike), by the formulas of the module docstring."""
         if self.kind in ("best_score", "sum_scores"):
-            pos, neg = self.sims(self.positive, x), self.sims(self.negative, x)
+            pos = np.array([sim(e) for e in self.positive], np.float32).reshape(-1, n)
+            neg = np.array([sim(e) for e in self.negative], np.float32).reshape(-1, n)
             if self.kind == "sum_scores":
                 return (pos.sum(0) - neg.sum(0)).astype(np.float32)
-            p = pos.max(0) if len(pos) else np.full(len(x), -np.inf, np.float32)
-            n = neg.max(0) if len(neg) else np.full(len(x), -np.inf, np.float32)
-            return np.where(p > n, _g(p), -_g(n)).astype(np.float32)
-        total = np.zeros(len(x), np.float32)
+            p = pos.max(0) if len(pos) else np.full(n, -np.inf, np.float32)
+            q = neg.max(0) if len(neg) else np.full(n, -np.inf, np.float32)
+            return np.where(p > q, _g(p), -_g(q)).astype(np.float32)
+        total = np.zeros(n, np.float32)
         for pos, neg in self.pairs:
-            diff = self.sims(pos[None], x)[0] - self.sims(neg[None], x)[0]
+            diff = sim(pos) - sim(neg)
             if self.kind == "discover":
                 total += np.sign(diff).astype(np.float32)
             else:
                 total += fast_sigmoid(np.minimum(diff - EPSILON, 0.0)).astype(np.float32)
-        if self.kind == "discover":
-            total += _g(self.sims(self.target[None], x)[0]) if self.target is not None else 0
+        if self.kind == "discover" and self.target is not None:
+            total += _g(sim(self.target)).astype(np.float32)
         return total
 
 
@@ -111,6 +120,8 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
             (best_score/sum_scores need one, discover a target, context a pair).
     """
     kind = raw.get("scorer")
+    if metric == "sparse":
+        return _sparse_scorer(raw, param)
     if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs"}:
         raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
                                        "target, pairs}", param)  # fmt: skip
@@ -135,3 +146,32 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
     ):
         raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
     return Scorer(kind, "l2" if metric == "l2" else "dot", pos, neg, target, pairs)  # type: ignore[arg-type]
+
+
+def _sparse_scorer(raw: dict[str, Any], param: str) -> Scorer:
+    """:func:`scorer_of` for a sparse vector: every example ``{indices, values}``."""
+    kind = raw.get("scorer")
+    if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs"}:
+        raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
+                                       "target, pairs}", param)  # fmt: skip
+
+    def vec(x: Any, at: str) -> Any:
+        if not isinstance(x, dict) or set(x) != {"indices", "values"}:
+            raise InvalidCollectionRequest(f"{at}: a sparse example is {{indices, values}}", at)
+        return sparse_vec(x["indices"], x["values"], at)
+
+    pos = [vec(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
+    neg = [vec(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
+    target = vec(raw["target"], f"{param}.target") if raw.get("target") is not None else None
+    pairs = []
+    for i, p in enumerate(raw.get("pairs") or []):
+        if not isinstance(p, list) or len(p) != 2:
+            raise InvalidCollectionRequest(f"{param}.pairs[{i}]: a pair is [positive, negative]", f"{param}.pairs")
+        pairs.append((vec(p[0], f"{param}.pairs[{i}][0]"), vec(p[1], f"{param}.pairs[{i}][1]")))
+    if (
+        (kind in ("best_score", "sum_scores") and not pos + neg)
+        or (kind == "context" and not pairs)
+        or (kind == "discover" and target is None)
+    ):
+        raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
+    return Scorer(kind, "sparse", pos, neg, target, pairs)

@@ -105,10 +105,10 @@ async def _search_once(
             )
         if isinstance(s.query, dict) and "scorer" in s.query:  # a multi-example query, scored over every candidate
             if cfg.kind_of(using, f"{pre}using") == "sparse":
-                raise InvalidCollectionRequest(f"a {s.query['scorer']} query on a sparse vector is not supported",
-                                               f"{pre}query")  # fmt: skip
-            spec = cfg.dense[using].spec
-            plans.append((s, where, using, scorer_of(s.query, spec.metric, spec.dimension, f"{pre}query")))
+                plans.append((s, where, using, scorer_of(s.query, "sparse", 0, f"{pre}query")))
+            else:
+                spec = cfg.dense[using].spec
+                plans.append((s, where, using, scorer_of(s.query, spec.metric, spec.dimension, f"{pre}query")))
             continue
         if cfg.kind_of(using, f"{pre}using") == "sparse":
             q = s.query if not hasattr(s.query, "indices") else {"indices": s.query.indices, "values": s.query.values}
@@ -163,7 +163,7 @@ async def _search_once(
             part = members[k : k + step]
             qs = [qvecs[q] if isinstance(q, int) else q for _, _, _, q in (plans[i] for i in part)]
             hits = await svc.backend.run(
-                c.search, qs if sparse else qs[0] if isinstance(qs[0], Scorer) else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
+                c.search, qs[0] if isinstance(qs[0], Scorer) else qs if sparse else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
                 s.with_text, model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
                 budget=budget, consistency=consistency, using=using, exact=bool(getattr(s, "exact", False)),
             )  # fmt: skip

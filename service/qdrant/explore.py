@@ -12,7 +12,8 @@ left out of the hits, as in Qdrant.
 * ``{"discover": {target, context: [{positive, negative}, ...]}}`` and ``{"context": [{positive, negative}, ...]}``:
   scorer queries too.
 
-Dense vectors only (a sparse one: 422).
+On a sparse vector the examples are sparse vectors or point ids (their stored sparse vectors); ``average_vector``
+averages them index by index (:func:`sparse_average`), the other kinds score every point holding the vector.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from ..collections.errors import InvalidCollectionRequest, PointNotFound, TooMan
 from ..collections.schema import VectorsConfig
 from ..collections.service import CollectionService
 from ..collections.vectors import average_vector, unit_rows
-from .envelope import unsupported
-from .models import Document, Example, LookupLocation, RecommendInput
+from .models import Document, Example, LookupLocation, RecommendInput, SparseVector
 from .points import check_model, points_by_id
 from .vectors import all_vectors
 
@@ -78,7 +78,7 @@ async def _rows(
     c = await svc.collection(name)
     vname = vector_name(c.vectors, using, param)
     if vname in c.vectors.sparse:
-        raise unsupported("an Explore query (recommend, discover, context) on a sparse vector", param)
+        return await _sparse_rows(svc, name, sides, param, using, lookup)
     spec, bound = c.vectors.dense[vname].spec, c.vectors.dense[vname].bound
     texts: list[str] = []
     ids: list[int | str] = []
@@ -117,6 +117,57 @@ async def _rows(
     return rows, ([] if lookup is not None else list(dict.fromkeys(ids))), model, spec.metric
 
 
+async def _sparse_rows(
+    svc: CollectionService, name: str, sides: dict[str, list], param: str, using: str | None,
+    lookup: LookupLocation | None,
+) -> tuple[dict[str, list], list, dict | None, str]:  # fmt: skip
+    """:func:`_rows` for a sparse vector: each side's examples as ``{indices, values}`` (sparse vectors given, or the
+    stored ones of the ids named), the ids to leave out, no model, and the metric ``sparse``.
+
+    Raises:
+        InvalidCollectionRequest: a dense vector or a ``Document`` as an example. PointNotFound: an id not stored
+            (with that vector).
+    """
+    ids = [x for xs in sides.values() for x in xs if isinstance(x, (int, str))]
+    src, src_using = source(name, using, lookup)
+    sc = await svc.collection(src)
+    sname = vector_name(sc.vectors, src_using, param)
+    found = await points_by_id(svc, src, ids) if ids else {}
+    stored = {k: all_vectors(p, sc.vectors).get(sname) for k, p in found.items()}
+    if missing := [x for x in ids if not isinstance(stored.get((type(x), x)), dict)]:
+        raise PointNotFound(f"No point with id {missing[0]} found (holding the sparse vector {sname!r})")
+    out: dict[str, list] = {}
+    for side, xs in sides.items():
+        out[side] = []
+        for i, x in enumerate(xs):
+            if isinstance(x, SparseVector):
+                out[side].append(x.model_dump())
+            elif isinstance(x, (int, str)):
+                out[side].append(stored[(type(x), x)])
+            else:
+                raise InvalidCollectionRequest(f"{param}.{side}[{i}]: the vector is sparse: give a sparse vector or a "
+                                               "point id", f"{param}.{side}[{i}]")  # fmt: skip
+    return out, ([] if lookup is not None else list(dict.fromkeys(ids))), None, "sparse"
+
+
+def sparse_average(positive: list[dict], negative: list[dict]) -> dict[str, list]:
+    """Qdrant's ``average_vector`` recommendation on sparse vectors: ``avg(positive)``, or ``avg(positive) +
+    (avg(positive) - avg(negative))`` with negatives, averaging index by index (an index absent from a vector counts
+    0), as ``{indices, values}`` sorted by index."""
+
+    def avg(vs: list[dict]) -> dict[int, float]:
+        acc: dict[int, float] = {}
+        for v in vs:
+            for i, x in zip(v["indices"], v["values"]):
+                acc[i] = acc.get(i, 0.0) + float(x)
+        return {i: x / len(vs) for i, x in acc.items()} if vs else {}
+
+    p, n = avg(positive), avg(negative)
+    merged = {i: 2 * p.get(i, 0.0) - n.get(i, 0.0) for i in set(p) | set(n)} if negative else p
+    keys = sorted(merged)
+    return {"indices": keys, "values": [merged[i] for i in keys]}
+
+
 async def recommend(svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
                     lookup: LookupLocation | None = None) -> Found:  # fmt: skip
     """``{"recommend": RecommendInput}`` (module docstring).
@@ -135,7 +186,11 @@ async def recommend(svc: CollectionService, name: str, raw: Any, param: str, usi
         raise InvalidCollectionRequest("the average_vector strategy needs a positive example", f"{param}.positive")
     if not sides["positive"] and not sides["negative"]:
         raise InvalidCollectionRequest("a recommendation needs an example", f"{param}.positive")
-    rows, ids, model, _ = await _rows(svc, name, sides, param, using, lookup)
+    rows, ids, model, metric = await _rows(svc, name, sides, param, using, lookup)
+    if metric == "sparse":
+        if strategy == "average_vector":
+            return sparse_average(rows["positive"], rows["negative"]), ids, None
+        return {"scorer": strategy, **rows}, ids, None
     if strategy == "average_vector":
         return average_vector(rows["positive"], rows["negative"]).tolist(), ids, model
     return {"scorer": strategy, **{k: v.tolist() for k, v in rows.items()}}, ids, model
@@ -161,11 +216,12 @@ async def _pair_query(svc: CollectionService, name: str, kind: str, pairs: list,
                       using: str | None, lookup: LookupLocation | None) -> Found:  # fmt: skip
     sides = {"target": [] if target is None else [target], "positive": [p for p, _ in pairs],
              "negative": [n for _, n in pairs]}  # fmt: skip
-    rows, ids, model, _ = await _rows(svc, name, sides, param, using, lookup)
-    query: dict[str, Any] = {"scorer": kind, "pairs": [[p.tolist(), n.tolist()] for p, n in
+    rows, ids, model, metric = await _rows(svc, name, sides, param, using, lookup)
+    as_json = (lambda v: v) if metric == "sparse" else (lambda v: v.tolist())  # noqa: E731
+    query: dict[str, Any] = {"scorer": kind, "pairs": [[as_json(p), as_json(n)] for p, n in
                                                        zip(rows["positive"], rows["negative"])]}  # fmt: skip
     if target is not None:
-        query["target"] = rows["target"][0].tolist()
+        query["target"] = as_json(rows["target"][0])
     return query, ids, model
 
 

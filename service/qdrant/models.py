@@ -234,7 +234,7 @@ class QueryRequest(Prefetch):
 
 
 #: one example of a recommendation: a vector, a point id (its stored vector) or a ``Document``
-Example = Vector | QdrantId | Document
+Example = Vector | QdrantId | SparseVector | Document
 
 
 class RecommendInput(_Body):

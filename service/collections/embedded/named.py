@@ -104,6 +104,8 @@ class NamedIndexes:
             ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 past the last hit).
         """
         modifier = self.config.sparse[name].modifier
+        if isinstance(queries, Scorer):
+            return self._scored(name, queries, top_k, allowed, modifier)
         D = np.full((len(queries), top_k), np.nan, np.float32)
         I = np.full((len(queries), top_k), -1, np.int64)
         conn = self.store.reader()
@@ -118,6 +120,30 @@ class NamedIndexes:
             order = np.lexsort((ids, -scores))  # best first; ties by internal id (insertion order)
             D[qi, : len(order)], I[qi, : len(order)] = scores[order], ids[order]
         return D, I
+
+    def _scored(
+        self, name: str, scorer: Scorer, top_k: int, allowed: np.ndarray | None, modifier: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A multi-example query on the sparse vector ``name`` (:mod:`..scorers`): every point holding it (among
+        ``allowed``) scored by its dot products with the examples (0 where they share no term, as Qdrant scores
+        them; IDF-weighted as a query is). Returns ``(scores, iids)``, each ``(1, <=top_k)``."""
+        conn = self.store.reader()
+        ids = tables.holders(conn, name)
+        if allowed is not None:
+            ids = ids[np.isin(ids, allowed)]
+        pos = {int(i): j for j, i in enumerate(ids)}
+
+        def sim(example: SparseVec) -> np.ndarray:
+            out = np.zeros(len(ids), np.float32)
+            got, scores = tables.sparse_scores(conn, name, example, modifier, self.counts[name])
+            for i, s in zip(got.tolist(), scores.tolist()):
+                if (j := pos.get(i)) is not None:
+                    out[j] = s
+            return out
+
+        s = scorer.score_with(sim, len(ids))
+        order = np.lexsort((ids, -s))[:top_k]
+        return s[order][None], ids[order][None]
 
     def vectors_of(self, iids: list[int], names: list[str]) -> dict[int, dict[str, Any]]:
         """``{iid: {name: float32 array | SparseVec}}`` of the named vectors among ``names`` the points hold."""

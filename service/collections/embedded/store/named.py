@@ -153,6 +153,12 @@ def count(conn: sqlite3.Connection, name: str, sparse: bool) -> int:
     return conn.execute(f"SELECT COUNT(*) FROM {table} WHERE field=?", (name,)).fetchone()[0]
 
 
+def holders(conn: sqlite3.Connection, name: str) -> np.ndarray:
+    """The internal ids (int64, ascending) of the points holding the sparse vector ``name``."""
+    rows = conn.execute("SELECT iid FROM sparse_vectors WHERE field=? ORDER BY iid", (name,)).fetchall()
+    return np.fromiter((r[0] for r in rows), np.int64, count=len(rows))
+
+
 def sparse_scores(
     conn: sqlite3.Connection, name: str, query: SparseVec, modifier: str, n_points: int
 ) -> tuple[np.ndarray, np.ndarray]:
