@@ -76,7 +76,9 @@ class Bridge:
 
     def __init__(self, app: Any) -> None:
         self.client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 0)), base_url="http://grpc.local", timeout=None
+            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 0)),
+            base_url="http://grpc.local",
+            timeout=None,
         )
 
     async def call(

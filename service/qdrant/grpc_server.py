@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import grpc
@@ -17,6 +18,34 @@ from .grpc_points import Points
 log = logging.getLogger("service.qdrant.grpc")
 
 
+class Guard(grpc.aio.ServerInterceptor):
+    """Errors inside a translation: a request the converters cannot read (``ValueError``: a required ``oneof``
+    unset, say) answers ``INVALID_ARGUMENT`` with its message; anything else ``INTERNAL`` with an error id only (the
+    details go to the server log), as a 500 does over HTTP."""
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        """The handler of ``details.method``, its unary-unary behaviour guarded (module docstring)."""
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+
+        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await inner(request, context)
+            except grpc.aio.AbortError:
+                raise
+            except ValueError as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Wrong input: {e}")
+            except Exception:
+                eid = uuid.uuid4().hex[:12]
+                log.exception("gRPC %s failed (error id %s)", details.method, eid)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error (id {eid}); see the server log")
+
+        return grpc.unary_unary_rpc_method_handler(guarded, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)  # fmt: skip
+
+
 async def start_server(app: Any, host: str, port: int) -> tuple[grpc.aio.Server, Bridge]:
     """Start Qdrant's gRPC services on ``host:port``, translating onto ``app``; returns the server and its bridge
     (stop the one, close the other).
@@ -25,7 +54,7 @@ async def start_server(app: Any, host: str, port: int) -> tuple[grpc.aio.Server,
         RuntimeError: the port cannot be bound.
     """
     bridge = Bridge(app)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    server = grpc.aio.server(interceptors=[Guard()], options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
     points_service_pb2_grpc.add_PointsServicer_to_server(Points(bridge), server)
     collections_service_pb2_grpc.add_CollectionsServicer_to_server(Collections(bridge), server)
     qdrant_pb2_grpc.add_QdrantServicer_to_server(Health(bridge), server)

@@ -110,3 +110,19 @@ def test_grpc_errors_and_api_keys(server):
     with pytest.raises(grpc.RpcError) as e:
         wrong.count("ge")
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_grpc_malformed_request_is_invalid_argument(server):
+    """A message the converters cannot read (a PointsSelector with neither ids nor filter) is INVALID_ARGUMENT, not
+    an internal error; the service keeps serving."""
+    from qdrant_client import grpc as g
+    from qdrant_client.grpc import points_service_pb2_grpc
+
+    s, port = server
+    clients(server)[0].create_collection("gm", vectors_config=models.VectorParams(size=3, distance=models.Distance.DOT))
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = points_service_pb2_grpc.PointsStub(ch)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Delete(g.DeletePoints(collection_name="gm", points=g.PointsSelector()), metadata=[("api-key", KEY)])
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "PointsSelector" in e.value.details()
+        assert stub.Count(g.CountPoints(collection_name="gm"), metadata=[("api-key", KEY)]).result.count == 0
