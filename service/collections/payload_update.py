@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .conditions import parse_path
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged
 
 
@@ -40,7 +41,7 @@ def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: l
 
 async def set_payload(
     svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any],
-    merge: bool,
+    merge: bool, key: str | None = None,
 ) -> int:  # fmt: skip
     """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or matching
     ``raw_filter`` (module docstring) of ``svc``'s collection ``name`` (``svc``: the
@@ -53,7 +54,13 @@ async def set_payload(
     """
     wheres, cap, page = _wheres(svc, ids, raw_filter), svc.settings.max_payload_bytes, _page(svc)
 
+    if key is not None and (not merge or parse_path(key) is None):
+        raise InvalidCollectionRequest(f"key {key!r}: a payload path (dotted, [] or [N] after a name) to merge into",
+                                       "key")  # fmt: skip
+
     def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if key is not None:
+            return [set_at(p["payload"], key, payload) for p in points]
         return [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
 
     check_payload_sizes([payload], cap, ["payload"])
@@ -65,6 +72,38 @@ async def set_payload(
             if start is None:
                 break
     return await _rewrite(svc, name, wheres, updated)
+
+
+def set_at(payload: dict[str, Any] | None, key: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``payload`` with ``value`` merged into the object at the path ``key`` (Qdrant's ``set_payload`` with
+    ``key``, API reference "Set payload": ``a.b`` nests, ``a[]`` every element of an array, ``a[2]`` one): missing
+    objects on the path are created, a non-object where an object is needed is replaced by one, a non-array where an
+    array is needed becomes ``[]`` (and nothing is written below it), an index past an array's end writes nothing; a
+    ``null`` in ``value`` removes that key, as Qdrant's merge does."""
+    items = parse_path(key) or ()
+
+    def merged(into: Any) -> dict[str, Any]:
+        out = dict(into) if isinstance(into, dict) else {}
+        for k, v in copy.deepcopy(value).items():
+            out.pop(k, None) if v is None else out.__setitem__(k, v)
+        return out
+
+    def put(x: Any, i: int) -> Any:  # x with value written at items[i:]
+        if i == len(items):
+            return merged(x)
+        head = items[i]
+        if isinstance(head, str):
+            x = dict(x) if isinstance(x, dict) else {}
+            x[head] = put(x.get(head), i + 1)
+            return x
+        if not isinstance(x, list):
+            return []
+        x = list(x)
+        for j in range(len(x)) if head is None else [head] if head < len(x) else []:
+            x[j] = put(x[j], i + 1)
+        return x
+
+    return put(copy.deepcopy(payload or {}), 0)
 
 
 def without_keys(payload: dict[str, Any] | None, keys: list[str]) -> dict[str, Any]:

@@ -283,16 +283,17 @@ class CollectionService:
         return rows[:limit], (rows[limit]["id"] if len(rows) > limit else None)
 
     async def set_payload(
-        self, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any], merge: bool
-    ) -> int:
-        """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or
-        matching the filter; returns the last write's sequence (0 when no point matched): :func:`.payload_update.
-        set_payload`.
+        self, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any], merge: bool,
+        key: str | None = None,
+    ) -> int:  # fmt: skip
+        """Merge ``payload`` into (``merge``; at the path ``key`` when given) or put it in place of the payload of
+        the points among ``ids`` or matching the filter; returns the last write's sequence (0 when no point matched):
+        :func:`.payload_update.set_payload`.
 
         Raises:
             CollectionNotFound, InvalidCollectionRequest (bad filter, payload too large), ReembeddingInProgress.
         """
-        return await set_payload(self, name, ids, raw_filter, payload, merge)
+        return await set_payload(self, name, ids, raw_filter, payload, merge, key)
 
     async def delete_payload(self, name: str, ids: list[int | str] | None, raw_filter: Any, keys: list[str]) -> int:
         """Remove ``keys`` (dotted: nested) from the payload of the points among ``ids`` or matching the filter;

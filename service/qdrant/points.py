@@ -223,11 +223,10 @@ async def delete(svc: CollectionService, name: str, body: DeletePoints) -> int:
 
 
 async def set_payload(svc: CollectionService, name: str, body: SetPayload, merge: bool = True) -> int:
-    """Merge ``body.payload`` into (``merge``) or put it in place of the selected points' payloads."""
-    if body.key is not None:
-        raise unsupported("setting a payload under a nested key", "key")
+    """Merge ``body.payload`` into (``merge``; at the path ``body.key`` when given) or put it in place of the selected
+    points' payloads."""
     ids, where = _selected(body)
-    return await svc.set_payload(name, ids, where, body.payload, merge)
+    return await svc.set_payload(name, ids, where, body.payload, merge, body.key)
 
 
 async def overwrite_payload(svc: CollectionService, name: str, body: SetPayload) -> int:

@@ -161,3 +161,25 @@ def test_milvus_refuses_what_its_expressions_cannot_state():
             to_expr(parse_filter(raw))
         assert e.value.code == "unsupported", raw
     assert to_expr(parse_filter({"a.b": {"$gte": 1}})) == '(payload["a"]["b"] >= 1)'
+
+
+def test_set_payload_at_a_key_path_as_local_mode():
+    """``set_at`` (set_payload with ``key``) writes where qdrant-client's local mode writes, on paths through objects,
+    arrays, indexes, scalars in the way and nulls that remove keys."""
+    from copy import deepcopy
+
+    from qdrant_client.local.json_path_parser import parse_json_path
+    from qdrant_client.local.payload_value_setter import set_value_by_key
+
+    from service.collections.payload_update import set_at
+
+    payloads = [{}, {"a": 5}, {"a": {"b": 1, "c": [1, {"d": 2}]}}, {"a": [{"x": 1}, 7, {"y": None}]},
+                {"a": {"b": [[1], {"z": 3}]}}, {"b": "s"}]  # fmt: skip
+    keys = ["a", "a.b", "a[]", "a[0]", "a[1].q", "a.c[1]", "a.c[]", "a.b[1].z", "a.b[0][]", "b.c", "a[5]"]
+    values = [{"n": 1}, {"c": None, "k": [1]}, {"y": None}]
+    for p in payloads:
+        for key in keys:
+            for v in values:
+                want = deepcopy(p)
+                set_value_by_key(want, parse_json_path(key), deepcopy(v))
+                assert set_at(p, key, v) == want, (p, key, v)
