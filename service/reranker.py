@@ -15,6 +15,15 @@ from .registry import LoadedModel, ModelNotFound, ModelRegistry
 from .rerank_model import WrongModelTask
 
 
+class NoRerankerLoaded(ModelNotFound):
+    """A rerank request named no model and no reranker is loaded (a 404 ``model_not_found``, as an unknown model)."""
+
+    def __init__(self, available: list[str], param: str = "model") -> None:
+        super().__init__("<reranker>", available)
+        self.args = ("no reranker is loaded (start with --rerank-models NAME or POST /admin/models/NAME/load)",)
+        self.param = param
+
+
 @dataclass
 class RerankResult:
     """Raw scores ``(n,)`` float32 of the documents in request order, the model, and the pairs' tokens in all."""
@@ -31,20 +40,18 @@ class Reranker:
         self.registry = registry
 
     def resolve(self, model: str | None, param: str = "model") -> LoadedModel:
-        """The loaded reranker a request names; None or ``""``: the first loaded reranker.
+        """The loaded reranker a request names; None or ``""``: the first reranker loaded (in load order).
 
         Raises:
-            ModelNotFound: nothing loaded answers to ``model``, or no reranker is loaded (404).
+            ModelNotFound: nothing loaded answers to ``model`` (404); NoRerankerLoaded, when none is named, if no
+                reranker is loaded (404 as well).
             WrongModelTask: ``model`` is an embedding model (422 ``not_a_reranker``).
         """
         if not model:
             for lm in self.registry.all():
                 if lm.is_reranker:
                     return lm
-            err = ModelNotFound("<reranker>", [m.info.name for m in self.registry.all()])
-            err.args = ("no reranker is loaded (start with --rerank-models NAME or POST /admin/models/NAME/load)",)
-            err.param = param
-            raise err
+            raise NoRerankerLoaded([m.info.name for m in self.registry.all()], param)
         try:
             lm = self.registry.get(model)
         except ModelNotFound as e:
