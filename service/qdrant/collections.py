@@ -97,6 +97,15 @@ async def root() -> Response:
     return json_response({"title": "qdrant - vector search engine", "version": API_VERSION, "commit": None})
 
 
+async def _root_slash(request: Request) -> Response:
+    return await root()
+
+
+# qdrant-client's info() asks for the prefix with a trailing slash: the same answer, not a redirect (a plain route:
+# the documented operation is the one above)
+router.add_route(PREFIX + "/", _root_slash, methods=["GET"], include_in_schema=False)
+
+
 @router.get("/collections")
 async def list_collections(request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``GET /collections`` -> ``{collections: [{name}]}``."""

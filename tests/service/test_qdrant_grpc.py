@@ -90,8 +90,9 @@ def test_grpc_answers_as_rest_and_local_mode(server):
 
 
 def test_grpc_errors_and_api_keys(server):
-    over_grpc, _ = clients(server)
+    over_grpc, over_rest = clients(server)
     s, port = server
+    assert over_grpc.info().version == over_rest.info().version  # qdrant.Qdrant/HealthCheck; REST GET /qdrant/
     with pytest.raises(grpc.RpcError) as e:
         over_grpc.get_collection("missing")
     assert e.value.code() == grpc.StatusCode.NOT_FOUND and "Not found: Collection" in e.value.details()
