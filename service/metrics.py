@@ -261,7 +261,8 @@ class CollectionTimer:
         yield
         dt = time.perf_counter() - t0
         coll = (self._collections() or {}).get(name)
-        kind = coll.spec.kind if coll is not None else "unknown"
+        spec = getattr(coll, "spec", None)  # None: a collection without a model-bound vector (client vectors only)
+        kind = spec.kind if spec is not None else "unknown" if coll is None else "none"
         if operation == "upsert":
             self.metrics.collection_upsert_duration.labels(kind).observe(dt)
         else:

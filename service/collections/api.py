@@ -73,7 +73,8 @@ PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr,
 class DenseVectorIn(BaseModel):
     """One named dense vector of a new collection: ``model: true`` binds it to the active model (the service embeds
     each point's text; ``size`` is the model's), else it is client-supplied (``size`` required, vectors sent in each
-    point's ``vectors``)."""
+    point's ``vectors``); ``multivector: true``: a matrix of ``size``-float rows per point, searched by MAX_SIM
+    (:class:`~.schema.DenseVector`; client-supplied, no index)."""
 
     model_config = ConfigDict(extra="forbid")
     model: StrictBool = False
@@ -81,6 +82,7 @@ class DenseVectorIn(BaseModel):
     metric: Literal["cosine", "dot", "l2"] = "cosine"
     index: IndexKind = "flat"
     params: dict[str, Any] | None = None
+    multivector: StrictBool = False
 
 
 class SparseVectorIn(BaseModel):
@@ -130,7 +132,9 @@ class PointIn(BaseModel):
     id: PointId
     text: Annotated[StrictStr, Field(min_length=1)] | None = None
     vector: Annotated[list[FiniteFloat], Field(min_length=1)] | None = None
-    vectors: dict[StrictStr, Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn] | None = None
+    vectors: (
+        dict[StrictStr, Annotated[list[FiniteFloat], Field(min_length=1)] | list[list[FiniteFloat]] | SparseIn] | None
+    ) = None
     payload: dict[str, Any] | None = None
 
     @model_validator(mode="after")
@@ -195,7 +199,12 @@ class SearchRequest(BaseModel):
     ``dbsf``)."""
 
     model_config = ConfigDict(extra="forbid")
-    query: Annotated[StrictStr, Field(min_length=1)] | Annotated[list[FiniteFloat], Field(min_length=1)] | SparseIn
+    query: (
+        Annotated[StrictStr, Field(min_length=1)]
+        | Annotated[list[FiniteFloat], Field(min_length=1)]
+        | SparseIn
+        | Annotated[list[list[FiniteFloat]], Field(min_length=1)]
+    )  # the last: a multivector's rows
     using: StrictStr | None = None
     mode: Literal["dense", "sparse", "hybrid"] | None = None
     fusion: Literal["rrf", "dbsf"] = "rrf"
@@ -279,7 +288,8 @@ def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
 @router.put("/collections/{name}", dependencies=WRITES)
 async def create_collection(name: str, body: CreateCollection, svc: Service) -> Response:
     """Create a collection (its vectors: see :class:`CreateCollection`); answers its info."""
-    dense = {n: {"bound": v.model, "size": v.size, "metric": v.metric, "index": v.index, "params": v.params}
+    dense = {n: {"bound": v.model, "size": v.size, "metric": v.metric, "index": v.index, "params": v.params,
+                 "multivector": v.multivector}
              for n, v in (body.vectors or {}).items()}  # fmt: skip
     sparse = {n: {"modifier": v.modifier, "model": v.model} for n, v in (body.sparse_vectors or {}).items()}
     named = body.vectors is not None or body.sparse_vectors is not None

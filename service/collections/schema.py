@@ -34,11 +34,15 @@ _VECTOR_NAME = re.compile(r"[^\x00-\x1f\"\\]{0,64}")
 @dataclass(frozen=True)
 class DenseVector:
     """A named dense vector: ``spec`` (index kind, metric, params, dimension) and ``model`` (the record of the model
-    that embeds the texts: model-bound; None: client-supplied)."""
+    that embeds the texts: model-bound; None: client-supplied). ``multivector``: each point holds a matrix of such
+    vectors (``(m, dimension)``, late interaction as ColBERT's) compared by MAX_SIM (Qdrant's ``multivector_config``
+    with comparator ``max_sim``: the sum over a query's rows of their best similarity to the point's rows); searched
+    exactly, without an index; client-supplied only."""
 
     name: str
     spec: IndexSpec
     model: dict[str, Any] | None = None
+    multivector: bool = False
 
     @property
     def bound(self) -> bool:
@@ -149,15 +153,16 @@ class VectorsConfig:
         {modifier, model}}}``."""
         return {
             "dense": {n: {"index": v.spec.kind, "metric": v.spec.metric, "params": v.spec.params,
-                          "dimension": v.spec.dimension, "model": v.model} for n, v in self.dense.items()},
+                          "dimension": v.spec.dimension, "model": v.model,
+                          **({"multivector": True} if v.multivector else {})} for n, v in self.dense.items()},
             "sparse": {n: {"modifier": v.modifier, "model": v.model} for n, v in self.sparse.items()},
         }  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> VectorsConfig:
         """The inverse of :meth:`to_json`."""
-        dense = {n: DenseVector(n, IndexSpec(d["index"], d["metric"], d["params"], int(d["dimension"])), d["model"])
-                 for n, d in raw.get("dense", {}).items()}  # fmt: skip
+        dense = {n: DenseVector(n, IndexSpec(d["index"], d["metric"], d["params"], int(d["dimension"])), d["model"],
+                                bool(d.get("multivector"))) for n, d in raw.get("dense", {}).items()}  # fmt: skip
         sparse = {n: SparseVector(n, s["modifier"], s.get("model")) for n, s in raw.get("sparse", {}).items()}
         return cls(dense, sparse)
 
@@ -200,8 +205,9 @@ def new_vectors_config(
     """A checked :class:`VectorsConfig` for a new collection.
 
     Args:
-        dense: ``{name: {bound, size, metric, index, params}}``: ``bound`` True makes it model-bound (``size``, if
-            given, must be ``model_dimension``); else ``size`` (1 to 65536) is required.
+        dense: ``{name: {bound, size, metric, index, params, multivector}}``: ``bound`` True makes it model-bound
+            (``size``, if given, must be ``model_dimension``); else ``size`` (1 to 65536) is required; ``multivector``
+            True: a matrix per point (:class:`DenseVector`; not model-bound, its index ``flat``).
         sparse: ``{name: {modifier, model}}``; ``model`` one of ``sparse_models`` or None.
         model: the active model's record (what a model-bound vector is bound to).
         model_dimension: its embedding dimension.
@@ -232,8 +238,12 @@ def new_vectors_config(
             size = model_dimension
         elif isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 65536:
             raise InvalidCollectionRequest(f"{param}.size must be an integer in [1, 65536]", f"{param}.size")
-        spec = index_spec(d.get("index", "flat"), d.get("params"), d.get("metric", "cosine"), size, param)
-        out.dense[name] = DenseVector(name, spec, dict(model) if bound and model else None)
+        multi = bool(d.get("multivector"))
+        if multi and bound:
+            raise InvalidCollectionRequest(f"{param}: a multivector is the client's (not bound to the model)", param)
+        kind, params = ("flat", None) if multi else (d.get("index", "flat"), d.get("params"))
+        spec = index_spec(kind, params, d.get("metric", "cosine"), size, param)
+        out.dense[name] = DenseVector(name, spec, dict(model) if bound and model else None, multi)
     for name, s in sparse.items():
         param = f"sparse_vectors.{name}"
         _name(name, param, allow_empty=False)
@@ -249,6 +259,25 @@ def new_vectors_config(
             )
         out.sparse[name] = SparseVector(name, modifier, smodel)
     return out
+
+
+def dense_value(v: Any, spec: IndexSpec, multivector: bool, param: str) -> np.ndarray:
+    """A checked dense value: float32 ``(d,)``, or ``(m, d)`` (``m >= 1``) for a multivector.
+
+    Raises:
+        InvalidCollectionRequest: another shape (``wrong_dimension``), not finite, zero for cosine.
+    """
+    try:
+        x = np.asarray(v, dtype=np.float32)
+    except (TypeError, ValueError):
+        x = np.zeros(0, np.float32)  # ragged rows
+    want = "rows of" if multivector else "dimension"
+    if x.shape[-1:] != (spec.dimension,) or x.ndim != (2 if multivector else 1) or not x.size:
+        raise InvalidCollectionRequest(f"{param} must be {want} {spec.dimension} floats", param, "wrong_dimension")
+    for row in x.reshape(-1, spec.dimension):
+        if (problem := query_problem(row, spec.metric)) is not None:
+            raise InvalidCollectionRequest(problem.replace("query vector", "vector"), param)
+    return x
 
 
 def point_vectors(cfg: VectorsConfig, named: Sequence[dict[str, Any] | None]) -> list[dict[str, Any]]:
@@ -272,14 +301,6 @@ def point_vectors(cfg: VectorsConfig, named: Sequence[dict[str, Any] | None]) ->
             spec = cfg.dense[n].spec
             if cfg.dense[n].bound:
                 raise InvalidCollectionRequest(f"{param} is the model-bound vector: give it as 'vector'", param)
-            x = np.asarray(v, dtype=np.float32)
-            if x.shape != (spec.dimension,):
-                raise InvalidCollectionRequest(
-                    f"{param} has dimension {x.size}; the vector {n!r} has {spec.dimension}", param,
-                    "wrong_dimension",
-                )  # fmt: skip
-            if (problem := query_problem(x, spec.metric)) is not None:
-                raise InvalidCollectionRequest(problem.replace("query vector", "vector"), param)
-            row[n] = x
+            row[n] = dense_value(v, spec, cfg.dense[n].multivector, param)
         out.append(row)
     return out

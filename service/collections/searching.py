@@ -21,7 +21,7 @@ from .backend import Hit, ReadConsistency, ResponseBudget
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
 from .filters import Filter
 from .fusion import fuse
-from .schema import SparseVec, sparse_vec
+from .schema import SparseVec, dense_value, sparse_vec
 from .scorers import Scorer, scorer_of
 from .vectors import query_problem
 
@@ -136,6 +136,9 @@ async def _search_once(
             continue
         if isinstance(s.query, dict) or hasattr(s.query, "indices"):
             raise InvalidCollectionRequest(f"the vector {using!r} is dense: query it with a vector", f"{pre}query")
+        if vec.multivector:  # a matrix of query rows, scored by MAX_SIM
+            plans.append((s, where, using, dense_value(s.query, vec.spec, True, f"{pre}query")))
+            continue
         v = np.asarray(s.query, dtype=np.float32)
         if len(v) != vec.spec.dimension:
             raise InvalidCollectionRequest(
@@ -163,7 +166,8 @@ async def _search_once(
             part = members[k : k + step]
             qs = [qvecs[q] if isinstance(q, int) else q for _, _, _, q in (plans[i] for i in part)]
             hits = await svc.backend.run(
-                c.search, qs[0] if isinstance(qs[0], Scorer) else qs if sparse else np.stack(qs), s.top_k, where, s.score_threshold, s.with_payload,
+                c.search, qs[0] if isinstance(qs[0], Scorer) else qs if sparse or qs[0].ndim == 2 else np.stack(qs),
+                s.top_k, where, s.score_threshold, s.with_payload,
                 s.with_text, model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
                 budget=budget, consistency=consistency, using=using, exact=bool(getattr(s, "exact", False)),
             )  # fmt: skip
@@ -272,11 +276,12 @@ def _bound_dense(cfg: Any, pre: str) -> str:
 
 
 def _on_mode(cfg: Any, s: Any, pre: str) -> Any:
-    """A native search with ``mode`` ``dense`` or ``sparse`` (or none) as a plain search on that vector."""
+    """A native search with ``mode`` ``dense`` or ``sparse`` (or none) as a plain search (no mode) on that vector, or
+    on the vector ``using`` names."""
     mode = getattr(s, "mode", None)
-    if mode is None or s.using is not None:
+    if mode is None:
         return s
-    using = _bound_dense(cfg, pre) if mode == "dense" else _model_sparse(cfg, pre)
+    using = s.using if s.using is not None else _bound_dense(cfg, pre) if mode == "dense" else _model_sparse(cfg, pre)
     return Search(s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact)
 
 

@@ -20,7 +20,8 @@ dimension is bound to the model (``Document`` texts embedded here, re-embedded o
 ``config.metadata.embedding_model``), every other is client-supplied (any size). ``hnsw_config`` (the collection's,
 then each vector's) -> an ``hnsw`` index (``m`` -> ``M``, ``ef_construct`` -> ``ef_construction``; ``m: 0``,
 Qdrant's "no HNSW graph", -> an exact ``flat`` index). ``sparse_vectors: {name: {modifier}}`` -> sparse vectors
-(``idf`` or none; searched exactly). Refused with 422: quantization, multivectors, a datatype other than float32,
+(``idf`` or none; searched exactly), multivectors (``multivector_config`` with ``max_sim``: client-supplied, searched
+exactly). Refused with 422: quantization, a datatype other than float32,
 the Manhattan distance, ``init_from``, custom sharding; on the milvus backend, anything but one model-bound vector
 (Milvus 2.3's limit). Cluster tuning (shards, replication, WAL, optimizers, on-disk flags) is accepted and has no
 effect. IVF-PQ has no Qdrant equivalent: create it through the native API; it is then usable here.
@@ -57,7 +58,7 @@ def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, A
             raise unsupported(what, param)
     given = body.vectors if isinstance(body.vectors, dict) else {"": body.vectors} if body.vectors else {}
     dense: dict[str, Any] = {}
-    bound = next((n for n, vp in given.items() if vp.size == dimension), None)
+    bound = next((n for n, vp in given.items() if vp.size == dimension and not vp.multivector_config), None)
     for name, vp in given.items():
         dense[name] = dense_config(vp, name == bound, body.hnsw_config or {}, f"vectors.{name}" if name else "vectors")
     sparse = {n: {"modifier": p.modifier or "none"} for n, p in (body.sparse_vectors or {}).items()}

@@ -14,6 +14,8 @@ from .ids import QdrantId
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 Vector = Annotated[list[FiniteFloat], Field(min_length=1)]
+#: a multivector: one matrix of vectors (rows) for a vector with ``multivector_config``
+MultiVector = Annotated[list[Vector], Field(min_length=1)]
 Limit = Annotated[StrictInt, Field(ge=1)]
 #: payload selection: true/false, a list of keys to include, or {"include": [...]} / {"exclude": [...]}
 WithPayload = StrictBool | list[StrictStr] | dict[Literal["include", "exclude"], list[StrictStr]]
@@ -48,7 +50,7 @@ class SparseVector(_Body):
     values: list[FiniteFloat]
 
 
-VectorInput = Vector | Document | dict[StrictStr, Vector | Document | SparseVector]
+VectorInput = Vector | MultiVector | Document | dict[StrictStr, Vector | MultiVector | Document | SparseVector]
 
 
 class VectorParams(_Body):
@@ -121,7 +123,9 @@ class Batch(_Body):
     or ``{name: [one per id]}``), optional ``payloads`` one per id; other lengths are refused with 422."""
 
     ids: list[QdrantId] = Field(min_length=1)
-    vectors: list[Vector | Document] | dict[StrictStr, list[Vector | Document | SparseVector]]
+    vectors: (
+        list[Vector | MultiVector | Document] | dict[StrictStr, list[Vector | MultiVector | Document | SparseVector]]
+    )
     payloads: list[Payload | None] | None = None
 
 
@@ -213,7 +217,7 @@ class Prefetch(_Body):
     """Qdrant's ``Prefetch``: a sub-query whose hits the enclosing query fuses or re-scores (``prefetch`` nests)."""
 
     prefetch: list[Prefetch] | Prefetch | None = None
-    query: Vector | QdrantId | Document | SparseVector | dict[StrictStr, Any] | None = None
+    query: Vector | MultiVector | QdrantId | Document | SparseVector | dict[StrictStr, Any] | None = None
     using: StrictStr | None = None
     filter: dict[str, Any] | None = None
     params: dict[str, Any] | None = None

@@ -140,6 +140,8 @@ async def _query_vector(
         return (vec, [], None) if lookup is not None else (vec, [q], model)
     if isinstance(q, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q):
         return [float(x) for x in q], [], None
+    if isinstance(q, list) and q and all(isinstance(r, list) for r in q):  # a multivector query (checked by the core)
+        return q, [], None
     raise InvalidCollectionRequest(
         "query must be a vector, a point id, a Document, {nearest: ...} or {recommend: ...}", param=param
     )

@@ -29,17 +29,22 @@ def dense_config(vp: VectorParams, bind: bool, hnsw: dict[str, Any], param: str)
     takes it (its ``hnsw_config`` over the collection's ``hnsw``: :func:`hnsw_index`).
 
     Raises:
-        InvalidCollectionRequest: quantization, multivectors, a datatype other than float32, Manhattan.
+        InvalidCollectionRequest: quantization, a multivector comparator other than ``max_sim``, a datatype other
+            than float32, Manhattan.
     """
+    multi = vp.multivector_config
     for given, what, at in (
         (vp.quantization_config, "quantization", f"{param}.quantization_config"),
-        (vp.multivector_config, "multivectors", f"{param}.multivector_config"),
+        (multi and (not isinstance(multi, dict) or multi.get("comparator") != "max_sim"),
+         "a multivector comparator other than max_sim", f"{param}.multivector_config"),
         (vp.datatype not in (None, "float32"), f"the vector datatype {vp.datatype!r}", f"{param}.datatype"),
-    ):
+    ):  # fmt: skip
         if given:
             raise unsupported(what, at)
     if vp.distance not in METRICS:
         raise unsupported(f"the {vp.distance} distance", f"{param}.distance")
+    if multi:  # searched exactly by MAX_SIM: no index
+        return {"bound": False, "size": vp.size, "metric": METRICS[vp.distance], "multivector": True}
     index = hnsw_index({**hnsw, **(vp.hnsw_config or {})}, param)
     return {"bound": bind, "size": vp.size, "metric": METRICS[vp.distance], **index}
 
@@ -123,6 +128,8 @@ def shown(point: dict[str, Any] | None, sel: Any, cfg: VectorsConfig) -> Any:
 def params_of(info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``(vectors, sparse_vectors)`` of Qdrant's ``CollectionParams`` from a collection's native info."""
     vectors = info.get("vectors") or {"dense": {"": {"dimension": info["dimension"], "metric": info["metric"]}}}
-    dense = {n: {"size": v["dimension"], "distance": DISTANCES[v["metric"]]} for n, v in vectors["dense"].items()}
+    dense = {n: {"size": v["dimension"], "distance": DISTANCES[v["metric"]],
+                 **({"multivector_config": {"comparator": "max_sim"}} if v.get("multivector") else {})}
+             for n, v in vectors["dense"].items()}  # fmt: skip
     sparse = {n: ({"modifier": "idf"} if v["modifier"] == "idf" else {}) for n, v in vectors.get("sparse", {}).items()}
     return (dense[""] if set(dense) == {""} else dense), sparse

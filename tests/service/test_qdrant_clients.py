@@ -1052,3 +1052,41 @@ def test_explore_queries_agree_with_local_mode(env):
     r = httpx.post(f"{env['server'].url}/qdrant/collections/explore/points/query",
                    json={"query": {"discover": {"target": [1.0] * 5, "context": []}}, "using": "c"})  # fmt: skip
     assert r.status_code == 422 and "dimension" in r.text
+
+
+def test_multivectors_agree_with_local_mode(env):
+    """Multivectors (``multivector_config: max_sim``, as ColBERT's late interaction): matrices of varying row counts
+    stored, returned and searched by MAX_SIM on cosine, dot and Euclid, as qdrant-client's local mode does."""
+    if env["backend"] == "milvus":
+        pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+
+    rng = np.random.default_rng(5)
+    remote = QdrantClient(url=f"{env['server'].url}/qdrant", timeout=60)
+    local = QdrantClient(":memory:")
+    multi = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
+    dists = {"c": models.Distance.COSINE, "d": models.Distance.DOT, "e": models.Distance.EUCLID}
+    mats = {i: {n: rng.standard_normal((1 + (i + k) % 4, 5)).round(3).tolist() for k, n in enumerate(dists)}
+            for i in range(40)}  # fmt: skip
+    for c in (remote, local):
+        c.create_collection("multi", vectors_config={n: models.VectorParams(size=5, distance=d, multivector_config=multi)
+                                                     for n, d in dists.items()})  # fmt: skip
+        c.upsert("multi", [models.PointStruct(id=i, vector=v if i % 6 else {"c": v["c"]}) for i, v in mats.items()])
+        c.update_vectors("multi", [models.PointVectors(id=7, vector={"d": [[1.0, 0, 0, 0, 0], [0, 1.0, 0, 0, 0]]})])
+    info = remote.get_collection("multi").config.params.vectors["c"]
+    assert info.multivector_config.comparator == models.MultiVectorComparator.MAX_SIM
+    q = rng.standard_normal((3, 5)).round(3).tolist()
+    for using in dists:
+        for flt in (None, models.Filter(must=[models.HasVectorCondition(has_vector="e")])):
+            got, want = (c.query_points("multi", query=q, using=using, limit=6, query_filter=flt, with_vectors=[using])
+                         .points for c in (remote, local))  # fmt: skip
+            assert [p.id for p in got] == [p.id for p in want], using
+            assert np.allclose([p.score for p in got], [p.score for p in want], atol=1e-4), using
+            assert np.allclose(got[0].vector[using], want[0].vector[using], atol=1e-5)
+    assert remote.count("multi", count_filter=flt).count == local.count("multi", count_filter=flt).count
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    with pytest.raises(UnexpectedResponse) as e:
+        remote.query_points("multi", query=[[1.0] * 4], using="c")  # rows of another dimension
+    assert e.value.status_code == 422

@@ -303,9 +303,9 @@ class Collection(Reembedding):
                 allowed = self.store.matching_iids(where)
                 if len(allowed) == 0:
                     return [[] for _ in range(nq)]
-            if using in self.vectors.sparse:
+            if self.named.scanned(using):  # a sparse vector or a multivector: no FAISS index
                 D, I = self.named.sparse_search(using, queries, k, allowed)
-                metric = "dot"
+                metric = self.named.metric(using)
             else:
                 if bound:
                     index, q = self.index, queries if isinstance(queries, Scorer) else self._prepare(queries)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidCollectionRequest
 from ..index import VectorIndex
 from ..schema import SparseVec, VectorsConfig
 from ..scorers import Scorer
@@ -51,7 +52,8 @@ class NamedIndexes:
         t0 = time.monotonic()
         conn = self.store.reader()
         for name, v in self.dense.items():
-            self.indexes[name] = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension))
+            if not v.multivector:  # a multivector has no index: scanned (multi_search)
+                self.indexes[name] = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension))
             self.counts[name] = tables.count(conn, name, sparse=False)
         for name in self.config.sparse:
             self.counts[name] = tables.count(conn, name, sparse=True)
@@ -63,7 +65,11 @@ class NamedIndexes:
         for vecs in named:
             row = {}
             for name, v in vecs.items():
-                row[name] = v if isinstance(v, SparseVec) else prepared(v[None, :], self.dense[name].spec.metric)[0]
+                row[name] = (
+                    v
+                    if isinstance(v, SparseVec)
+                    else prepared(v.reshape(-1, v.shape[-1]), self.dense[name].spec.metric).reshape(v.shape)
+                )
             out.append(row)
         return out
 
@@ -103,6 +109,8 @@ class NamedIndexes:
         Returns:
             ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 past the last hit).
         """
+        if name in self.dense:
+            return self._multi(name, queries, top_k, allowed)
         modifier = self.config.sparse[name].modifier
         if isinstance(queries, Scorer):
             return self._scored(name, queries, top_k, allowed, modifier)
@@ -119,6 +127,44 @@ class NamedIndexes:
                 ids, scores = ids[part], scores[part]
             order = np.lexsort((ids, -scores))  # best first; ties by internal id (insertion order)
             D[qi, : len(order)], I[qi, : len(order)] = scores[order], ids[order]
+        return D, I
+
+    def scanned(self, name: str) -> bool:
+        """Whether the vector ``name`` is searched by :meth:`sparse_search` (a sparse vector or a multivector: no
+        FAISS index)."""
+        return name in self.config.sparse or (name in self.dense and self.dense[name].multivector)
+
+    def metric(self, name: str) -> str:
+        """The metric hits of a :meth:`scanned` vector are scored in (``dot`` for sparse vectors)."""
+        return self.dense[name].spec.metric if name in self.dense else "dot"
+
+    def _multi(self, name: str, queries: Any, top_k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top_k`` best points of each multivector query (``(m_q, d)``) by MAX_SIM over every stored matrix of
+        the vector ``name`` (among ``allowed``): the sum over the query's rows of their best similarity to the point's
+        rows (dot, on unit rows for cosine; minus the squared distance for l2, reported as the square root of its
+        magnitude, as Qdrant reports it). Returns ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 past the last)."""
+        if isinstance(queries, Scorer):
+            raise InvalidCollectionRequest(f"a {queries.kind} query on a multivector is not supported", "query")
+        metric, d = self.dense[name].spec.metric, self.dense[name].spec.dimension
+        qs = [prepared(np.asarray(q, np.float32).reshape(-1, d), metric) for q in queries]
+        best: list[list[tuple[float, int]]] = [[] for _ in qs]
+        keep = None if allowed is None else set(allowed.tolist())
+        for iid, blob in tables.iter_blobs(self.store.reader(), name):
+            if keep is not None and iid not in keep:
+                continue
+            m = np.frombuffer(blob, dtype="<f4").reshape(-1, d)
+            for qi, q in enumerate(qs):
+                if metric == "l2":
+                    sim = -((q[:, None, :] - m[None, :, :]) ** 2).sum(-1)
+                else:
+                    sim = q @ m.T
+                best[qi].append((float(sim.max(1).sum()), iid))
+        D = np.full((len(qs), top_k), np.nan, np.float32)
+        I = np.full((len(qs), top_k), -1, np.int64)
+        for qi, hits in enumerate(best):
+            hits.sort(key=lambda h: (-h[0], h[1]))
+            for j, (s, iid) in enumerate(hits[:top_k]):
+                D[qi, j], I[qi, j] = (abs(s) ** 0.5 if metric == "l2" else s), iid
         return D, I
 
     def _scored(
@@ -147,7 +193,12 @@ class NamedIndexes:
 
     def vectors_of(self, iids: list[int], names: list[str]) -> dict[int, dict[str, Any]]:
         """``{iid: {name: float32 array | SparseVec}}`` of the named vectors among ``names`` the points hold."""
-        return tables.vectors_of(self.store.reader(), iids, names, set(self.dense))
+        out = tables.vectors_of(self.store.reader(), iids, names, set(self.dense))
+        for vecs in out.values():
+            for n, v in vecs.items():
+                if n in self.dense and self.dense[n].multivector:
+                    vecs[n] = v.reshape(-1, self.dense[n].spec.dimension)
+        return out
 
     def wanted(self, with_vector: Any) -> tuple[bool, list[str]]:
         """``(whether the model-bound vector is asked for, the other named vectors asked for)`` by a read's

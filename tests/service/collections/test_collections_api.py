@@ -371,6 +371,30 @@ def _check_restored(c2: httpx.Client, names, infos, queries, before, exact: bool
             assert overlap >= 0.9, (n, overlap)
 
 
+def test_multivectors_through_the_native_api(env):
+    """A multivector (``multivector: true``): matrices of rows per point, searched by MAX_SIM (the sum over the
+    query's rows of their best dot product with a point's rows), as numpy computes it; Milvus refuses it."""
+    c = env["client"]
+    body = {"vectors": {"rows": {"size": 4, "metric": "dot", "multivector": True}}}
+    if env["backend"] == "milvus":
+        err(c.put("/collections/mv", json=body), 422, "unsupported")
+        return
+    assert c.put("/collections/mv", json=body).status_code == 200, c.put("/collections/mv", json=body).text
+    rng = np.random.default_rng(2)
+    mats = [rng.standard_normal((1 + i % 3, 4)).round(3) for i in range(25)]
+    pts = [{"id": i, "vectors": {"rows": m.tolist()}} for i, m in enumerate(mats)]
+    r = c.put("/collections/mv/points", json={"points": pts})
+    assert r.status_code == 200, r.text
+    q = rng.standard_normal((2, 4)).round(3)
+    want = sorted(range(25), key=lambda i: -float((q @ mats[i].T).max(1).sum()))[:5]
+    hits = c.post("/collections/mv/search", json={"query": q.tolist(), "using": "rows", "top_k": 5}).json()
+    assert [h["id"] for h in hits] == want
+    got = c.post("/collections/mv/points/scroll", json={"limit": 1, "start": 2, "with_vector": ["rows"]}).json()
+    assert np.allclose(got["points"][0]["vectors"]["rows"], mats[2])
+    err(c.post("/collections/mv/search", json={"query": [1.0] * 4, "using": "rows"}), 422, "wrong_dimension")
+    assert c.delete("/collections/mv").status_code == 200
+
+
 def test_named_dense_and_sparse_vectors_through_the_native_api(env, stsb):
     """Named vectors on the native API: a model-bound vector embedded from each text beside a client-supplied dense
     vector and a sparse one; searches by each (``using``), ``$has_vector``; bad input is 4xx. The milvus backend
@@ -403,6 +427,10 @@ def test_named_dense_and_sparse_vectors_through_the_native_api(env, stsb):
     words = sorted({vocab[w] for w in texts[11].lower().split()})
     q = {"query": {"indices": words, "values": [1.0] * len(words)}, "using": "kw", "top_k": 1}
     assert c.post("/collections/named/search", json=q).json()[0]["id"] == 11
+    # a mode beside an explicit vector searches that vector (it once recursed without end: a 500)
+    assert c.post("/collections/named/search", json={**q, "mode": "dense", "fusion": "dbsf"}).json()[0]["id"] == 11
+    r = c.post("/collections/named/search/batch", json={"searches": [{**q, "mode": "sparse"}]})
+    assert r.status_code == 200 and r.json()[0][0]["id"] == 11, r.text
     r = c.post("/collections/named/points/count", json={"filter": {"$has_vector": "tags"}})
     assert r.json() == {"count": 20}
     r = c.post("/collections/named/points/scroll", json={"limit": 1, "with_vector": ["tags"], "start": 4})

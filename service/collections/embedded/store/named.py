@@ -97,6 +97,19 @@ def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int =
         last = int(ids[-1])
 
 
+def iter_blobs(conn: sqlite3.Connection, name: str, chunk: int = 5000) -> Iterator[tuple[int, bytes]]:
+    """``(iid, vector bytes)`` of every stored dense vector ``name`` (a multivector's rows, one blob per point)."""
+    last = -1
+    while True:
+        rows = conn.execute(
+            "SELECT iid, vector FROM named_dense WHERE field=? AND iid > ? ORDER BY iid LIMIT ?", (name, last, chunk)
+        ).fetchall()
+        if not rows:
+            return
+        yield from rows
+        last = int(rows[-1][0])
+
+
 def dense_for(conn: sqlite3.Connection, name: str, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
     """``(iids, vectors)`` of the points among ``iids`` that hold the dense vector ``name`` (order not kept)."""
     out_ids: list[int] = []
@@ -139,8 +152,8 @@ def value_counts(conn: sqlite3.Connection, iids: list[int], names: list[str], di
     for part in chunks(iids):
         for name in names:
             if name in dims:
-                q = f"SELECT COUNT(*) FROM named_dense WHERE field=? AND iid IN ({marks(part)})"
-                floats += conn.execute(q, [name, *part]).fetchone()[0] * dims[name]
+                q = f"SELECT TOTAL(length(vector)) FROM named_dense WHERE field=? AND iid IN ({marks(part)})"
+                floats += int(conn.execute(q, [name, *part]).fetchone()[0]) // 4  # float32 (a multivector: m rows)
             else:
                 q = f"SELECT TOTAL(length(indices)) FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
                 entries += int(conn.execute(q, [name, *part]).fetchone()[0]) // 4  # uint32 indices
