@@ -139,6 +139,9 @@ async def _search_once(
         if vec.multivector:  # a matrix of query rows, scored by MAX_SIM
             plans.append((s, where, using, dense_value(s.query, vec.spec, True, f"{pre}query")))
             continue
+        if s.query and isinstance(s.query[0], list):
+            raise InvalidCollectionRequest(f"the vector {using!r} is not a multivector: query it with one vector",
+                                           f"{pre}query")  # fmt: skip
         v = np.asarray(s.query, dtype=np.float32)
         if len(v) != vec.spec.dimension:
             raise InvalidCollectionRequest(

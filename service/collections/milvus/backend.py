@@ -198,9 +198,9 @@ class MilvusBackend:
         for c in self.list():
             await self.run(self.point_alias, c.name, c.record["physical"])
         try:
-            await self.run(sweep, self)  # what a crash left (also swept at every refresh)
-        except Exception:
-            log.exception("milvus: sweeping left-over physical collections failed (retried at the next refresh)")
+            await self.run(sweep, self)  # what a crash left: at start only (at every refresh, a make test run saw it
+        except Exception:  # drop a re-embedding's collection in use after a simulated claim lapse: not understood yet)
+            log.exception("milvus: sweeping left-over physical collections failed (retried at the next start)")
         log.info("collections (milvus at %s, prefix %r): %d", s.milvus_uri, self.prefix, len(self.handles))
         self._task = asyncio.create_task(self._refresh_loop(), name="milvus-refresh")
 
@@ -314,9 +314,9 @@ class MilvusBackend:
         self.registry.put(f"r:{physical}", {"drop_after": time.time() + self.settle_s})
 
     def _maintain(self) -> None:
-        """Drop retired physical collections that are due and those a crash left (:mod:`.sweep`)."""
+        """Drop retired physical collections that are due (:func:`.sweep.drop_retired`; what a crash left is swept at
+        start only)."""
         drop_retired(self)
-        sweep(self)
 
     # --- collections ------------------------------------------------------------------------------------------
     def get(self, name: str) -> MilvusCollection:
