@@ -123,6 +123,7 @@ def test_a_lapsed_claim_cannot_be_renewed_and_a_stale_view_does_not_restart_a_fi
     ca, texts = _docs(loop, a, 30)
     ta = ca.begin_reembed(M2, DIM, "replica-a")
     assert ta is not None
+    ta.lease.stop()  # A stalls: its lease no longer renews the claim (else it would undo the lapse below)
     a.registry.put("l:docs:replica-a", {"owner": "replica-a", "at": ta.claimed_at, "until": 0.0})  # lapsed
     tb = b.get("docs").begin_reembed(M2, DIM, "replica-b")
     assert tb is not None and tb.new == ta.new  # B took over and resumes A's target

@@ -83,8 +83,8 @@ def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: lis
     return out
 
 
-def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000) -> Iterator[tuple]:
-    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name``."""
+def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list[tuple[int, bytes]]]:
+    """``[(iid, vector bytes), ...]`` chunks of the stored dense vector ``name``, in internal-id order."""
     last = -1
     while True:
         rows = conn.execute(
@@ -92,22 +92,21 @@ def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int =
         ).fetchall()
         if not rows:
             return
+        yield rows
+        last = int(rows[-1][0])
+
+
+def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000) -> Iterator[tuple]:
+    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name``."""
+    for rows in _chunks_of(conn, name, chunk):
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         yield ids, np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dimension)
-        last = int(ids[-1])
 
 
 def iter_blobs(conn: sqlite3.Connection, name: str, chunk: int = 5000) -> Iterator[tuple[int, bytes]]:
     """``(iid, vector bytes)`` of every stored dense vector ``name`` (a multivector's rows, one blob per point)."""
-    last = -1
-    while True:
-        rows = conn.execute(
-            "SELECT iid, vector FROM named_dense WHERE field=? AND iid > ? ORDER BY iid LIMIT ?", (name, last, chunk)
-        ).fetchall()
-        if not rows:
-            return
+    for rows in _chunks_of(conn, name, chunk):
         yield from rows
-        last = int(rows[-1][0])
 
 
 def dense_for(conn: sqlite3.Connection, name: str, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
