@@ -46,13 +46,13 @@ def _g(s: np.ndarray) -> np.ndarray:
 @dataclass
 class Scorer:
     """A multi-example query (module docstring): ``kind`` one of :data:`KINDS`; ``metric`` ``dot``, ``l2`` or
-    ``sparse``; dense examples as float32 ``(k, d)`` arrays prepared for the metric (unit-normalised for cosine), sparse
-    ones as lists of :class:`~.schema.SparseVec`; ``pairs`` as ``(positive, negative)`` examples."""
+    ``sparse``; examples as lists: float32 ``(d,)`` rows prepared for the metric (unit-normalised for cosine), or
+    :class:`~.schema.SparseVec`; ``pairs`` as ``(positive, negative)`` examples."""
 
     kind: str
     metric: str
-    positive: Any = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    negative: Any = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    positive: list[Any] = field(default_factory=list)
+    negative: list[Any] = field(default_factory=list)
     target: Any = None
     pairs: list[tuple[Any, Any]] = field(default_factory=list)
 
@@ -111,67 +111,47 @@ def top(scorer: Scorer, chunks, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> Scorer:
-    """A :class:`Scorer` of the native query ``{"scorer": kind, "positive": [vectors], "negative": [vectors],
-    "target": vector, "pairs": [[positive, negative], ...]}`` for a dense vector of ``metric`` and ``dimension``
-    (examples unit-normalised for cosine, as stored vectors are).
+    """A :class:`Scorer` of the native query ``{"scorer": kind, "positive": [examples], "negative": [examples],
+    "target": example, "pairs": [[positive, negative], ...]}``: on a dense vector of ``metric`` and ``dimension`` every
+    example a vector (unit-normalised for cosine, as stored vectors are); on a sparse one (``metric`` ``sparse``) an
+    ``{indices, values}``.
 
     Raises:
-        InvalidCollectionRequest: an unknown kind or field, a vector of another dimension or not finite, no example
-            (best_score/sum_scores need one, discover a target, context a pair).
+        InvalidCollectionRequest: an unknown kind or field, a malformed example (a vector of another dimension, not
+            finite), no example (best_score/sum_scores need one, discover a target, context a pair).
     """
     kind = raw.get("scorer")
-    if metric == "sparse":
-        return _sparse_scorer(raw, param)
     if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs"}:
         raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
                                        "target, pairs}", param)  # fmt: skip
 
-    def rows(vs: Any, at: str) -> np.ndarray:
-        a = np.asarray(vs if vs else np.zeros((0, dimension)), dtype=np.float32)
-        if a.ndim != 2 or a.shape[1] != dimension:
-            raise InvalidCollectionRequest(f"{at}: vectors of dimension {dimension}", at, "wrong_dimension")
+    def one(x: Any, at: str) -> Any:
+        if metric == "sparse":
+            if not isinstance(x, dict) or set(x) != {"indices", "values"}:
+                raise InvalidCollectionRequest(f"{at}: a sparse example is {{indices, values}}", at)
+            return sparse_vec(x["indices"], x["values"], at)
+        try:
+            a = np.asarray(x, dtype=np.float32)
+        except (TypeError, ValueError):
+            a = np.zeros(0, np.float32)
+        if a.shape != (dimension,):
+            raise InvalidCollectionRequest(f"{at}: a vector of dimension {dimension}", at, "wrong_dimension")
         if not np.all(np.isfinite(a)):
             raise InvalidCollectionRequest(f"{at}: vectors must be finite", at)
-        return unit_rows(a) if metric == "cosine" else a
+        return unit_rows(a[None])[0] if metric == "cosine" else a
 
-    pos, neg = rows(raw.get("positive"), f"{param}.positive"), rows(raw.get("negative"), f"{param}.negative")
-    target = rows([raw["target"]], f"{param}.target")[0] if raw.get("target") is not None else None
-    pairs = [tuple(rows(p, f"{param}.pairs[{i}]")) for i, p in enumerate(raw.get("pairs") or [])]
-    if any(len(p) != 2 for p in pairs):
-        raise InvalidCollectionRequest(f"{param}.pairs: each pair is [positive, negative]", f"{param}.pairs")
-    if (
-        (kind in ("best_score", "sum_scores") and not len(pos) + len(neg))
-        or (kind == "context" and not pairs)
-        or (kind == "discover" and target is None)
-    ):
-        raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
-    return Scorer(kind, "l2" if metric == "l2" else "dot", pos, neg, target, pairs)  # type: ignore[arg-type]
-
-
-def _sparse_scorer(raw: dict[str, Any], param: str) -> Scorer:
-    """:func:`scorer_of` for a sparse vector: every example ``{indices, values}``."""
-    kind = raw.get("scorer")
-    if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs"}:
-        raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
-                                       "target, pairs}", param)  # fmt: skip
-
-    def vec(x: Any, at: str) -> Any:
-        if not isinstance(x, dict) or set(x) != {"indices", "values"}:
-            raise InvalidCollectionRequest(f"{at}: a sparse example is {{indices, values}}", at)
-        return sparse_vec(x["indices"], x["values"], at)
-
-    pos = [vec(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
-    neg = [vec(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
-    target = vec(raw["target"], f"{param}.target") if raw.get("target") is not None else None
+    pos = [one(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
+    neg = [one(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
+    target = one(raw["target"], f"{param}.target") if raw.get("target") is not None else None
     pairs = []
     for i, p in enumerate(raw.get("pairs") or []):
         if not isinstance(p, list) or len(p) != 2:
             raise InvalidCollectionRequest(f"{param}.pairs[{i}]: a pair is [positive, negative]", f"{param}.pairs")
-        pairs.append((vec(p[0], f"{param}.pairs[{i}][0]"), vec(p[1], f"{param}.pairs[{i}][1]")))
+        pairs.append((one(p[0], f"{param}.pairs[{i}][0]"), one(p[1], f"{param}.pairs[{i}][1]")))
     if (
         (kind in ("best_score", "sum_scores") and not pos + neg)
         or (kind == "context" and not pairs)
         or (kind == "discover" and target is None)
     ):
         raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
-    return Scorer(kind, "sparse", pos, neg, target, pairs)
+    return Scorer(kind, "sparse" if metric == "sparse" else "l2" if metric == "l2" else "dot", pos, neg, target, pairs)

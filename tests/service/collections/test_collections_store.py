@@ -270,6 +270,17 @@ def test_store_counts_and_sequence(tmp_path):
     c.close()
 
 
+def reopened_without(c: Collection, index: str) -> Path:
+    """Close ``c`` and drop one of its store's indexes, as a collection written before that index existed; returns
+    its path (the next ``Store`` opened there builds the index again)."""
+    path = c.path
+    c.close()
+    st = Store(path)
+    st._w.execute(f"DROP INDEX {index}")
+    st.close()
+    return path
+
+
 def test_payload_filters_scan_the_covering_index_not_the_vectors(tmp_path):
     """A filter reads payload and key only: SQLite must scan ``points_filter`` (no vectors) instead of the table,
     and a collection written before that index existed gets it when it opens."""
@@ -278,11 +289,7 @@ def test_payload_filters_scan_the_covering_index_not_the_vectors(tmp_path):
     c = make(tmp_path, "flat")
     X = unit(np.random.default_rng(9), 40)
     c.upsert(list(range(40)), [f"t{i}" for i in range(40)], [{"g": i % 4, "tags": [i]} for i in range(40)], X)
-    path = c.path
-    c.close()
-    st = Store(path)
-    st._w.execute("DROP INDEX points_filter")  # as written before the index existed
-    st.close()
+    path = reopened_without(c, "points_filter")
 
     st = Store(path)
     for f in ({"g": 1}, {"tags": {"$in": [3, 5]}}, {"$or": [{"g": 2}, {"$ids": [7]}]}):
@@ -312,11 +319,7 @@ def test_scroll_walks_ids_in_qdrants_order_through_an_index(tmp_path):
         start = rows[3]["id"]
     assert pages == expected
     assert [r["id"] for r in c.scroll(2, 10, parse_filter({"odd": False}))] == [2, 10, 100, *expected[6:]]
-    path = c.path
-    c.close()
-    st = Store(path)
-    st._w.execute("DROP INDEX points_order")  # as written before the index existed
-    st.close()
+    path = reopened_without(c, "points_order")
     st = Store(path)
     q = f"EXPLAIN QUERY PLAN SELECT key FROM points ORDER BY {ORDER_KEY} LIMIT 3"
     plan = " ".join(r[3] for r in st.reader().execute(q))
