@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU issue's measurements as one prepared script, run on a lent GPU machine after the kit's loads are stashed
+# (docs/gpu.md "Order of work"): bash bench/device/session.sh STAGE...
+#   install  the kit (bench/device/kit.sh install: wheels, artifacts, data, the CUDA check)
+#   info     nvidia-smi's name/driver/memory, versions, cores and load
+#   parity   the service on CUDA with the fp32, fp16 and fused fp16 artifacts against the CPU fp32 one (STS-B test)
+#   serve    bench/gpu_serve.py: fp16 artifact, GPU-sized batches, 1/8/32/128 clients, sentence-transformers fp16
+#   serve4   the same with 4 service processes (--replicas 4) and without the baseline
+#   shape    bench/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
+#   train    bench/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
+# Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
+# limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
+set -u
+OUT=${OUT:-/tmp/session-out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data PYTHONUNBUFFERED=1
+# the batch limits a GPU wants (docs/gpu.md step 3: the CPU's 16 inputs / 2048 tokens / 16 overhead tokens are
+# CPU measurements); 256 x 128 tokens per batch, and a per-batch cost of 256 padded tokens
+GPU_BATCHING=(--server-arg=--max-batch-size=256 --server-arg=--max-batch-tokens=32768
+  --server-arg=--batch-overhead-tokens=256 --server-arg=--tokenizer-threads=4)
+
+stage() {  # stage NAME SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "== $(date -u +%T) $name (limit ${limit}s; load $(cut -d' ' -f1-3 /proc/loadavg))"
+  timeout -s INT -k 15 "$limit" "$@"
+  echo "== $(date -u +%T) $name: exit $? (load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
+
+for s in "$@"; do
+  case $s in
+    install) stage install 180 bash bench/device/kit.sh install || exit 1 ;;
+    info)
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+      nvidia-smi | grep -o 'CUDA Version: [0-9.]*'
+      python3 -c "import onnxruntime as o, torch, sentence_transformers as s; print('onnxruntime', o.__version__, o.get_available_providers(), 'torch', torch.__version__, 'sentence-transformers', s.__version__)"
+      echo "cpus $(nproc): $(grep -m1 'model name' /proc/cpuinfo)"
+      ;;
+    parity)
+      stage parity 240 python3 bench/provider_parity.py --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-fp16 \
+        --artifact all-minilm-l6-v2-fp16-fused --providers cuda --expect-provider CUDAExecutionProvider \
+        --json "$OUT/parity.json"
+      ;;
+    serve)
+      stage serve 240 python3 bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
+        "${GPU_BATCHING[@]}" --clients 1,8,32,128 --inputs stsb,128 --seconds 5 --pool 4096 --json "$OUT/gpu_serve.json"
+      ;;
+    serve4)
+      stage serve4 200 python3 bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
+        "${GPU_BATCHING[@]}" --replicas 4 --clients 32,128 --inputs stsb,128 --seconds 5 --pool 4096 --skip-st \
+        --json "$OUT/gpu_serve_r4.json"
+      ;;
+    shape)
+      stage shape 150 python3 bench/batch_shape_bench.py --providers cuda --artifact models/all-minilm-l6-v2-fp16 \
+        --artifact models/all-minilm-l6-v2-fp16-fused --artifact models/all-minilm-l6-v2 --rounds 20 \
+        --json "$OUT/batch_shape.json"
+      ;;
+    train)
+      stage train 240 python3 bench/swap_bench.py --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \
+        --train-arg=--device=cuda --server-arg=--providers=cuda --points 1000 --seconds 8 --json "$OUT/swap_train.json"
+      ;;
+    *) echo "unknown stage $s" >&2 ;;
+  esac
+done 2>&1 | tee -a "$OUT/session.log"
