@@ -276,6 +276,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32, help="inputs per request")
     ap.add_argument("--inputs", default="stsb,128,256")
     ap.add_argument("--seconds", type=float, default=15.0, help="per point")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds of unrecorded traffic per input kind first, "
+                    "at the most clients (a CUDA session's first batches of each shape are slow)")  # fmt: skip
     ap.add_argument("--pool", type=int, default=4096, help="distinct inputs per kind (the baseline encodes them all)")
     ap.add_argument("--st-device", default="cuda")
     ap.add_argument("--st-dtype", choices=["fp16", "fp32"], default="fp16")
@@ -311,6 +313,9 @@ def main() -> int:
             "service /info:", json.dumps({k: info.get(k) for k in ("model_id", "model_version", "providers", "limits")})
         )
         for k in kinds:
+            if a.warmup > 0:
+                most = max(map(int, a.clients.split(",")))
+                bench_service(urls, data[k], toks[k], a.batch, most, a.client_procs, a.warmup, pids)
             for n in map(int, a.clients.split(",")):
                 r = bench_service(urls, data[k], toks[k], a.batch, n, a.client_procs, a.seconds, pids)
                 r["inputs"] = k

@@ -96,7 +96,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.collection_service.on_recover.append(reembedder.adopt)  # recovered from a snapshot
         app.state.reembedder = reembedder
         app.state.ready = True
-        log.info("ready: model %s, limits %s", registry.active.info.id, settings.limits())
+        log.info(
+            "ready: model %s, limits %s", registry.active.info.id, settings.limits(registry.active.model.providers)
+        )
 
     async def open_collections_later(app: FastAPI) -> None:
         """Retry :func:`open_collections_now` (after 1 s, doubling to 10 s) until it succeeds."""

@@ -72,7 +72,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
             spinning=settings.ort_spinning,
             arena_shrink_tokens=settings.ort_arena_shrink_tokens,
         )
-        secs = m.warm_up(batch_size=min(8, settings.max_batch_size))
+        secs = m.warm_up(batch_size=min(8, settings.batching(m.providers)["max_batch_size"]))
         log.info("loaded %s from %s on %s (warm-up %.2fs)", m.info.id, ref.path, m.providers, secs)
         return m
 
@@ -80,12 +80,10 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
     batcher = Batcher(
         model,
         metrics,
-        max_batch_tokens=settings.max_batch_tokens,
-        max_batch_size=settings.max_batch_size,
+        **settings.batching(model.providers),  # by the provider the model runs on, where not set
         max_queue_size=settings.max_queue_size,
         inference_workers=settings.inference_workers,
         tokenizer_threads=settings.tokenizer_threads,
-        batch_overhead_tokens=settings.batch_overhead_tokens,
         max_request_tokens=settings.max_request_tokens,
     )
     batcher.start()

@@ -31,6 +31,18 @@ def _split_csv(v: object) -> object:
 
 MILVUS_MAX_PAYLOAD_BYTES = 32768
 
+_GPU_BATCHING = {"max_batch_tokens": 32768, "max_batch_size": 256, "batch_overhead_tokens": 256}
+#: batching defaults by a model's first execution provider, for the fields left at their "by provider" default.
+#: CPU: bigger batches are no cheaper per token there, and 16 inputs measured best (docs/performance.md). CUDA:
+#: bench/batch_shape_bench.py on an H200 (docs/gpu.md): a batch of 32 x 16 tokens costs 1.9 ms, 3.8 us per padded
+#: token, and the cost per token stops falling near 128-256 inputs x 128 tokens (0.25 us), hence 32768 tokens,
+#: 256 inputs and a fixed cost of a batch of ~256 padded tokens
+BATCHING_DEFAULTS = {
+    "CPUExecutionProvider": {"max_batch_tokens": 2048, "max_batch_size": 16, "batch_overhead_tokens": 16},
+    "CUDAExecutionProvider": _GPU_BATCHING,
+    "TensorrtExecutionProvider": _GPU_BATCHING,
+}
+
 
 class Settings(BaseSettings):
     """Everything the service can be told. Env prefix ``EMBED_``; list fields take comma-separated strings.
@@ -57,13 +69,15 @@ class Settings(BaseSettings):
     )
     data_dir: str = Field("data", description="writable state (collections)")
     max_batch_tokens: int = Field(
-        2048,
-        gt=0,
+        0,
+        ge=0,
         description="token budget of one inference batch (padded tokens); a request arriving meanwhile waits for "
-        "the running batch, so this bounds its wait (on CPU, bigger batches are no cheaper per token; raise it on a GPU)",
+        "the running batch, so this bounds its wait (0: the model's first provider's default, CPU 2048, CUDA 32768)",
     )
     max_batch_size: int = Field(
-        16, gt=0, description="most inputs in one inference batch (16 measured best on CPU; raise it on a GPU)"
+        0,
+        ge=0,
+        description="most inputs in one inference batch (0: the model's first provider's default, CPU 16, CUDA 256)",
     )
     max_client_batch_size: int = Field(512, gt=0, description="most inputs in one request (more: 413)")
     max_request_tokens: int = Field(
@@ -76,10 +90,11 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads (0 = ORT default)")
     inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads (0 = ORT default)")
     batch_overhead_tokens: int = Field(
-        16,
-        ge=0,
+        -1,
+        ge=-1,
         description="fixed cost of one inference batch in padded-token equivalents; windows are cut "
-        "into batches minimising padded tokens + this per batch (0: as many batches as it takes to pad nothing)",
+        "into batches minimising padded tokens + this per batch (0: as many batches as it takes to pad nothing; "
+        "-1: the model's first provider's default, CPU 16, CUDA 256)",
     )
     inference_workers: int = Field(
         1, ge=1, le=64, description="inference batches run at once per model (each uses intra_op_threads)"
@@ -274,11 +289,25 @@ class Settings(BaseSettings):
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
 
-    def limits(self) -> dict[str, int]:
-        """The request/batching limits, as reported by ``GET /info``."""
+    def batching(self, providers: list[str]) -> dict[str, int]:
+        """``max_batch_tokens``, ``max_batch_size`` and ``batch_overhead_tokens`` for a model running on
+        ``providers`` (ONNX Runtime's names, first = where the graph runs): the values set, else the first
+        provider's :data:`BATCHING_DEFAULTS` (CPU's for a provider it does not list)."""
+        table = BATCHING_DEFAULTS.get(providers[0] if providers else "", BATCHING_DEFAULTS["CPUExecutionProvider"])
         return {
-            "max_batch_tokens": self.max_batch_tokens,
-            "max_batch_size": self.max_batch_size,
+            "max_batch_tokens": self.max_batch_tokens or table["max_batch_tokens"],
+            "max_batch_size": self.max_batch_size or table["max_batch_size"],
+            "batch_overhead_tokens": table["batch_overhead_tokens"]
+            if self.batch_overhead_tokens < 0
+            else self.batch_overhead_tokens,
+        }
+
+    def limits(self, providers: list[str]) -> dict[str, int]:
+        """The request/batching limits, as reported by ``GET /info`` for a model running on ``providers``."""
+        batching = self.batching(providers)
+        return {
+            "max_batch_tokens": batching["max_batch_tokens"],
+            "max_batch_size": batching["max_batch_size"],
             "max_client_batch_size": self.max_client_batch_size,
             "max_request_tokens": self.max_request_tokens,
             "max_queue_size": self.max_queue_size,

@@ -66,7 +66,7 @@ async def info(request: Request) -> Response:
             "max_seq_length": lm.info.max_seq_length,
             "providers": lm.model.providers,
             "manifest": manifest_summary(lm),
-            "limits": s.limits(),
+            "limits": s.limits(lm.model.providers),
             "loaded_models": [m.info.id for m in request.app.state.registry.all()],
             "auth": bool(s.api_keys),
         }

@@ -409,6 +409,7 @@ def test_health_ready_info_models(client):
     assert info["model_id"] == "all-minilm-l6-v2" and info["dimension"] == 384 and info["max_seq_length"] == 256
     assert info["limits"]["max_client_batch_size"] == MAX_CLIENT_BATCH
     assert info["limits"]["max_payload_bytes"] == MAX_PAYLOAD
+    assert info["providers"][0] != "CPUExecutionProvider" or info["limits"]["max_batch_size"] == 16  # CPU's default
     assert len(info["manifest"]["sha256"]) == 64
     models = client.get("/v1/models").json()
     assert models["object"] == "list"

@@ -257,7 +257,21 @@ def test_flags_override_env(monkeypatch):
     assert s.api_keys == ["a", "b"] and s.providers == ["CPUExecutionProvider"]
     assert "api_keys" not in repr(s)  # keys never end up in logs
     with pytest.raises(SystemExit):
-        settings_from_args(["--max-batch-size", "0"])
+        settings_from_args(["--max-batch-size", "-1"])
+
+
+def test_batching_defaults_follow_the_provider():
+    """Batch limits left at their default take the model's first provider's values; set ones win everywhere."""
+    from service.settings import Settings
+
+    cuda, cpu = ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CPUExecutionProvider"]
+    s = Settings()
+    assert s.batching(cpu) == {"max_batch_tokens": 2048, "max_batch_size": 16, "batch_overhead_tokens": 16}
+    assert s.batching(cuda) == {"max_batch_tokens": 32768, "max_batch_size": 256, "batch_overhead_tokens": 256}
+    assert s.batching(["SomeOtherExecutionProvider"]) == s.batching(cpu)
+    s = Settings(max_batch_size=64, batch_overhead_tokens=0)
+    assert s.batching(cuda) == {"max_batch_tokens": 32768, "max_batch_size": 64, "batch_overhead_tokens": 0}
+    assert s.limits(cpu)["max_batch_size"] == 64 and s.limits(cpu)["max_batch_tokens"] == 2048
 
 
 @pytest.mark.parametrize("max_batch_size,max_batch_tokens,overhead", [(16, 16384, 16), (64, 16384, 64), (8, 200, 0)])
