@@ -11,7 +11,11 @@ minus the squared distance for ``l2``. With ``f(s) = s / (1 + |s|)`` (fast sigmo
   ``p > n``, else ``-g(n)``;
 * **sum_scores**: ``sum_i sim(x, pos_i) - sum_j sim(x, neg_j)``;
 * **discover**: ``rank + g(sim(x, target))``, ``rank = sum over pairs of sign(sim(x, pos) - sim(x, neg))``;
-* **context**: ``sum over pairs of f(min(sim(x, pos) - sim(x, neg) - eps, 0))`` (eps = 2**-23, f32's epsilon).
+* **context**: ``sum over pairs of f(min(sim(x, pos) - sim(x, neg) - eps, 0))`` (eps = 2**-23, f32's epsilon);
+* **relevance_feedback** (Qdrant's naive feedback strategy, API reference ``RelevanceFeedbackInput``,
+  ``NaiveFeedbackStrategy {a, b, c}``): ``a * sim(x, target) + sum over ordered pairs (i, j) of feedback examples
+  with confidence s_i - s_j > 0 of (s_i - s_j)^b * c * (sim(x, e_i) - sim(x, e_j))``, ``s`` the examples' given
+  relevance scores.
 
 Higher is better for every kind.
 """
@@ -29,7 +33,7 @@ from .schema import sparse_vec
 from .vectors import unit_rows
 
 EPSILON = np.float32(1.1920929e-7)
-KINDS = ("best_score", "sum_scores", "discover", "context")
+KINDS = ("best_score", "sum_scores", "discover", "context", "relevance_feedback")
 
 
 def fast_sigmoid(s: np.ndarray) -> np.ndarray:
@@ -55,6 +59,9 @@ class Scorer:
     negative: list[Any] = field(default_factory=list)
     target: Any = None
     pairs: list[tuple[Any, Any]] = field(default_factory=list)
+    #: relevance_feedback: the target's weight ``a`` and each pair's weight ``(s_i - s_j)^b * c``
+    a: float = 1.0
+    weights: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return 1  # one query (a search's batch of queries is one scorer)
@@ -83,6 +90,11 @@ class Scorer:
             p = pos.max(0) if len(pos) else np.full(n, -np.inf, np.float32)
             q = neg.max(0) if len(neg) else np.full(n, -np.inf, np.float32)
             return np.where(p > q, _g(p), -_g(q)).astype(np.float32)
+        if self.kind == "relevance_feedback":
+            total = (self.a * sim(self.target)).astype(np.float32)
+            for (pos, neg), w in zip(self.pairs, self.weights):
+                total += np.float32(w) * (sim(pos) - sim(neg))
+            return total
         total = np.zeros(n, np.float32)
         for pos, neg in self.pairs:
             diff = sim(pos) - sim(neg)
@@ -121,9 +133,9 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
             finite), no example (best_score/sum_scores need one, discover a target, context a pair).
     """
     kind = raw.get("scorer")
-    if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs"}:
+    if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs", "feedback", "a", "b", "c"}:
         raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
-                                       "target, pairs}", param)  # fmt: skip
+                                       "target, pairs, feedback, a, b, c}", param)  # fmt: skip
 
     def one(x: Any, at: str) -> Any:
         if metric == "sparse":
@@ -151,7 +163,21 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
     if (
         (kind in ("best_score", "sum_scores") and not pos + neg)
         or (kind == "context" and not pairs)
-        or (kind == "discover" and target is None)
+        or (kind in ("discover", "relevance_feedback") and target is None)
     ):
         raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
-    return Scorer(kind, "sparse" if metric == "sparse" else "l2" if metric == "l2" else "dot", pos, neg, target, pairs)
+    m = "sparse" if metric == "sparse" else "l2" if metric == "l2" else "dot"
+    if kind != "relevance_feedback":
+        return Scorer(kind, m, pos, neg, target, pairs)
+    coef = {k: raw.get(k, 1.0) for k in "abc"}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in coef.values()):
+        raise InvalidCollectionRequest(f"{param}: a, b and c must be finite numbers", param)
+    items = []
+    for i, f in enumerate(raw.get("feedback") or []):
+        if not isinstance(f, list) or len(f) != 2 or isinstance(f[1], bool) or not isinstance(f[1], (int, float)):
+            raise InvalidCollectionRequest(f"{param}.feedback[{i}]: an item is [example, score]", f"{param}.feedback")
+        items.append((one(f[0], f"{param}.feedback[{i}][0]"), float(f[1])))
+    ranked = [(items[i][0], items[j][0], items[i][1] - items[j][1]) for i in range(len(items))
+              for j in range(len(items)) if i != j and items[i][1] - items[j][1] > 0.0]  # fmt: skip
+    weights = [float(conf ** coef["b"] * coef["c"]) for _, _, conf in ranked]
+    return Scorer(kind, m, target=target, pairs=[(p, n) for p, n, _ in ranked], a=float(coef["a"]), weights=weights)

@@ -10,7 +10,9 @@ left out of the hits, as in Qdrant.
   (:func:`~service.collections.vectors.average_vector`); ``best_score`` and ``sum_scores`` become a scorer query
   (:mod:`service.collections.scorers`) that scores every candidate against every example;
 * ``{"discover": {target, context: [{positive, negative}, ...]}}`` and ``{"context": [{positive, negative}, ...]}``:
-  scorer queries too.
+  scorer queries too;
+* ``{"relevance_feedback": {target, feedback: [{example, score}, ...], strategy: {naive: {a, b, c}}}}``: the
+  scorer query ``relevance_feedback`` (Qdrant's naive feedback strategy, the only one it defines).
 
 On a sparse vector the examples are sparse vectors or point ids (their stored sparse vectors); ``average_vector``
 averages them index by index (:func:`sparse_average`), the other kinds score every point holding the vector.
@@ -28,7 +30,8 @@ from ..collections.schema import VectorsConfig
 from ..collections.service import CollectionService
 from ..collections.vectors import average_vector, unit_rows
 from .models import Document, Example, LookupLocation, RecommendInput, SparseVector
-from .points import check_model, points_by_id
+from .points import check_model
+from .reads import points_by_id
 from .vectors import all_vectors
 
 _EXAMPLE = TypeAdapter(Example)
@@ -250,3 +253,31 @@ async def context(svc: CollectionService, name: str, raw: Any, param: str, using
         as :func:`_rows`; InvalidCollectionRequest: malformed input.
     """
     return await _pair_query(svc, name, "context", _pairs(raw, param), None, param, using, lookup)
+
+
+async def relevance_feedback(svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
+                             lookup: LookupLocation | None = None) -> Found:  # fmt: skip
+    """``{"relevance_feedback": {target, feedback, strategy}}`` (module docstring).
+
+    Raises:
+        as :func:`_rows`; InvalidCollectionRequest: malformed input, a strategy other than ``naive``.
+    """
+    if not isinstance(raw, dict) or set(raw) != {"target", "feedback", "strategy"}:
+        raise InvalidCollectionRequest(f"{param} must be {{target, feedback, strategy}}", param)
+    naive = raw["strategy"].get("naive") if isinstance(raw["strategy"], dict) else None
+    if set(raw["strategy"] or {}) != {"naive"} or not isinstance(naive, dict) or set(naive) != {"a", "b", "c"}:
+        raise InvalidCollectionRequest(f"{param}.strategy must be {{naive: {{a, b, c}}}}", f"{param}.strategy")
+    feedback = raw["feedback"] if isinstance(raw["feedback"], list) else None
+    if feedback is None or not all(isinstance(f, dict) and set(f) == {"example", "score"} for f in feedback):
+        raise InvalidCollectionRequest(f"{param}.feedback must be a list of {{example, score}}", f"{param}.feedback")
+    try:
+        target = _EXAMPLE.validate_python(raw["target"])
+        examples = [_EXAMPLE.validate_python(f["example"]) for f in feedback]
+    except ValidationError as e:
+        raise _bad(e, param) from None
+    rows, ids, model, metric = await _rows(svc, name, {"target": [target], "feedback": examples}, param, using,
+                                           lookup)  # fmt: skip
+    as_json = (lambda v: v) if metric == "sparse" else (lambda v: v.tolist())  # noqa: E731
+    query = {"scorer": "relevance_feedback", "target": as_json(rows["target"][0]), **naive,
+             "feedback": [[as_json(r), f["score"]] for r, f in zip(rows["feedback"], feedback)]}  # fmt: skip
+    return query, ids, model

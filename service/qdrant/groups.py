@@ -28,8 +28,8 @@ from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
 from .ids import canonical_id
 from .models import QueryGroupsRequest
-from .points import fetch, points_by_id
 from .query import DEFAULT_LIMIT, Spec, on_current_model, plan
+from .reads import fetch, points_by_id
 from .results import record, scored, values_at
 from .vectors import shown
 

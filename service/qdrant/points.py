@@ -31,10 +31,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from ..collections.backend import ResponseBudget
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
+from . import ordered
 from .envelope import PREFIX, WRITES, Service, ok, unsupported, update_result
 from .filters import ALWAYS, translate
 from .ids import path_id
@@ -50,6 +50,8 @@ from .models import (
     UpdateVectors,
     UpsertPoints,
 )
+from .ordered import parse_order_by
+from .reads import fetch
 from .results import record
 from .vectors import point_parts
 
@@ -84,43 +86,6 @@ def no_shard_key(body: Any) -> None:
     """Raises the 422 for a ``shard_key`` (a Qdrant cluster's custom sharding)."""
     if getattr(body, "shard_key", None) is not None:
         raise unsupported("shard_key", "shard_key")
-
-
-async def fetch(
-    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any, where: dict[str, Any] | None = None,
-    budget: ResponseBudget | None = None, payload: bool = True,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """The stored points among ``ids`` (and matching the native filter ``where``, if given), in the order asked
-    (missing ones left out, repeats once); without their texts when they are read for a response (a ``budget``: the
-    request's, which they spend page by page before their payloads and vectors are read; ``payload``: read them).
-
-    Raises:
-        CollectionNotFound; ResponseTooLarge: over ``budget``.
-    """
-    ids = list(dict.fromkeys(ids))
-    found: dict[Any, dict[str, Any]] = {}
-    step = min(svc.settings.max_top_k, svc.settings.max_filter_values)  # one scroll page, one $ids filter
-    for i in range(0, len(ids), step):
-        part = ids[i : i + step]
-        flt = {"$ids": part} if where is None else {"$and": [{"$ids": part}, where]}
-        points, _ = await svc.scroll(name, None, len(part), flt, with_vector, budget, budget is None, payload)
-        found.update({(type(p["id"]), p["id"]): p for p in points})
-    return [found[(type(i), i)] for i in ids if (type(i), i) in found]
-
-
-async def points_by_id(
-    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any = True,
-    budget: ResponseBudget | None = None,
-) -> dict[tuple[type, Any], Any]:  # fmt: skip
-    """The vectors (``with_vector``: True for all, or their names) of the stored points among ``ids``, as points
-    without text nor payload keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay apart); ``budget``: the
-    request's, when the vectors are read for its response (hits' vectors).
-
-    Raises:
-        CollectionNotFound; ResponseTooLarge: over ``budget``.
-    """
-    points = await fetch(svc, name, ids, with_vector, None, budget, False) if ids else []
-    return {(type(p["id"]), p["id"]): p for p in points}
 
 
 def _keys(points: list[dict[str, Any]]) -> set[tuple[type, Any]]:
@@ -328,11 +293,16 @@ async def delete_vectors_route(collection_name: str, body: DeleteVectors, reques
 @router.post("/collections/{collection_name}/points/scroll")
 async def scroll_points(collection_name: str, body: ScrollRequest, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``POST /collections/{collection_name}/points/scroll`` -> ``{points: [Record],
-    next_page_offset}`` (module docstring: the order). Errors: 404, 422 (``order_by`` is not supported)."""
+    next_page_offset}`` (module docstring: the order; with ``order_by``: :mod:`.ordered`). Errors: 404, 422."""
     no_shard_key(body)
-    if body.order_by is not None:
-        raise unsupported("order_by", "order_by")
     limit = body.limit or DEFAULT_SCROLL_LIMIT
+    if body.order_by is not None:
+        if body.offset is not None:
+            raise InvalidCollectionRequest("offset is not supported with order_by (use order_by.start_from)", "offset")
+        ob = parse_order_by(body.order_by)
+        found = await ordered.records(svc, collection_name, ob, limit, translate(body.filter), body.with_payload,
+                                      body.with_vector, svc.response_budget())  # fmt: skip
+        return ok(request, {"points": found, "next_page_offset": None})
     points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), body.with_vector,
                                    svc.response_budget(), False, bool(body.with_payload))  # fmt: skip
     cfg = (await svc.collection(collection_name)).vectors

@@ -14,8 +14,9 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
   ``with_payload`` (default false), ``with_vector``. ``prefetch`` with a fusion (``{"fusion": "rrf" | "dbsf"}``,
   ``{"rrf": {k, weights}}``) or a re-scoring query: :mod:`.prefetch`. ``lookup_from: {collection, vector}`` reads
   the point ids of a query (and of its examples) from that collection's vector (default: ``using``; they are then
-  not left out of the hits). Refused with 422: the other query kinds (order_by, formula, sample, mmr,
-  relevance_feedback).
+  not left out of the hits). ``{"order_by": ...}`` and ``{"sample": "random"}``: :mod:`.ordered`. Refused with
+  422: the other query kinds (formula). ``{"relevance_feedback": ...}``: :mod:`.explore`. ``{"nearest": ...,
+  "mmr": {diversity, candidates_limit}}`` (not in a prefetch): :mod:`service.collections.mmr`.
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
   ``NamedSparseVector``), with the same options; ``limit`` required.
 
@@ -32,13 +33,14 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
+from ..collections import mmr
 from ..collections.api import SearchRequest
 from ..collections.backend import ResponseBudget
 from ..collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound
 from ..collections.searching import QueryNode
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
-from . import explore, prefetch
+from . import explore, ordered, prefetch
 from .envelope import PREFIX, Service, ok, unsupported
 from .filters import translate
 from .ids import QdrantId
@@ -53,7 +55,8 @@ from .models import (
     SparseVector,
 )
 from .models import SearchRequest as LegacySearch
-from .points import check_model, fetch, no_shard_key, points_by_id
+from .points import check_model, no_shard_key
+from .reads import fetch, points_by_id
 from .results import record, scored
 from .vectors import all_vectors, shown
 
@@ -78,6 +81,8 @@ class Spec:
     model: dict[str, Any] | None = None
     #: a query with prefetches (run by ``CollectionService.query``), else None
     node: QueryNode | None = None
+    #: the ``mmr`` object of a nearest query re-ranked for diversity (:mod:`service.collections.mmr`), else None
+    mmr: Any = None
 
 
 def _spec(
@@ -108,6 +113,9 @@ async def _query_vector(
             return await explore.discover(svc, name, q["discover"], f"{param}.discover", using, lookup)
         if set(q) == {"context"}:
             return await explore.context(svc, name, q["context"], f"{param}.context", using, lookup)
+        if set(q) == {"relevance_feedback"}:
+            raw, at = q["relevance_feedback"], f"{param}.relevance_feedback"
+            return await explore.relevance_feedback(svc, name, raw, at, using, lookup)
         if set(q) != {"nearest"}:
             raise unsupported(f"the query {sorted(q)}", param)
         q = q["nearest"]
@@ -171,14 +179,17 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     where = translate(r.filter, f"{param}filter")
     if r.query is None:
         return None
-    query, excluded, model = await _query_vector(svc, name, r.query, f"{param}query", r.using, r.lookup_from)
+    q, diversity = r.query, None
+    if isinstance(q, dict) and set(q) == {"nearest", "mmr"}:  # a nearest query re-ranked by MMR
+        q, diversity = {"nearest": q["nearest"]}, q["mmr"]
+    query, excluded, model = await _query_vector(svc, name, q, f"{param}query", r.using, r.lookup_from)
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     top_k = _top_k(svc, limit, offset, f"{param}limit")
     if excluded:  # alone, a search for that many more hits on either backend (embedded: search.left_out)
         nots = {"$not": {"$ids": excluded}}
         where = {"$and": [where, nots]} if where else nots
     spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector, r.using, r.params)
-    spec.model = model
+    spec.model, spec.mmr = model, diversity
     return spec
 
 
@@ -192,9 +203,11 @@ async def _run(
         ResponseTooLarge: the hits (with their payloads and vectors) exceed the budget; and what the searches raise.
     """
     budget = budget or svc.response_budget()
-    plain = [s for s in specs if s.node is None]
+    plain = [s for s in specs if s.node is None and s.mmr is None]
     found = iter(await svc.search(name, [s.search for s in plain], param, budget=budget) if plain else [])
-    results = [await svc.query(name, s.node, budget=budget) if s.node is not None else next(found) for s in specs]
+    results = [await svc.query(name, s.node, budget=budget) if s.node is not None
+               else await mmr.search(svc, name, s.search, s.mmr, f"{param}.mmr", budget) if s.mmr is not None
+               else next(found) for s in specs]  # fmt: skip
     cfg = (await svc.collection(name)).vectors
     out = []
     for s, hits in zip(specs, results):
@@ -237,16 +250,35 @@ async def on_current_model(
     raise ModelChanged(f"collection {name!r} changed model {RETRIES} times during the query; retry")
 
 
+async def _unplanned(
+    svc: CollectionService, name: str, r: QueryRequest, param: str, budget: ResponseBudget
+) -> list[dict[str, Any]]:
+    """The hits of a query that is no search: ``order_by`` or ``sample`` (:mod:`.ordered`), or none (a scroll)."""
+    if ordered.kind(r.query) is None:
+        return await _scroll_query(svc, name, r, budget)
+
+    async def qv(q: Any, at: str, using: str | None, lookup: Any) -> tuple[Any, list, dict | None]:
+        return await _query_vector(svc, name, q, at, using, lookup)
+
+    async def build(p: Any, at: str) -> QueryNode:
+        return await prefetch.build(p, at, qv, p.limit or prefetch.DEFAULT_PREFETCH_LIMIT, False, [])
+
+    limit = r.limit or DEFAULT_LIMIT
+    _top_k(svc, limit, r.offset or 0, f"{param}limit")
+    return await ordered.query(svc, name, r, param, build, budget, limit)
+
+
 async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], batch: bool) -> list[list[dict]]:
     """The hits of each query (:func:`on_current_model`)."""
 
     async def attempt() -> tuple[list[list[dict]], list[Spec | None]]:
-        plans = [await plan(svc, name, r, f"searches[{i}]." if batch else "") for i, r in enumerate(reqs)]
+        params = [f"searches[{i}]." if batch else "" for i in range(len(reqs))]
+        plans = [None if ordered.kind(r.query) else await plan(svc, name, r, at) for r, at in zip(reqs, params)]
         budget = svc.response_budget()  # one for the request's searches, scrolls and vectors
         found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query",
                                 budget))  # fmt: skip
-        return [next(found) if p is not None else await _scroll_query(svc, name, r, budget)
-                for p, r in zip(plans, reqs)], plans  # fmt: skip
+        return [next(found) if p is not None else await _unplanned(svc, name, r, at, budget)
+                for p, r, at in zip(plans, reqs, params)], plans  # fmt: skip
 
     return await on_current_model(svc, name, attempt)
 

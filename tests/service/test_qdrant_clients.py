@@ -1090,3 +1090,118 @@ def test_multivectors_agree_with_local_mode(env):
     with pytest.raises(UnexpectedResponse) as e:
         remote.query_points("multi", query=[[1.0] * 4], using="c")  # rows of another dimension
     assert e.value.status_code == 422
+
+
+def test_order_by_and_sample_agree_with_local_mode(env):
+    """Scroll and query ``order_by`` (numbers, arrays, datetimes; asc, desc, ``start_from``; a filter; over a
+    query's prefetches) give the entries and order values qdrant-client's local mode gives; ``sample: random`` draws
+    distinct matching points, all of them when the limit allows."""
+    if env["backend"] == "milvus":
+        pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+
+    rng = np.random.default_rng(11)
+    remote = QdrantClient(url=f"{env['server'].url}/qdrant", timeout=60)
+    local = QdrantClient(":memory:")
+
+    def payload(i: int) -> dict:
+        p = {
+            "n": int(rng.integers(0, 40)),
+            "x": float(rng.normal()),
+            "arr": rng.integers(0, 9, i % 4).tolist(),
+            "when": f"2024-0{1 + i % 9}-1{i % 10}T0{i % 10}:30:00" + ("Z" if i % 2 else "+02:00"),
+            "kind": i % 3,
+        }
+        if i % 5 == 0:
+            p["x"], p["when"] = "not a number", True
+        if i % 7 == 0:
+            del p["n"]
+        return p  # fmt: skip
+
+    points = [models.PointStruct(id=i, vector={"v": rng.standard_normal(4).tolist()}, payload=payload(i))
+              for i in range(60)]  # fmt: skip
+    for c in (remote, local):
+        c.create_collection("ordered", vectors_config={"v": models.VectorParams(size=4, distance="Cosine")})
+        c.upsert("ordered", points)
+
+    flt = models.Filter(must=[models.FieldCondition(key="kind", match=models.MatchAny(any=[0, 1]))])
+    orders = [models.OrderBy(key=k, direction=d, start_from=s) for k in ("n", "x", "arr", "when")
+              for d in ("asc", "desc") for s in (None, 3)] + ["n"]  # fmt: skip
+    for ob in orders:
+        for f in (None, flt):
+            got, want = (c.scroll("ordered", limit=25, order_by=ob, scroll_filter=f, with_payload=True)[0]
+                         for c in (remote, local))  # fmt: skip
+            assert [p.order_value for p in got] == [p.order_value for p in want], (ob, f)
+            # ties keep no particular order: the points must agree where a value is held once
+            once = [i for i, p in enumerate(want) if sum(o.order_value == p.order_value for o in want) == 1]
+            assert [got[i].id for i in once] == [want[i].id for i in once], (ob, f)
+    q = rng.standard_normal(4).tolist()
+    for prefetch in (
+        None,
+        [models.Prefetch(query=q, using="v", limit=15), models.Prefetch(query=[-x for x in q], using="v", limit=5)],
+    ):
+        got, want = (c.query_points("ordered", prefetch=prefetch, query=models.OrderByQuery(order_by="x"),
+                                    query_filter=flt, limit=8, offset=2).points for c in (remote, local))  # fmt: skip
+        assert [(p.order_value, p.score) for p in got] == [(p.order_value, p.score) for p in want]
+        assert [p.id for p in got] == [p.id for p in want]  # x is a continuous value: no ties
+    everything = remote.query_points("ordered", query=models.SampleQuery(sample="random"), limit=100).points
+    assert sorted(p.id for p in everything) == list(range(60)) and {p.score for p in everything} == {1.0}
+    some = remote.query_points("ordered", query=models.SampleQuery(sample="random"), query_filter=flt, limit=10)
+    ids = [p.id for p in some.points]
+    assert len(set(ids)) == 10 and all(points[i].payload["kind"] in (0, 1) for i in ids)
+    r = httpx.post(f"{env['server'].url}/qdrant/collections/ordered/points/scroll",
+                   json={"order_by": {"key": "n", "direction": "up"}})  # fmt: skip
+    assert r.status_code == 422 and "direction" in r.text
+    r = httpx.post(f"{env['server'].url}/qdrant/collections/ordered/points/scroll", json={"order_by": "n", "offset": 3})
+    assert r.status_code == 422 and "offset" in r.text
+
+
+def test_mmr_and_relevance_feedback_agree_with_local_mode(env):
+    """MMR re-ranking (``nearest`` + ``mmr``: diversity, candidates_limit, offset, score_threshold) on cosine, dot,
+    Euclid, sparse and multivector vectors, and relevance feedback (naive strategy) take the points, in the order and
+    with the scores, qdrant-client's local mode gives."""
+    if env["backend"] == "milvus":
+        pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+
+    rng = np.random.default_rng(12)
+    remote = QdrantClient(url=f"{env['server'].url}/qdrant", timeout=60)
+    local = QdrantClient(":memory:")
+    dists = {"c": models.Distance.COSINE, "d": models.Distance.DOT, "e": models.Distance.EUCLID}
+    multi = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
+    x = rng.standard_normal((70, 5)).round(3)
+    for c in (remote, local):
+        c.create_collection("mmr", vectors_config={**{n: models.VectorParams(size=5, distance=d) for n, d in dists.items()},
+                                                   "m": models.VectorParams(size=5, distance="Cosine", multivector_config=multi)},
+                            sparse_vectors_config={"s": models.SparseVectorParams(modifier=models.Modifier.IDF)})  # fmt: skip
+        c.upsert("mmr", [models.PointStruct(id=i, vector={**{n: v.tolist() for n in dists}, "m": [v.tolist(), x[i - 1].tolist()],
+                         "s": models.SparseVector(indices=[i % 7, 7 + i % 4], values=[1 + i / 70, 0.5])})
+                         for i, v in enumerate(x)])  # fmt: skip
+    q = rng.standard_normal(5).round(3).tolist()
+    queries = {n: q for n in dists} | {
+        "m": [q, x[3].tolist()],
+        "s": models.SparseVector(indices=[1, 2, 8], values=[1.0, 0.5, 0.2]),
+    }
+    for using, vec in queries.items():
+        for mmr, kw in [
+            (models.Mmr(), {}),
+            (models.Mmr(diversity=0.3, candidates_limit=30), {"offset": 2}),
+            (models.Mmr(diversity=0.9, candidates_limit=20), {"score_threshold": 0.1 if using != "e" else None}),
+        ]:
+            got, want = (c.query_points("mmr", query=models.NearestQuery(nearest=vec, mmr=mmr), using=using, limit=6,
+                                        **kw).points for c in (remote, local))  # fmt: skip
+            assert [p.id for p in got] == [p.id for p in want], (using, mmr)
+            assert np.allclose([p.score for p in got], [p.score for p in want], atol=1e-4), (using, mmr)
+    fb = models.RelevanceFeedbackInput(target=q, feedback=[models.FeedbackItem(example=i, score=s) for i, s in
+                                                           [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.6)]],
+                                       strategy=models.NaiveFeedbackStrategy(naive=models.NaiveFeedbackStrategyParams(a=0.5, b=1.0, c=0.7)))  # fmt: skip
+    for using in dists:
+        got, want = (c.query_points("mmr", query=models.RelevanceFeedbackQuery(relevance_feedback=fb), using=using,
+                                    limit=10).points for c in (remote, local))  # fmt: skip
+        assert [p.id for p in got] == [p.id for p in want], using
+        assert np.allclose([p.score for p in got], [p.score for p in want], atol=1e-4), using
+    r = httpx.post(f"{env['server'].url}/qdrant/collections/mmr/points/query",
+                   json={"query": {"nearest": q, "mmr": {"diversity": 2}}, "using": "c"})  # fmt: skip
+    assert r.status_code == 422 and "diversity" in r.text

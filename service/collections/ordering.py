@@ -1,0 +1,136 @@
+"""Points ordered by a payload value, and uniform random samples of points, over any backend: Qdrant's ``order_by``
+(Qdrant API reference, "Scroll points": ``order_by: {key, direction, start_from}``; "Query points": ``OrderByQuery``)
+and ``{"sample": "random"}`` ("Query points": ``SampleQuery``).
+
+Order (as Qdrant's, and qdrant-client's local mode, orders): every value the key reaches (keys into arrays
+flattened, :func:`.conditions.values_at`) that is a number, or a datetime string Qdrant parses (as microseconds since
+the epoch, UTC when it names no offset), is one entry of its point; booleans, other strings, objects and nulls give
+none, and a point without an entry is left out. A point appears once per distinct value it holds. Entries are sorted
+by value (``asc`` by default; ties in the backend's id order); ``start_from`` skips the entries before that value
+(``asc``: smaller ones, ``desc``: greater ones).
+
+Cost: no payload index is kept, so both read every matching point (its payload for an order, its id for a sample)
+page by page through the backend's scroll: O(matching points) per call (docs/performance.md, "order_by and
+sample"). A filter narrows what is read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from .conditions import parse_datetime, parse_path, values_at
+from .errors import InvalidCollectionRequest
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROS_PER_DAY = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class OrderBy:
+    """The payload key to order by, the direction, and the first value (None: from the first entry)."""
+
+    key: str
+    descending: bool = False
+    start_from: int | float | None = None
+
+
+def order_value(v: Any) -> int | float | None:
+    """The order value of one payload value: a number as it is, a datetime string as integer microseconds since the
+    epoch (UTC), anything else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    dt = parse_datetime(v)
+    if dt is None:
+        return None
+    d = dt - _EPOCH
+    return d.days * _MICROS_PER_DAY + d.seconds * 1_000_000 + d.microseconds
+
+
+def parse_order_by(raw: Any, param: str = "order_by") -> OrderBy:
+    """An :class:`OrderBy` of ``"key"`` or ``{"key", "direction": "asc" | "desc", "start_from": number | datetime}``.
+
+    Raises:
+        InvalidCollectionRequest: anything else (an invalid key path, an unknown direction or field).
+    """
+    raw = {"key": raw} if isinstance(raw, str) else raw
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("key"), str)
+        or set(raw) - {"key", "direction", "start_from"}
+    ):
+        raise InvalidCollectionRequest(f"{param} is a key or {{key, direction, start_from}}", param)
+    if parse_path(raw["key"]) is None:
+        raise InvalidCollectionRequest(f"{param}.key {raw['key']!r} is not a valid key path", f"{param}.key")
+    direction = raw.get("direction") or "asc"
+    if direction not in ("asc", "desc"):
+        raise InvalidCollectionRequest(f"{param}.direction must be 'asc' or 'desc'", f"{param}.direction")
+    start = raw.get("start_from")
+    start_value = None if start is None else order_value(start)
+    if start is not None and start_value is None:
+        raise InvalidCollectionRequest(f"{param}.start_from must be a number or a datetime", f"{param}.start_from")
+    return OrderBy(raw["key"], direction == "desc", start_value)
+
+
+async def _pages(svc: Any, name: str, raw_filter: Any, payload: bool):
+    """Every point matching ``raw_filter``, page by page (without text or vectors; with the payload if asked)."""
+    start, page = None, svc.settings.max_top_k
+    while True:
+        points, start = await svc.scroll(name, start, page, raw_filter, False, None, False, payload)
+        yield points
+        if start is None:
+            return
+
+
+async def ordered_ids(
+    svc: Any, name: str, order_by: OrderBy, limit: int, raw_filter: Any = None
+) -> list[tuple[int | str, int | float]]:
+    """The first ``limit`` entries ``(point id, order value)`` of the points matching ``raw_filter`` (native filter
+    grammar) in ``order_by``'s order (module docstring).
+
+    Raises:
+        CollectionNotFound; InvalidCollectionRequest: a bad filter.
+    """
+    sign = -1 if order_by.descending else 1
+    start = order_by.start_from
+    entries: list[tuple[int | float, int, int | str]] = []  # (signed value, scan position, id): a stable order
+    n = 0
+    async for points in _pages(svc, name, raw_filter, True):
+        for p in points:
+            seen: set[int | float] = set()
+            for v in values_at(p.get("payload") or {}, order_by.key):
+                ov = order_value(v)
+                if ov is None or ov in seen or (start is not None and sign * ov < sign * start):
+                    continue
+                seen.add(ov)
+                entries.append((sign * ov, n, p["id"]))
+                n += 1
+        if len(entries) > 4 * limit:  # keep the memory to the entries that can still be returned
+            entries = heapq.nsmallest(limit, entries)
+    return [(pid, sign * v) for v, _, pid in heapq.nsmallest(limit, entries)]
+
+
+async def sample_ids(svc: Any, name: str, limit: int, raw_filter: Any = None, seed: int | None = None) -> list:
+    """Up to ``limit`` ids drawn uniformly without replacement from the points matching ``raw_filter`` (reservoir
+    sampling, Vitter's algorithm R), in random order; ``seed`` makes it repeatable.
+
+    Raises:
+        CollectionNotFound; InvalidCollectionRequest: a bad filter.
+    """
+    rng = random.Random(seed)
+    reservoir: list[int | str] = []
+    seen = 0
+    async for points in _pages(svc, name, raw_filter, False):
+        for p in points:
+            if len(reservoir) < limit:
+                reservoir.append(p["id"])
+            elif (j := rng.randrange(seen + 1)) < limit:
+                reservoir[j] = p["id"]
+            seen += 1
+    rng.shuffle(reservoir)
+    return reservoir
