@@ -17,9 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import formula
 from .backend import Hit, ReadConsistency, ResponseBudget
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
 from .filters import Filter
+from .formula import FormulaSpec
 from .fusion import fuse
 from .schema import SparseVec, dense_value, sparse_vec
 from .scorers import Scorer, scorer_of
@@ -201,13 +203,17 @@ class QueryNode:
     hits are fused (``fusion``: ``rrf`` with ``rrf_k`` and ``weights``, or ``dbsf``) or, without ``fusion``, re-scored
     by ``search``'s query (a search restricted to the prefetched points). ``search.filter`` applies to this node and
     every node below it (ANDed with theirs, as Qdrant propagates filters into prefetches); ``search.top_k`` is this
-    node's limit, ``search.score_threshold`` its threshold (on the fused score too)."""
+    node's limit, ``search.score_threshold`` its threshold (on the fused score too). With ``formula`` (Qdrant's
+    ``FormulaQuery``), the prefetched points are re-scored by it instead (:mod:`.formula`). A node whose
+    ``search.query`` is None (and has no fusion or formula) pages through its points (those its prefetches found, if
+    any) in id order, each scoring 1, as Qdrant answers a query without one."""
 
     search: Search
     prefetch: list[QueryNode] = field(default_factory=list)
     fusion: str | None = None
     rrf_k: int | None = None
     weights: list[float] | None = None
+    formula: FormulaSpec | None = None
 
 
 MAX_PREFETCH_DEPTH = 4  # nesting of prefetches
@@ -229,7 +235,8 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
 
     Raises:
         InvalidCollectionRequest: prefetches nested deeper than :data:`MAX_PREFETCH_DEPTH`, a re-scoring over more
-            points than ``collections_max_filter_values``; and what :func:`search` raises.
+            points than ``collections_max_filter_values``, a bad formula or one failing on a point
+            (:func:`.formula.parse`, :meth:`.formula.Formula.score`); and what :func:`search` raises.
         TooManyItems: more searches in the tree than ``collections_max_batch_searches``.
         ResponseTooLarge: the hits exceed a budget.
     """
@@ -239,12 +246,23 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
         raise TooManyItems(f"{n} prefetch searches in one query; the maximum is {svc.settings.max_batch_searches} "
                            "(collections_max_batch_searches)", "prefetch", "too_many_searches")  # fmt: skip
     if not node.prefetch:
-        return (await search(svc, name, [replace(s, filter=where)], "query", consistency, budget))[0]
+        if node.formula is not None:
+            raise InvalidCollectionRequest("a formula needs prefetches (it re-scores their points)", "prefetch")
+        return await _search_or_scroll(svc, name, replace(s, filter=where), consistency, budget)
     if depth >= MAX_PREFETCH_DEPTH:
         raise InvalidCollectionRequest(f"prefetch nested more than {MAX_PREFETCH_DEPTH} deep", "prefetch")
-    leaves = [replace(p, search=replace(p.search, with_payload=s.with_payload, with_text=s.with_text))
+    if node.formula is not None:  # checked before any prefetch runs; it reads the payloads of their points
+        cfg = (await svc.collection(name)).vectors
+        fx = formula.parse(node.formula, lambda raw, at: svc.parse_filter(raw, at, cfg))
+    with_payload = s.with_payload or node.formula is not None
+    leaves = [replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text))
               for p in node.prefetch]  # fmt: skip
     sources = await asyncio.gather(*(query(svc, name, p, consistency, where, depth + 1) for p in leaves))
+    if node.formula is not None:
+        hits = await formula.rescore(svc, name, fx, sources, s.top_k, s.score_threshold, s.with_payload)
+        if budget is not None:
+            budget.spend_hits(hits)
+        return hits
     if node.fusion is not None:
         try:
             fused = fuse(node.fusion, sources, s.top_k, node.rrf_k, node.weights)
@@ -258,7 +276,17 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
     ids = list(dict.fromkeys(h.id for hits in sources for h in hits))
     if not ids:
         return []
-    return (await search(svc, name, [replace(s, filter=_and(where, {"$ids": ids}))], "query", consistency, budget))[0]
+    return await _search_or_scroll(svc, name, replace(s, filter=_and(where, {"$ids": ids})), consistency, budget)
+
+
+async def _search_or_scroll(svc: Any, name: str, s: Search, consistency: ReadConsistency,
+                            budget: ResponseBudget | None) -> list[Hit]:  # fmt: skip
+    """The hits of the search ``s``, or without a query the first ``top_k`` points matching its filter in id order,
+    each scoring 1 (a scroll, at the service's consistency)."""
+    if s.query is not None:
+        return (await search(svc, name, [s], "query", consistency, budget))[0]
+    points, _ = await svc.scroll(name, None, s.top_k, s.filter, False, budget, s.with_text, s.with_payload)
+    return [Hit(p["id"], 1.0, p.get("text"), p.get("payload")) for p in points]
 
 
 def _model_sparse(cfg: Any, pre: str) -> str:

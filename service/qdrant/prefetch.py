@@ -7,8 +7,13 @@ Queries"), translated onto the collections core's query tree (:class:`~service.c
 * the enclosing ``query`` then either fuses the prefetches' hits, ``{"fusion": "rrf" | "dbsf"}`` or ``{"rrf": {k,
   weights}}`` (:mod:`service.collections.fusion`), or re-scores them with a vector, ``Document``, sparse vector or
   point id on its own ``using`` vector;
+* ``{"formula": Expression, "defaults": {...}}`` (Qdrant documentation, "Hybrid and Multi-Stage Queries": "Score
+  boosting") re-scores every point of the prefetches with the expression (:mod:`service.collections.formula`;
+  its conditions translated by :func:`.filters.translate`);
+* a query (or prefetch) without ``query`` pages through its points in id order, each scoring 1 (with prefetches:
+  the points they found), as Qdrant does;
 * ``lookup_from`` reads the point ids of its query from another collection (:func:`..query._query_vector`);
-* refused with 422: a fusion without prefetches, a prefetch without a query, the other query kinds.
+* refused with 422: a fusion or formula without prefetches, the other query kinds.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..collections.errors import InvalidCollectionRequest
+from ..collections.formula import FormulaSpec, map_conditions
 from ..collections.fusion import FUSIONS
 from ..collections.searching import QueryNode, Search
 from .filters import translate
@@ -45,6 +51,22 @@ def _fusion(q: Any, param: str) -> tuple[str, int | None, list[float] | None] | 
     return None
 
 
+def _formula(q: Any, param: str) -> FormulaSpec | None:
+    """The core's formula (:mod:`service.collections.formula`) of a ``{"formula": Expression, "defaults": {...}}``
+    query (Qdrant API reference, "Query points": ``FormulaQuery``), its conditions translated into the core's filter
+    grammar (:func:`.filters.translate`); None for any other query."""
+    if not isinstance(q, dict) or "formula" not in q:
+        return None
+    if not set(q) <= {"formula", "defaults"}:
+        raise InvalidCollectionRequest(f"{param}: a formula query is {{formula, defaults}}", param)
+
+    def condition(c: dict[str, Any], at: str) -> Any:
+        where = translate({"must": [c]}, at)
+        return 1.0 if where is None else {"filter": where}  # a condition every point matches scores 1
+
+    return FormulaSpec(map_conditions(q["formula"], condition, f"{param}.formula"), q.get("defaults") or {}, param)
+
+
 async def build(
     r: Any, param: str, query_vector: QueryVector, limit: int, with_payload: bool, models: list[dict | None]
 ) -> QueryNode:
@@ -68,8 +90,12 @@ async def build(
             raise InvalidCollectionRequest(f"{param}query: a fusion needs prefetches", f"{param}query")
         search = Search(None, limit, where, r.score_threshold, with_payload, False, r.using, exact)
         return QueryNode(search, children, *fusion)
-    if r.query is None:
-        raise InvalidCollectionRequest(f"{param}query: a prefetch needs a query", f"{param}query")
+    spec = _formula(r.query, f"{param}query")
+    if spec is not None or r.query is None:  # a formula re-scores the prefetches' points; no query: a scroll
+        if spec is not None and not children:
+            raise InvalidCollectionRequest(f"{param}query: a formula needs prefetches", f"{param}query")
+        search = Search(None, limit, where, r.score_threshold, with_payload, False, r.using, exact)
+        return QueryNode(search, children, formula=spec)
     vec, excluded, model = await query_vector(r.query, f"{param}query", r.using, r.lookup_from)
     models.append(model)
     if excluded:

@@ -14,9 +14,10 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
   ``with_payload`` (default false), ``with_vector``. ``prefetch`` with a fusion (``{"fusion": "rrf" | "dbsf"}``,
   ``{"rrf": {k, weights}}``) or a re-scoring query: :mod:`.prefetch`. ``lookup_from: {collection, vector}`` reads
   the point ids of a query (and of its examples) from that collection's vector (default: ``using``; they are then
-  not left out of the hits). ``{"order_by": ...}`` and ``{"sample": "random"}``: :mod:`.ordered`. Refused with
-  422: the other query kinds (formula). ``{"relevance_feedback": ...}``: :mod:`.explore`. ``{"nearest": ...,
-  "mmr": {diversity, candidates_limit}}`` (not in a prefetch): :mod:`service.collections.mmr`.
+  not left out of the hits). ``{"order_by": ...}`` and ``{"sample": "random"}``: :mod:`.ordered`. ``{"formula":
+  ..., "defaults": ...}`` (score boosting; needs prefetches): :mod:`.prefetch`. ``{"relevance_feedback": ...}``:
+  :mod:`.explore`. ``{"nearest": ..., "mmr": {diversity, candidates_limit}}`` (not in a prefetch):
+  :mod:`service.collections.mmr`.
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
   ``NamedSparseVector``), with the same options; ``limit`` required.
 
