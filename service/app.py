@@ -31,7 +31,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from .collections import CollectionService, alias_api, open_backend, snapshot_api
+from .collections import CollectionService, alias_api, open_backend, snapshot_api, vector_api
 from .collections import api as collections_api
 from .collections.errors import BackendUnavailable
 from .collections.reembed import Reembedder
@@ -173,6 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         collections_api.router,
         snapshot_api.router,
         alias_api.router,
+        vector_api.router,
     ):
         app.include_router(document(router))
     for router in QDRANT_ROUTERS:  # the Qdrant-compatible surface over the same collections (service.qdrant)

@@ -6,6 +6,7 @@ Layers, top down:
 * :mod:`.service`: the write and search policy (embedding with the collection's exact model, dual writes while
   re-embedding, retries on a model change, search planning).
 * :mod:`.reembed`: collections follow the active model (background re-embedding, then an atomic switch).
+* :mod:`.vector_names`: a named vector added to or deleted from a collection (routes: :mod:`.vector_api`).
 * :mod:`.snapshots`: collection snapshots (backups), a backend's optional capability, and recovery from them
   (routes: :mod:`.snapshot_api`).
 * :mod:`.backend`: the interface every backend implements (collections, points, re-embedding targets) and

@@ -389,5 +389,10 @@ class VectorBackend(Protocol):
             CollectionExists: the name is taken.
         """
 
+    async def update_vectors(self, name: str, change: Callable[[VectorsConfig], VectorsConfig | None]) -> None:
+        """Make ``change(its vectors)`` (None: unchanged) the vectors of collection ``name``, atomically and durably:
+        a vector dropped loses its values, one added is held by no point (:mod:`.vector_names`). Raises
+        CollectionNotFound, what ``change`` raises, InvalidCollectionRequest (``unsupported``: the backend cannot)."""
+
     async def delete(self, name: str) -> None:
         """Raises :class:`~.errors.CollectionNotFound`."""

@@ -11,7 +11,11 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
   ``m``/``ef_construct`` (an existing collection's index is not rebuilt), quantization, sparse vectors, ``metadata``
   (the service keeps the collection's model record there);
 * ``PUT /collections/{collection_name}/index`` (create a payload index) and ``DELETE .../index/{field_name}``
-  (delete one): accepted, no effect (every payload key is filterable here).
+  (delete one): accepted, no effect (every payload key is filterable here);
+* ``PUT /collections/{collection_name}/vectors/{vector_name}`` (create vector name: ``{dense: {size, distance,
+  multivector_config}}`` or ``{sparse: {modifier}}``) and ``DELETE`` on the same path (delete vector name): a named
+  vector added to or deleted from the collection (:mod:`service.collections.vector_names`: the points stored hold no
+  value of a vector added; a vector deleted loses its values; the model-bound one cannot be deleted).
 
 A collection holds named vectors (:mod:`.vectors`; the data model is the collections core's,
 :mod:`service.collections.schema`). Creation maps ``vectors`` (one unnamed ``{size, distance}``, or ``{name: {size,
@@ -34,9 +38,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from ..collections.errors import CollectionNotFound, InvalidCollectionRequest
+from ..collections.vector_names import create_vector_name, delete_vector_name
 from ..routes import JSONRoute, json_response
 from .envelope import API_VERSION, PREFIX, WRITES, Service, ok, unsupported, update_result
-from .models import CreateCollection, CreateFieldIndex, UpdateCollection
+from .models import CreateCollection, CreateFieldIndex, UpdateCollection, VectorNameConfig, VectorParams
 from .vectors import HNSW_IGNORED, dense_config, params_of
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
@@ -189,4 +194,35 @@ async def delete_field_index(collection_name: str, field_name: str, request: Req
     """Qdrant API reference: ``DELETE /collections/{collection_name}/index/{field_name}`` -> ``UpdateResult``:
     accepted with no effect (no payload index is kept; the key stays filterable). Errors: 404."""
     await svc.collection(collection_name)
+    return ok(request, update_result(0))
+
+
+@router.put("/collections/{collection_name}/vectors/{vector_name}", dependencies=WRITES)
+async def create_vector(
+    collection_name: str, vector_name: str, body: VectorNameConfig, request: Request, svc: Service
+) -> Response:
+    """Qdrant API reference: ``PUT /collections/{collection_name}/vectors/{vector_name}`` (create vector name) ->
+    ``UpdateResult``: the dense (client-supplied; an ``hnsw`` index, or MAX_SIM scanned for a multivector) or sparse
+    vector added, none of the stored points holding it (module docstring). Errors: 404; 422 exactly one of ``dense``
+    and ``sparse`` not given, the name taken by a vector of another definition, a setting that does not map, any
+    change on the milvus backend."""
+    dense = sparse = None
+    if body.dense is not None:
+        vp = VectorParams(**body.dense.model_dump(exclude_none=True))
+        dense = dense_config(vp, False, {}, "dense")  # an hnsw index, as Qdrant builds by default
+    if body.sparse is not None:
+        if body.sparse.datatype not in (None, "float32"):
+            raise unsupported(f"the sparse vector datatype {body.sparse.datatype!r}", "sparse.datatype")
+        sparse = {"modifier": body.sparse.modifier or "none"}
+    await create_vector_name(svc, collection_name, vector_name, dense, sparse)
+    return ok(request, update_result(0))
+
+
+@router.delete("/collections/{collection_name}/vectors/{vector_name}", dependencies=WRITES)
+async def delete_vector(collection_name: str, vector_name: str, request: Request, svc: Service) -> Response:
+    """Qdrant API reference: ``DELETE /collections/{collection_name}/vectors/{vector_name}`` (delete vector name) ->
+    ``UpdateResult``: the vector and every stored value of it dropped; a name the collection lacks changes nothing.
+    Errors: 404; 422 the model-bound vector, the unnamed vector when it is the only dense one, any change on the
+    milvus backend."""
+    await delete_vector_name(svc, collection_name, vector_name)
     return ok(request, update_result(0))

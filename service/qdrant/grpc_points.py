@@ -1,8 +1,7 @@
 """Qdrant's ``qdrant.Points`` gRPC service translated onto the ``/qdrant`` REST routes (:mod:`.grpc_bridge`): each
 method builds the REST body of its request with qdrant-client's ``GrpcToRest`` converters, and its reply from the
 REST answer with ``RestToGrpc``. Methods not listed (legacy ``Search``/``Recommend``/``Discover`` and their batches
-and groups, ``SearchMatrix*``, ``CreateVectorName``/``DeleteVectorName``) answer ``UNIMPLEMENTED``, as their REST
-routes are not served."""
+and groups, ``SearchMatrix*``) answer ``UNIMPLEMENTED``, as their REST routes are not served."""
 
 from __future__ import annotations
 
@@ -34,6 +33,11 @@ def _selector(req: Any, field: str) -> dict[str, Any]:
 
 def _body(**fields: Any) -> dict[str, Any]:
     return {k: dump(v) for k, v in fields.items() if v is not None}
+
+
+def _datatype(config: Any) -> str | None:
+    """The REST ``datatype`` of a vector creation config (``float32``...; unset or ``Default``: None)."""
+    return g.Datatype.Name(config.datatype).lower() if config.HasField("datatype") and config.datatype else None
 
 
 def _operation(res: Any, t: float) -> g.PointsOperationResponse:
@@ -130,6 +134,27 @@ class Points(points_service_pb2_grpc.PointsServicer):
     async def DeleteFieldIndex(self, req: g.DeleteFieldIndexCollection, ctx: Any) -> g.PointsOperationResponse:
         """``qdrant.Points/DeleteFieldIndex`` as ``DELETE /qdrant/collections/{...}/index/{...}``."""
         url = path("/collections/{}/index/{}", req.collection_name, req.field_name)
+        return _operation(*await self.b.call(ctx, "DELETE", url))
+
+    async def CreateVectorName(self, req: g.CreateVectorNameRequest, ctx: Any) -> g.PointsOperationResponse:
+        """``qdrant.Points/CreateVectorName`` as ``PUT /qdrant/collections/{...}/vectors/{...}`` (enum values by
+        name: one the REST body does not accept is refused there, as over REST)."""
+        body: dict[str, Any] = {}
+        if req.HasField("dense_config"):
+            d = req.dense_config
+            body["dense"] = _body(size=d.size, distance=g.Distance.Name(d.distance),
+                                  multivector_config=_opt(d, "multivector_config", G.convert_multivector_config),
+                                  datatype=_datatype(d))  # fmt: skip
+        elif req.HasField("sparse_config"):
+            s = req.sparse_config
+            body["sparse"] = _body(modifier=_opt(s, "modifier", lambda m: g.Modifier.Name(m).lower()),
+                                   datatype=_datatype(s))  # fmt: skip
+        url = path("/collections/{}/vectors/{}", req.collection_name, req.vector_name)
+        return _operation(*await self.b.call(ctx, "PUT", url, body))
+
+    async def DeleteVectorName(self, req: g.DeleteVectorNameRequest, ctx: Any) -> g.PointsOperationResponse:
+        """``qdrant.Points/DeleteVectorName`` as ``DELETE /qdrant/collections/{...}/vectors/{...}``."""
+        url = path("/collections/{}/vectors/{}", req.collection_name, req.vector_name)
         return _operation(*await self.b.call(ctx, "DELETE", url))
 
     async def Scroll(self, req: g.ScrollPoints, ctx: Any) -> g.ScrollResponse:

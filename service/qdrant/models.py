@@ -109,6 +109,32 @@ class UpdateCollection(_Body):
     metadata: dict[str, Any] | None = None
 
 
+class DenseVectorConfig(_Body):
+    """Qdrant's ``DenseVectorConfig``: a dense vector added to a collection, ``size``, ``distance``,
+    ``multivector_config``, ``datatype`` (float32 only here)."""
+
+    size: Annotated[StrictInt, Field(ge=1)]
+    distance: Literal["Cosine", "Dot", "Euclid", "Manhattan"]
+    multivector_config: Any = None
+    datatype: StrictStr | None = None
+
+
+class SparseVectorConfig(_Body):
+    """Qdrant's ``SparseVectorConfig``: a sparse vector added to a collection, ``modifier`` (``none`` or ``idf``),
+    ``datatype`` (float32 only here)."""
+
+    modifier: Literal["none", "idf"] | None = None
+    datatype: StrictStr | None = None
+
+
+class VectorNameConfig(_Body):
+    """Body of ``PUT /collections/{collection_name}/vectors/{vector_name}``: Qdrant's ``VectorNameConfig``, one of
+    ``{dense: DenseVectorConfig}`` and ``{sparse: SparseVectorConfig}``."""
+
+    dense: DenseVectorConfig | None = None
+    sparse: SparseVectorConfig | None = None
+
+
 class PointStruct(_Body):
     """One point: ``id``, ``vector`` (floats or a ``Document``: the unnamed vector; or ``{name: floats | Document |
     SparseVector}``), ``payload``."""

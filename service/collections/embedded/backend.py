@@ -182,6 +182,15 @@ class EmbeddedBackend:
             self.collections[name] = c
             return c
 
+    async def update_vectors(self, name: str, change: Callable[[VectorsConfig], VectorsConfig | None]) -> None:
+        """Add or drop a named vector of collection ``name`` (or of the one the alias names):
+        :meth:`~.collection.Collection.update_vectors`, durable when it returns.
+
+        Raises:
+            CollectionNotFound; what ``change`` raises.
+        """
+        await self.run(self.get(name).update_vectors, change)
+
     async def delete(self, name: str) -> None:
         """Delete collection ``name`` (not an alias), its aliases and its files (waits for running operations on it).
 

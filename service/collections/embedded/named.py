@@ -59,12 +59,35 @@ class NamedIndexes:
             self.counts[name] = tables.count(conn, name, sparse=True)
         return time.monotonic() - t0
 
+    def reconfigured(self, config: VectorsConfig) -> NamedIndexes:
+        """These indexes for the collection's new vectors ``config`` (a vector added or dropped): a vector kept keeps
+        its index and count, one added starts empty (no point holds it yet), one dropped is forgotten."""
+        out = NamedIndexes(self.store, config)
+        for name, v in out.dense.items():
+            if name in self.indexes:
+                out.indexes[name] = self.indexes[name]
+            elif name not in self.dense and not v.multivector:
+                out.indexes[name] = VectorIndex(v.spec)
+        out.counts = {n: self.counts.get(n, 0) for n in [*out.dense, *config.sparse]}
+        return out
+
     def prepare(self, named: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The points' named vectors as stored: dense ones unit-normalised for cosine (float32), sparse as given."""
+        """The points' named vectors as stored: dense ones unit-normalised for cosine (float32), sparse as given.
+
+        Raises:
+            InvalidCollectionRequest: a vector the collection no longer has as that kind (``vector_not_found``: it
+                was deleted after the write was checked).
+        """
         out = []
         for vecs in named:
             row = {}
             for name, v in vecs.items():
+                if name not in (self.config.sparse if isinstance(v, SparseVec) else self.dense):
+                    raise InvalidCollectionRequest(
+                        f"the collection has no vector named {name!r} (deleted meanwhile)",
+                        "vectors",
+                        "vector_not_found",
+                    )
                 row[name] = (
                     v
                     if isinstance(v, SparseVec)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from ...tasks import cancel_and_wait
 from ..aliases import Aliases
 from ..backend import NAME_RE, CollectionSettings, ReadConsistency, check_name
-from ..errors import BackendUnavailable, CollectionNotFound, RegistryIncomplete
+from ..errors import BackendUnavailable, CollectionNotFound, InvalidCollectionRequest, RegistryIncomplete
 from ..index import IndexSpec
 from ..schema import VectorsConfig
 from . import lifecycle
@@ -355,6 +355,20 @@ class MilvusBackend:
         rec = lifecycle.create(self, name, spec, model, vector_name)
         self.handles[name] = h = MilvusCollection(self, rec)
         return h
+
+    async def update_vectors(self, name: str, change: Callable[[VectorsConfig], VectorsConfig | None]) -> None:
+        """Add or drop a named vector (:meth:`~..backend.VectorBackend.update_vectors`): only a change that changes
+        nothing passes (deleting a name the collection lacks, adding the vector it has).
+
+        Raises:
+            CollectionNotFound; what ``change`` raises; InvalidCollectionRequest (``unsupported``): any other change.
+        """
+        if change((await self.run(self.get, name)).vectors) is not None:
+            raise InvalidCollectionRequest(
+                "the milvus backend holds one vector per collection: Milvus 2.3 has one vector field per collection "
+                "and no sparse vectors (use the embedded backend to add or delete named vectors)",
+                param="vector_name", code="unsupported",
+            )  # fmt: skip
 
     async def update_aliases(self, actions: list[dict[str, Any]]) -> None:
         """Apply Qdrant's alias ``actions``, all or none (:meth:`..aliases.Aliases.update`)."""

@@ -12,8 +12,10 @@ it (:func:`remove`).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,6 +83,31 @@ def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: lis
             q = f"DELETE FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
             out[name] += w.execute(q, [name, *part]).rowcount
     return out
+
+
+def reconfigure(db_path: Path, vectors: dict[str, Any], cleared: list[str]) -> None:
+    """Record a collection's new vectors config (``meta['vectors']``, :meth:`~...schema.VectorsConfig.to_json`) and
+    delete every stored value of the vectors ``cleared`` (one dropped, or one added: no point holds it yet), in one
+    durable transaction on a connection of its own (the caller holds the collection's write mutex: no other write
+    runs), so a crash leaves the old config with its values or the new one without them."""
+    conn = sqlite3.connect(db_path, isolation_level=None, timeout=60.0)
+    try:
+        conn.execute("PRAGMA busy_timeout=60000")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ("named_dense", "sparse_vectors", "sparse_postings"):
+                conn.executemany(f"DELETE FROM {table} WHERE field=?", [(n,) for n in cleared])
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('vectors', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (json.dumps(vectors),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
 
 
 def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list[tuple[int, bytes]]]:
