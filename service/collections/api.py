@@ -15,7 +15,7 @@
 ``POST   /collections/{name}/points/scroll``  ``{filter, start, limit, with_vector}`` -> ``{points, next}``
 ``POST   /collections/{name}/points/count``   ``{filter}`` -> ``{count}``
 ``POST   /collections/{name}/search``         ``{query, using, top_k, filter, score_threshold, with_payload,
-                                              with_text}``
+                                              with_text, rerank}`` (:mod:`.rerank_search`)
                                               -> ``[{id, score, text, payload}]``
 ``POST   /collections/{name}/search/batch``   ``{searches: [search, ...]}`` -> ``[[hit, ...], ...]``
 ============================================  ==================================================
@@ -47,6 +47,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from ..metrics import CollectionTimer, collection_timer
 from ..routes import JSONRoute, json_response, mark_write
+from . import rerank_search
 from .backend import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from .errors import CollectionsNotReady, InvalidCollectionRequest
 from .index import index_kinds
@@ -216,6 +217,7 @@ class SearchRequest(BaseModel):
     score_threshold: FiniteFloat | None = None
     with_payload: StrictBool = True
     with_text: StrictBool = True
+    rerank: rerank_search.RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
 
 
 class SearchBatch(BaseModel):
@@ -382,7 +384,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
     """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter), read at
     ``consistency``."""
     with timed("search", name):
-        hits = (await svc.search(name, [body], "query", rc))[0]
+        hits = (await rerank_search.search(svc, name, [body], "query", rc))[0]
     return _read([_hit_json(h, body.with_payload, body.with_text) for h in hits], svc, rc)
 
 
@@ -390,7 +392,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
 async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer, rc: Consistency) -> Response:
     """One result list per search, in order, all read at ``consistency``."""
     with timed("search_batch", name):
-        results = await svc.search(name, body.searches, "searches", rc)
+        results = await rerank_search.search(svc, name, body.searches, "searches", rc)
     return _read(
         [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)], svc, rc
     )
