@@ -12,6 +12,11 @@ their first error line.
     python bench/qdrant_congruence.py --repo /work/.mirror/qdrant+qdrant-client/repo --ref master \\
         --json data/bench/qdrant_congruence.json
 
+``--python`` runs the tests with another interpreter's qdrant-client (the service keeps its own): the checkout's
+tests assert some of the client's local-mode behaviour (which error a NaN raises), so they agree only with the client
+version they were written for (``python -m venv /tmp/qc118 && /tmp/qc118/bin/pip install qdrant-client==1.18.0
+pytest``, then ``--python /tmp/qc118/bin/python`` for master at 1.18.0).
+
 Not a CI test: it needs qdrant-client's repository (``fetch github:qdrant/qdrant-client``) and takes minutes.
 """
 
@@ -116,13 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for the whole pytest run")
     ap.add_argument("--show", type=int, default=0, help="print this many failures' messages in full")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter that runs the tests, with its qdrant-client (default: this one); e.g. a "
+                    "virtual environment holding the client version of the --ref checkout")  # fmt: skip
     a = ap.parse_args(argv)
-    import qdrant_client
-
-    version = getattr(qdrant_client, "__version__", None) or __import__("importlib.metadata").metadata.version(
-        "qdrant-client"
-    )
-    print(f"qdrant-client {version} (installed), tests from {a.repo} @ {a.ref}; CPU: {cpu_model()}", flush=True)
+    version = subprocess.run([a.python, "-c", "import importlib.metadata as m; print(m.version('qdrant-client'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    print(f"qdrant-client {version} ({a.python}), tests from {a.repo} @ {a.ref}; CPU: {cpu_model()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = extract_tests(a.repo, a.ref, Path(tmp))
         (Path(tmp) / "site").mkdir()
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                    "CONGRUENCE_GRPC_TARGET": f"127.0.0.1:{grpc_port}",
                    "PYTHONPATH": os.pathsep.join([str(Path(tmp) / "site"), str(root)])}  # fmt: skip
             junit = Path(tmp) / "junit.xml"
-            cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+            cmd = [a.python, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                    "-p", "no:xdist", "--continue-on-collection-errors", f"--junitxml={junit}", "-o", "addopts=",
                    "--rootdir", str(root)]  # fmt: skip
             try:

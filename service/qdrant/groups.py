@@ -7,7 +7,8 @@ payload key ``group_by`` (dotted keys reach into objects). As in Qdrant, only st
 an array groups it under each of its string or integer elements; a point without such a value is left out.
 
 The query is one of the universal query's (:mod:`.query`: vector, point id, ``Document``, ``nearest``,
-``recommend``), with its ``filter``, ``score_threshold``, ``with_payload`` and ``with_vector``. The groups are formed
+``recommend``, with ``prefetch``: fusion or re-scoring, every prefetch's limit raised to ``collections_max_top_k``),
+with its ``filter``, ``score_threshold``, ``with_payload`` and ``with_vector``. The groups are formed
 from the best hits of the native search, asked again with four times as many hits until ``limit`` groups are full or
 the hits run out, and at most ``collections_max_top_k`` hits: past that, groups may be fewer or smaller than a full
 scan would make. ``with_lookup`` attaches to each group the point of another collection whose id is the group's
@@ -23,6 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from ..collections.errors import InvalidCollectionRequest
+from ..collections.searching import QueryNode
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
 from .envelope import PREFIX, Service, ok, unsupported
@@ -52,12 +54,23 @@ def group(hits: list[Any], key: str, limit: int, size: int) -> dict[int | str, l
     return groups
 
 
+def _widened(node: QueryNode, top_k: int, cap: int) -> QueryNode:
+    """``node`` asking for ``top_k`` hits with their payloads, every prefetch below it for ``cap`` (as Qdrant and
+    qdrant-client's local mode raise a grouped query's prefetch limits: the groups come from the fused or re-scored
+    hits of everything the prefetches can find)."""
+    kids = [_widened(p, cap, cap) for p in node.prefetch]
+    return replace(node, search=replace(node.search, top_k=top_k, with_payload=True), prefetch=kids)
+
+
 async def _grouped(svc: CollectionService, name: str, spec: Spec, key: str, limit: int, size: int) -> dict:
     cap = svc.settings.max_top_k
     top_k = min(cap, 2 * limit * size)
     while True:
-        search = spec.search.model_copy(update={"top_k": top_k, "with_payload": True})
-        hits = (await svc.search(name, [search], "query"))[0]
+        if spec.node is not None:  # a query with prefetches
+            hits = await svc.query(name, _widened(spec.node, top_k, cap))
+        else:
+            search = spec.search.model_copy(update={"top_k": top_k, "with_payload": True})
+            hits = (await svc.search(name, [search], "query"))[0]
         groups = group(hits, key, limit, size)
         full = len(groups) == limit and all(len(g) == size for g in groups.values())
         if full or len(hits) < top_k or top_k == cap:
@@ -73,8 +86,6 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
         raise InvalidCollectionRequest("offset is not a field of a groups query", "offset")
     if body.query is None:
         raise unsupported("a groups query without a query", "query")
-    if body.prefetch is not None:
-        raise unsupported("a groups query with prefetch", "prefetch")
     limit, size = body.limit or DEFAULT_LIMIT, body.group_size or DEFAULT_GROUP_SIZE
     if limit * size > svc.settings.max_top_k:
         raise InvalidCollectionRequest(
