@@ -40,7 +40,8 @@ from .errors import install_error_handlers
 from .metrics import Metrics, open_collections
 from .middleware import ServiceMiddleware
 from .model_control import ModelControl
-from .openapi import QdrantError, document
+from .openapi import document
+from .openapi_qdrant import QdrantError
 from .qdrant import PREFIX as QDRANT_PREFIX
 from .qdrant import ROUTERS as QDRANT_ROUTERS
 from .qdrant import error_body as qdrant_error

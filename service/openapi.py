@@ -17,7 +17,21 @@ from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from .openapi_qdrant import (
+    QdrantFacet,
+    QdrantGroups,
+    QdrantMatrixOffsets,
+    QdrantMatrixPairs,
+    QdrantPoints,
+    QdrantRecord,
+    QdrantScored,
+    QdrantScroll,
+    QdrantUpdate,
+    qdrant_envelope,
+)
 from .routes.rerank import RERANK_OPERATIONS
+
+_q = qdrant_envelope
 
 
 class ErrorDetail(BaseModel):
@@ -151,92 +165,6 @@ class Hit(_Open):
     score: float
 
 
-# --- the Qdrant-compatible surface (service.qdrant): Qdrant's envelope and error shape --------------------------
-class QdrantErrorStatus(BaseModel):
-    """The ``status`` object of a Qdrant error body (Qdrant API reference, ``ErrorResponse``)."""
-
-    error: str = Field(description="what was wrong, for a person")
-
-
-class QdrantError(BaseModel):
-    """Every 4xx/5xx body under /qdrant: ``{"status": {"error": message}, "time": seconds}`` (Qdrant's shape)."""
-
-    status: QdrantErrorStatus
-    time: float
-
-
-def _q(result: Any, name: str) -> Any:
-    """Qdrant's success envelope ``{result, status: "ok", time}`` around ``result``."""
-    return create_model(name, result=(result, ...), status=(Literal["ok"], ...), time=(float, ...))
-
-
-class QdrantUpdate(BaseModel):
-    """Qdrant's ``UpdateResult`` (Qdrant API reference): always ``completed`` here, the write being durable and
-    searchable when answered; ``operation_id`` is the write's sequence number."""
-
-    operation_id: int | None = None
-    status: Literal["acknowledged", "completed"]
-
-
-class QdrantRecord(_Open):
-    """Qdrant's ``Record`` (Qdrant API reference): a point's ``id``, ``payload`` and ``vector`` as selected by
-    ``with_payload`` / ``with_vector``."""
-
-    id: int | str
-    payload: dict[str, Any] | None = None
-    vector: list[float] | dict[str, list[float]] | None = None
-
-
-class QdrantScored(QdrantRecord):
-    """Qdrant's ``ScoredPoint`` (Qdrant API reference): a ``Record`` with ``score`` (cosine/dot similarity, or Euclid
-    distance) and ``version`` (always 0 here)."""
-
-    version: int
-    score: float
-
-
-class QdrantPoints(BaseModel):
-    """Qdrant's ``QueryResponse`` (Qdrant API reference): the ``ScoredPoint`` results of one universal query."""
-
-    points: list[QdrantScored]
-
-
-class QdrantGroup(BaseModel):
-    """Qdrant's ``PointGroup`` (Qdrant API reference): the group's payload value ``id``, its ``hits`` best first, and
-    ``lookup`` (always null here: ``with_lookup`` is not served)."""
-
-    id: int | str
-    hits: list[QdrantScored]
-    lookup: None = None
-
-
-class QdrantFacetHit(BaseModel):
-    """Qdrant's ``FacetValueHit`` (Qdrant API reference): a payload value and how many points have it."""
-
-    value: bool | int | str
-    count: int
-
-
-class QdrantFacet(BaseModel):
-    """Qdrant's ``FacetResponse`` (Qdrant API reference)."""
-
-    hits: list[QdrantFacetHit]
-
-
-class QdrantGroups(BaseModel):
-    """Qdrant's ``GroupsResult`` (Qdrant API reference)."""
-
-    groups: list[QdrantGroup]
-
-
-class QdrantScroll(BaseModel):
-    """Qdrant's ``ScrollResult`` (Qdrant API reference): one page of ``Record`` points; ``next_page_offset`` is the
-    ``offset`` of the next page, null on the last."""
-
-    points: list[QdrantRecord]
-    next_page_offset: int | str | None = None
-
-
 class SnapshotDescription(BaseModel):
     """A collection snapshot (Qdrant API reference, ``SnapshotDescription``): file ``name``, ``creation_time``
     (ISO 8601, UTC), ``size`` in bytes, ``checksum`` (SHA-256 hex)."""
@@ -349,6 +277,9 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", f"{QDRANT_COLLECTION}/aliases"): (200, _q(ALIASES, "QdrantCollectionAliases"), READ),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/search/matrix/pairs"): (200, _q(QdrantMatrixPairs, "QdrantPairs"), COLLECTION),
+    ("POST", f"{QDRANT_COLLECTION}/points/search/matrix/offsets"): (200, _q(QdrantMatrixOffsets, "QdrantOffsets"),
+                                                                    COLLECTION),
 }  # fmt: skip
 
 _DESCRIPTIONS = {

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidCollectionRequest
-from .vectors import unit_rows
+from .vectors import stored_vector, unit_rows
 
 
 def _dense_sim(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
@@ -119,8 +119,8 @@ async def search(svc: Any, name: str, spec: Any, raw: Any, param: str, budget: A
         return []
     ids = [h.id for h in hits]
     points, _ = await svc.scroll(name, None, len(ids), {"$ids": ids}, [vname], None, False, False)
-    key = "vector" if dense is not None and dense.bound else None
-    vecs = {(type(p["id"]), p["id"]): p.get(key) if key else (p.get("vectors") or {}).get(vname) for p in points}
+    bound = dense is not None and dense.bound
+    vecs = {(type(p["id"]), p["id"]): stored_vector(p, bound, vname) for p in points}
     kept = [h for h in hits if vecs.get((type(h.id), h.id)) is not None]
     multi = bool(dense is not None and getattr(dense, "multivector", False))
     chosen = select(query, [vecs[(type(h.id), h.id)] for h in kept], metric, multi, lambda_, spec.top_k)

@@ -78,3 +78,9 @@ def given_vectors(given: dict[int, Any], n: int, spec: Any, collection: str) -> 
             raise InvalidCollectionRequest(problem.replace("query vector", "vector"), f"points[{i}].vector")
         out[i] = x
     return out, [i for i in range(n) if i not in given]
+
+
+def stored_vector(point: dict[str, Any], bound: bool, name: str) -> Any:
+    """The value of the vector ``name`` in a stored point as the core reads it (``{id, text, payload, vector,
+    vectors}``): ``vector`` for the model-bound one (``bound``), ``vectors[name]`` for the others; None if absent."""
+    return point.get("vector") if bound else (point.get("vectors") or {}).get(name)

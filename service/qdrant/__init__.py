@@ -24,6 +24,7 @@ from .collections import router as collections_router
 from .envelope import PREFIX, error_body
 from .facet import router as facet_router
 from .groups import router as groups_router
+from .matrix import router as matrix_router
 from .points import router as points_router
 from .query import router as query_router
 from .snapshots import router as snapshots_router
@@ -34,6 +35,7 @@ ROUTERS = (
     batch_router,
     query_router,
     groups_router,
+    matrix_router,
     facet_router,
     snapshots_router,
     aliases_router,

@@ -1,7 +1,7 @@
 """Qdrant's ``qdrant.Points`` gRPC service translated onto the ``/qdrant`` REST routes (:mod:`.grpc_bridge`): each
 method builds the REST body of its request with qdrant-client's ``GrpcToRest`` converters, and its reply from the
 REST answer with ``RestToGrpc``. Methods not listed (legacy ``Search``/``Recommend``/``Discover`` and their batches
-and groups, ``SearchMatrix*``) answer ``UNIMPLEMENTED``, as their REST routes are not served."""
+and groups) answer ``UNIMPLEMENTED``."""
 
 from __future__ import annotations
 
@@ -212,3 +212,22 @@ class Points(points_service_pb2_grpc.PointsServicer):
                      exact=req.exact if req.HasField("exact") else None)  # fmt: skip
         res, t = await self.b.call(ctx, "POST", path("/collections/{}/facet", req.collection_name), body)
         return g.FacetResponse(hits=[R.convert_facet_value_hit(rest.FacetValueHit(**h)) for h in res["hits"]], time=t)
+
+    async def _matrix(self, req: g.SearchMatrixPoints, ctx: Any, kind: str) -> tuple[dict[str, Any], float]:
+        body = _body(filter=_opt(req, "filter", G.convert_filter), using=req.using if req.HasField("using") else None,
+                     sample=req.sample if req.HasField("sample") else None,
+                     limit=req.limit if req.HasField("limit") else None)  # fmt: skip
+        return await self.b.call(ctx, "POST", path("/collections/{}/points/search/matrix/" + kind,
+                                                   req.collection_name), body)  # fmt: skip
+
+    async def SearchMatrixPairs(self, req: g.SearchMatrixPoints, ctx: Any) -> g.SearchMatrixPairsResponse:
+        """``qdrant.Points/SearchMatrixPairs`` as ``POST /qdrant/collections/{...}/points/search/matrix/pairs``."""
+        res, t = await self._matrix(req, ctx, "pairs")
+        return g.SearchMatrixPairsResponse(result=R.convert_search_matrix_pairs(rest.SearchMatrixPairsResponse(**res)),
+                                           time=t)  # fmt: skip
+
+    async def SearchMatrixOffsets(self, req: g.SearchMatrixPoints, ctx: Any) -> g.SearchMatrixOffsetsResponse:
+        """``qdrant.Points/SearchMatrixOffsets`` as ``POST /qdrant/collections/{...}/points/search/matrix/offsets``."""
+        res, t = await self._matrix(req, ctx, "offsets")
+        result = R.convert_search_matrix_offsets(rest.SearchMatrixOffsetsResponse(**res))
+        return g.SearchMatrixOffsetsResponse(result=result, time=t)

@@ -1205,3 +1205,40 @@ def test_mmr_and_relevance_feedback_agree_with_local_mode(env):
     r = httpx.post(f"{env['server'].url}/qdrant/collections/mmr/points/query",
                    json={"query": {"nearest": q, "mmr": {"diversity": 2}}, "using": "c"})  # fmt: skip
     assert r.status_code == 422 and "diversity" in r.text
+
+
+def test_distance_matrix_agrees_with_local_mode(env):
+    """The distance matrix (pairs and offsets; a filter; dense cosine and Euclid, sparse) of a sample holding every
+    matching point equals qdrant-client's local mode's; fewer than two sampled points give an empty matrix."""
+    if env["backend"] == "milvus":
+        pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
+    import numpy as np
+    from qdrant_client import QdrantClient, models
+
+    rng = np.random.default_rng(13)
+    remote = QdrantClient(url=f"{env['server'].url}/qdrant", timeout=60)
+    local = QdrantClient(":memory:")
+    points = [models.PointStruct(id=i, payload={"k": i % 3}, vector={
+        "c": rng.standard_normal(4).tolist(), "e": rng.standard_normal(4).tolist(),
+        "s": models.SparseVector(indices=[i % 5, 5 + i % 3], values=[1.0 + i / 40, 0.5 + i / 997])}) for i in range(40)]  # fmt: skip
+    for c in (remote, local):
+        c.create_collection("matrix", vectors_config={"c": models.VectorParams(size=4, distance="Cosine"),
+                                                      "e": models.VectorParams(size=4, distance="Euclid")},
+                            sparse_vectors_config={"s": models.SparseVectorParams()})  # fmt: skip
+        c.upsert("matrix", points)
+    flt = models.Filter(must=[models.FieldCondition(key="k", match=models.MatchValue(value=1))])
+    for using in ("c", "e", "s"):
+        for f in (None, flt):
+            got, want = (c.search_matrix_pairs("matrix", sample=40, limit=3, using=using, query_filter=f)
+                         for c in (remote, local))  # fmt: skip
+            assert [(p.a, p.b) for p in got.pairs] == [(p.a, p.b) for p in want.pairs], (using, f)
+            assert np.allclose([p.score for p in got.pairs], [p.score for p in want.pairs], atol=1e-4)
+            got, want = (c.search_matrix_offsets("matrix", sample=40, limit=2, using=using, query_filter=f)
+                         for c in (remote, local))  # fmt: skip
+            assert (got.ids, got.offsets_row, got.offsets_col) == (want.ids, want.offsets_row, want.offsets_col)
+            assert np.allclose(got.scores, want.scores, atol=1e-4)
+    one = models.Filter(must=[models.HasIdCondition(has_id=[7])])
+    assert remote.search_matrix_pairs("matrix", sample=10, using="c", query_filter=one).pairs == []
+    r = httpx.post(f"{env['server'].url}/qdrant/collections/matrix/points/search/matrix/pairs",
+                   json={"sample": 1, "using": "c"})  # fmt: skip
+    assert r.status_code == 422 and "sample" in r.text

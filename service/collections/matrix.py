@@ -1,0 +1,62 @@
+"""The distance matrix of a sample of points: Qdrant's "Distance matrix" API (Qdrant API reference, "Search matrix
+pairs" and "Search matrix offsets"; documentation "Explore the data", "Distance Matrix"), computed by the core.
+
+``sample`` points holding the vector ``using`` and matching the filter are drawn uniformly
+(:func:`.ordering.sample_ids`) and put in Qdrant's point order (integer ids numerically, then strings); each is then
+the query of a search, with its stored vector, for its ``limit`` nearest among the other sampled points (the filter
+still applying), scored as any search of that vector is. Fewer than two sampled points give an empty matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidCollectionRequest
+from .ordering import sample_ids
+from .searching import Search
+from .vectors import stored_vector
+
+
+def _point_order(i: int | str) -> tuple[int, int | str]:
+    return (1, i) if isinstance(i, str) else (0, i)
+
+
+async def distance_matrix(
+    svc: Any, name: str, sample: int, limit: int, raw_filter: Any = None, using: str | None = None,
+    budget: Any = None,
+) -> tuple[list[int | str], list[list[Any]]]:  # fmt: skip
+    """``(ids, hits)``: the sampled point ids in point order, and for each its ``limit`` nearest other sampled points
+    (``Hit`` s, best first).
+
+    Raises:
+        CollectionNotFound; InvalidCollectionRequest: ``sample`` below 2 or over ``collections_max_filter_values``,
+            ``limit`` below 1 or over ``collections_max_top_k``, an unknown vector, a bad filter.
+    """
+    cap = min(svc.settings.max_filter_values, svc.settings.max_top_k)
+    if not 2 <= sample <= cap:
+        raise InvalidCollectionRequest(f"sample must be between 2 and {cap}", "sample")
+    if not 1 <= limit <= svc.settings.max_top_k:
+        raise InvalidCollectionRequest(f"limit must be between 1 and {svc.settings.max_top_k}", "limit")
+    c = await svc.collection(name)
+    vname = using if using is not None else c.vectors.default_using()
+    if vname is None:
+        raise InvalidCollectionRequest("the collection has several vectors: name one with using", "using")
+    c.vectors.kind_of(vname, "using")
+    has = {"$has_vector": vname}
+    ids = sorted(await sample_ids(svc, name, sample, {"$and": [raw_filter, has]} if raw_filter else has),
+                 key=_point_order)  # fmt: skip
+    if len(ids) < 2:
+        return [], []
+    points, _ = await svc.scroll(name, None, len(ids), {"$ids": ids}, [vname], None, False, False)
+    dense = c.vectors.dense.get(vname)
+    vec = {(type(p["id"]), p["id"]): stored_vector(p, bool(dense and dense.bound), vname) for p in points}
+    ids = [i for i in ids if vec.get((type(i), i)) is not None]
+    searches = []
+    for i in ids:
+        others = {"$ids": [j for j in ids if (type(j), j) != (type(i), i)]}
+        where = {"$and": [raw_filter, others]} if raw_filter else others
+        searches.append(Search(vec[(type(i), i)], limit, where, None, False, False, vname))
+    step, hits = svc.settings.max_batch_searches, []
+    for k in range(0, len(searches), step):
+        hits.extend(await svc.search(name, searches[k : k + step], "searches", budget=budget))
+    return ids, hits
