@@ -188,6 +188,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=metrics,
         api_keys=keys,
         max_payload_bytes=settings.max_payload_bytes,
+        qdrant_max_payload_bytes=settings.qdrant_max_payload_bytes,
         request_timeout_s=settings.request_timeout_s,
         replica=socket.gethostname() if settings.replica_header else None,
         error_shapes=shapes,

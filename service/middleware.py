@@ -5,7 +5,8 @@ Order per HTTP request:
 1. API key: with ``api_keys`` configured, every path except ``/health``, ``/ready``, ``/metrics``
    and the console's static files (``GET /console/...``) needs ``Authorization: Bearer <key>`` or Qdrant's
    ``api-key: <key>`` header (else 401 ``invalid_api_key``);
-2. payload limit: ``Content-Length`` above ``max_payload_bytes`` → 413 at once; a body
+2. payload limit: ``Content-Length`` above ``max_payload_bytes`` (``qdrant_max_payload_bytes`` under ``/qdrant/``,
+   Qdrant's own request limit) → 413 at once; a body
    that turns out larger while being read (chunked uploads) → 413 as well (a collection snapshot upload, a
    multipart file, skips 2-4: it streams to the app);
 3. body rules, one place for every route: a body sent with a non-JSON ``Content-Type`` → 415; a JSON
@@ -125,6 +126,7 @@ class ServiceMiddleware:
         metrics: Metrics,
         api_keys: list[str],
         max_payload_bytes: int,
+        qdrant_max_payload_bytes: int | None = None,
         request_timeout_s: float = 60.0,
         replica: str | None = None,
         error_shapes: dict[str, ErrorShape] | None = None,
@@ -135,6 +137,7 @@ class ServiceMiddleware:
         self.metrics = metrics
         self.api_keys = [k.encode() for k in api_keys]
         self.max_payload_bytes = max_payload_bytes
+        self.qdrant_max_payload_bytes = qdrant_max_payload_bytes or max_payload_bytes
         self.request_timeout_s = request_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -252,7 +255,8 @@ class ServiceMiddleware:
 
     async def _read_body(self, scope: Scope, receive: Receive) -> tuple[APIError | None, Receive, bytes]:
         """Read the whole body (within the limit); returns ``(error, replaying receive, body)``."""
-        limit = self.max_payload_bytes
+        qdrant = scope.get("path", "").startswith("/qdrant/")
+        limit = self.qdrant_max_payload_bytes if qdrant else self.max_payload_bytes
         for k, v in scope.get("headers", []):
             if k == b"content-length":
                 try:
@@ -260,7 +264,7 @@ class ServiceMiddleware:
                 except ValueError:
                     return APIError(400, "invalid Content-Length header", code="invalid_request"), receive, b""
                 if n > limit:
-                    return self._too_large(n), receive, b""
+                    return self._too_large(n, qdrant=qdrant), receive, b""
                 break
         chunks: list[bytes] = []
         size = 0
@@ -274,7 +278,7 @@ class ServiceMiddleware:
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > limit:
-                return self._too_large(size, at_least=True), receive, b""
+                return self._too_large(size, at_least=True, qdrant=qdrant), receive, b""
             chunks.append(chunk)
             if not msg.get("more_body", False):
                 body_msgs = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
@@ -309,10 +313,9 @@ class ServiceMiddleware:
             )
         return None
 
-    def _too_large(self, n: int, at_least: bool = False) -> APIError:
+    def _too_large(self, n: int, at_least: bool = False, qdrant: bool = False) -> APIError:
         what = f"more than {n - 1}" if at_least else str(n)
-        return APIError(
-            413,
-            f"request body is {what} bytes; the limit is {self.max_payload_bytes} bytes (max_payload_bytes)",
-            code="payload_too_large",
-        )
+        limit, name = (self.qdrant_max_payload_bytes, "qdrant_max_payload_bytes") if qdrant else (
+            self.max_payload_bytes, "max_payload_bytes")  # fmt: skip
+        return APIError(413, f"request body is {what} bytes; the limit is {limit} bytes ({name})",
+                        code="payload_too_large")  # fmt: skip

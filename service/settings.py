@@ -87,6 +87,12 @@ class Settings(BaseSettings):
         1024, gt=0, description="most requests admitted and not yet answered, per model (more: 429)"
     )
     max_payload_bytes: int = Field(2 * 1024 * 1024, gt=0, description="largest request body in bytes (more: 413)")
+    qdrant_max_payload_bytes: int = Field(
+        32 * 1024 * 1024,
+        gt=0,
+        description="largest request body under /qdrant in bytes (more: 413); Qdrant's own "
+        "default (max_request_size_mb 32), which qdrant-client's batch uploads assume",
+    )
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads (0 = ORT default)")
     inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads (0 = ORT default)")
     batch_overhead_tokens: int = Field(

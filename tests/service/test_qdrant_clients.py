@@ -1242,3 +1242,23 @@ def test_distance_matrix_agrees_with_local_mode(env):
     r = httpx.post(f"{env['server'].url}/qdrant/collections/matrix/points/search/matrix/pairs",
                    json={"sample": 1, "using": "c"})  # fmt: skip
     assert r.status_code == 422 and "sample" in r.text
+
+
+def test_qdrant_bodies_take_qdrants_request_limit(env):
+    """A /qdrant body over ``max_payload_bytes`` (2 MiB, TEI's limit) but under ``qdrant_max_payload_bytes`` (32 MiB,
+    Qdrant's) is served (qdrant-client uploads in such batches); the same size elsewhere is 413, naming its setting."""
+    if env["backend"] == "milvus":
+        pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
+    url = env["server"].url
+    r = httpx.put(f"{url}/qdrant/collections/bigbody", json={"vectors": {"v": {"size": 4, "distance": "Dot"}}})
+    assert r.status_code == 200, r.text
+    points = [{"id": i, "vector": {"v": [0.25, 0.5, 0.125, i / 999]}, "payload": {"t": "x" * 3000}}
+              for i in range(1000)]  # fmt: skip
+    body = json.dumps({"points": points})
+    assert 2 * 1024 * 1024 < len(body) < 32 * 1024 * 1024
+    r = httpx.put(f"{url}/qdrant/collections/bigbody/points?wait=true", content=body,
+                  headers={"content-type": "application/json"}, timeout=120)  # fmt: skip
+    assert r.status_code == 200, r.text[:300]
+    assert httpx.post(f"{url}/qdrant/collections/bigbody/points/count", json={}).json()["result"]["count"] == 1000
+    r = httpx.post(f"{url}/v1/embeddings", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "max_payload_bytes" in r.text
