@@ -5,8 +5,9 @@ and geo conditions. :mod:`.filters` parses them into its tree; the embedded back
 
 Sources (Qdrant API reference and concepts, https://qdrant.tech/documentation/concepts/filtering/):
 
-* **key paths**: ``a.b`` nests, ``a[]`` takes every element of the array ``a``, ``a[2]`` its third element; the
-  values a path reaches are the values a condition tests, and a reached array is unwrapped one level ("Nested key");
+* **key paths**: ``a.b`` nests, ``a[]`` takes every element of the array ``a``, ``a[2]`` its third element, a part in
+  double quotes is one key as written (``a."b.c"``, ``""``: :func:`parse_path`); the values a path reaches are the
+  values a condition tests, and a reached array is unwrapped one level ("Nested key");
 * **full-text match** on a field without a text index: both sides split by Qdrant's default word tokenizer
   (runs of letters and digits, lowercased); ``text``: every query token is a token of the value, ``text_any``: one
   is, ``phrase``: the query tokens occur consecutively;
@@ -23,14 +24,17 @@ Sources (Qdrant API reference and concepts, https://qdrant.tech/documentation/co
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-_PATH_ITEM = re.compile(r"\[(\d*)\]")
+_PATH_ITEM = re.compile(r"\[([0-9]*)\]")
 _NAME = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*")
+_QUOTED = re.compile(r'"([^"]*)"')
+MAX_INDEX = 2**64 - 1  # an array index in a path is a u64, as in Qdrant
 EARTH_RADIUS_M = 6371008.8
 _FORMATS = [f"%Y-%m-%d{sep}{t}{tz}" for tz in ("%z", " %z", "") for sep in ("T", " ")
             for t in ("%H:%M:%S.%f", "%H:%M:%S", "%H:%M")] + ["%Y-%m-%d"]  # fmt: skip
@@ -43,22 +47,52 @@ class ConditionError(ValueError):
 # --- key paths ----------------------------------------------------------------------------------------------------
 def parse_path(key: str) -> tuple[str | int | None, ...] | None:
     """The items of a key path: names (str), array indexes (int) and ``[]`` (None); None when ``key`` is not a valid
-    path (a part that is not a name followed by brackets; a name holds no quote, backslash, dot, bracket or control
-    character and does not start with ``$``)."""
+    path. Qdrant's JSON path (documentation, "Payload" and "Filtering", nested keys; qdrant-client's
+    ``json_path_parser``): parts separated by single dots, each a name followed by ``[]`` / ``[N]`` brackets; a name
+    is unquoted (no quote, backslash, dot, bracket or control character, not starting with ``$``: Qdrant's letters,
+    digits, ``_`` and ``-``, and more) or double-quoted, then taken as written up to the next quote (``a."b.c"`` is
+    the key ``b.c`` of ``a``, ``""`` the empty key). The one parser of key paths: filters, payload paths and key
+    deletion read keys through it (:func:`key_names`)."""
+    return _parse(key) if isinstance(key, str) else None
+
+
+@functools.lru_cache(maxsize=4096)  # the reference evaluation reads a filter's keys once per row
+def _parse(key: str) -> tuple[str | int | None, ...] | None:
     items: list[str | int | None] = []
-    for part in key.split("."):
-        m = _NAME.match(part)
+    rest = key
+    while True:
+        m = _QUOTED.match(rest) or _NAME.match(rest)
         if m is None:
             return None
-        items.append(m.group(0))
-        rest = part[m.end() :]
-        while rest:
-            b = _PATH_ITEM.match(rest)
-            if b is None:
+        items.append(m.group(1) if m.re is _QUOTED else m.group(0))
+        rest = rest[m.end() :]
+        while (b := _PATH_ITEM.match(rest)) is not None:
+            if b.group(1) and int(b.group(1)) > MAX_INDEX:
                 return None
             items.append(int(b.group(1)) if b.group(1) else None)
             rest = rest[b.end() :]
-    return tuple(items)
+        if not rest:
+            return tuple(items)
+        if rest[0] != ".":
+            return None
+        rest = rest[1:]
+
+
+def key_names(key: str) -> tuple[str, ...] | None:
+    """The names of a key path that reaches into objects only (``("a", "b.c")`` for ``a."b.c"``); None for a path
+    with array items (``a[]``, ``a[0]``) or no valid path (:func:`parse_path`)."""
+    items = parse_path(key)
+    return items if items is not None and all(isinstance(i, str) for i in items) else None  # type: ignore[return-value]
+
+
+def payload_names(key: str) -> tuple[str, ...] | None:
+    """The names a payload key reaches through where a key is read, never refused (a facet, a payload selection, a
+    key deletion): its path's (:func:`key_names`), or, for a key that is no key path (a control character in a name,
+    a stray quote), its text cut at its dots; None for a path into arrays."""
+    items = parse_path(key)
+    if items is None:
+        return tuple(key.split("."))
+    return items if all(isinstance(i, str) for i in items) else None  # type: ignore[return-value]
 
 
 def values_at(payload: Any, key: str, flat: bool = True) -> list[Any]:

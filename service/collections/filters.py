@@ -24,7 +24,9 @@ Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
                | "$geo_radius" | "$geo_box" | "$geo_polygon": AREA   # a geo point {"lon", "lat"} inside AREA
     SCALAR    := string | number | true | false | null
     KEY       := non-empty string; dots address nested objects ("meta.lang"); "a[]" every element of the
-                 array a, "a[2]" its third ("meta.tags[].name")
+                 array a, "a[2]" its third ("meta.tags[].name"); a part in double quotes is one name as written
+                 ('a."b.c"': the key "b.c" of a; '""': the empty key), Qdrant's JSON path
+                 (:func:`.conditions.parse_path`)
 
 Semantics, the same on every backend (tests hold the SQL and Milvus translations to :func:`matches`):
 
@@ -63,6 +65,7 @@ from .conditions import (
     count_bound,
     datetime_bound,
     geo,
+    key_names,
     leaf_holds,
     parse_path,
     tokens,
@@ -127,8 +130,8 @@ def _number(v: Any, where: str) -> int | float:
 def _check_key(key: Any) -> str:
     if not isinstance(key, str) or not key or key[-1:] == "\n" or parse_path(key) is None:
         raise FilterError(
-            f"filter key {key!r} is not a valid payload key (no '$' prefix, quotes or empty parts; brackets only as "
-            "[] or [N] after a name)"
+            f"filter key {key!r} is not a valid payload key (no '$' prefix or empty parts; quotes only around a "
+            'whole part, as in a."b.c"; brackets only as [] or [N] after a name)'
         )
     return key
 
@@ -302,7 +305,7 @@ _MISSING = object()
 
 def _lookup(payload: Any, key: str) -> Any:
     cur = payload
-    for part in key.split("."):
+    for part in key_names(key) or ():
         if not isinstance(cur, dict) or part not in cur:
             return _MISSING
         cur = cur[part]
@@ -349,7 +352,7 @@ def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | st
         return any(matches(f.part, e) for e in nested_elements(payload or {}, f.key))
     if isinstance(f, LEAVES):
         return leaf_holds(f, payload or {})
-    if "[" in getattr(f, "key", ""):
+    if key_names(f.key) is None:  # a key into arrays
         return _projected(f, payload or {})
     x = _lookup(payload or {}, f.key)
     if isinstance(f, Exists):

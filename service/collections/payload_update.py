@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .conditions import parse_path
+from .conditions import parse_path, payload_names
 from .errors import RETRIES, InvalidCollectionRequest, ModelChanged
 
 
@@ -55,8 +55,8 @@ async def set_payload(
     wheres, cap, page = _wheres(svc, ids, raw_filter), svc.settings.max_payload_bytes, _page(svc)
 
     if key is not None and (not merge or parse_path(key) is None):
-        raise InvalidCollectionRequest(f"key {key!r}: a payload path (dotted, [] or [N] after a name) to merge into",
-                                       "key")  # fmt: skip
+        raise InvalidCollectionRequest(f"key {key!r}: a payload path (dotted, [] or [N] after a name, a part in double "
+                                       'quotes as written: a."b.c") to merge into', "key")  # fmt: skip
 
     def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if key is not None:
@@ -76,7 +76,8 @@ async def set_payload(
 
 def set_at(payload: dict[str, Any] | None, key: str, value: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``payload`` with ``value`` merged into the object at the path ``key`` (Qdrant's ``set_payload`` with
-    ``key``, API reference "Set payload": ``a.b`` nests, ``a[]`` every element of an array, ``a[2]`` one): missing
+    ``key``, API reference "Set payload": ``a.b`` nests, ``a[]`` every element of an array, ``a[2]`` one, ``a."b.c"``
+    the key ``b.c``; :func:`.conditions.parse_path`): missing
     objects on the path are created, a non-object where an object is needed is replaced by one, a non-array where an
     array is needed becomes ``[]`` (and nothing is written below it), an index past an array's end writes nothing; a
     ``null`` in ``value`` removes that key, as Qdrant's merge does."""
@@ -108,10 +109,14 @@ def set_at(payload: dict[str, Any] | None, key: str, value: dict[str, Any]) -> d
 
 def without_keys(payload: dict[str, Any] | None, keys: list[str]) -> dict[str, Any]:
     """A copy of ``payload`` without ``keys``; a dotted key (``"meta.lang"``) removes a key of a nested object, as in
-    Qdrant's payload key paths (and this service's filter keys). A key absent from the payload changes nothing."""
+    Qdrant's payload key paths (and this service's filter keys; a quoted part is one name: ``'a."b.c"'``;
+    :func:`.conditions.payload_names`). A key absent from the payload, or a path into arrays, changes nothing."""
     out = copy.deepcopy(payload or {})
     for key in keys:
-        *path, last = key.split(".")
+        names = payload_names(key)
+        if names is None:
+            continue
+        *path, last = names
         cur: Any = out
         for part in path:
             cur = cur.get(part) if isinstance(cur, dict) else None

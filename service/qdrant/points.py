@@ -31,6 +31,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from ..collections.conditions import parse_path, payload_names
 from ..collections.errors import InvalidCollectionRequest, PointNotFound
 from ..collections.service import CollectionService
 from ..routes import JSONRoute
@@ -202,9 +203,10 @@ async def overwrite_payload(svc: CollectionService, name: str, body: SetPayload)
 async def delete_payload(svc: CollectionService, name: str, body: DeletePayload) -> int:
     """Remove ``body.keys`` from the selected points' payloads (422: an array path, an empty key part)."""
     for i, key in enumerate(body.keys):
-        if "[" in key:
+        path, names = parse_path(key), payload_names(key)
+        if names is None or (path is None and "[" in key):
             raise unsupported("an array path in a payload key", f"keys[{i}]")
-        if not all(key.split(".")):
+        if path is None and not all(names):  # a quoted "" is the empty key; a..b has an empty part
             raise InvalidCollectionRequest(f"keys[{i}] {key!r} has an empty part", param=f"keys[{i}]")
     ids, where = _selected(body)
     return await svc.delete_payload(name, ids, where, body.keys)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..collections.conditions import payload_names
 from ..collections.payload_update import without_keys
 from ..collections.schema import VectorsConfig
 from .vectors import shown
@@ -37,8 +38,13 @@ def select_payload(payload: dict[str, Any] | None, sel: Any) -> dict[str, Any] |
 
 
 def lookup(obj: Any, key: str) -> Any:
-    """The value at a dotted ``key`` (``"meta.lang"`` reaches into objects) of a payload, or :data:`MISSING`."""
-    for part in key.split("."):
+    """The value at a dotted ``key`` (``"meta.lang"`` reaches into objects, ``'a."b.c"'`` the key ``b.c`` of ``a``:
+    :func:`~service.collections.conditions.payload_names`) of a payload, or :data:`MISSING` (a path into arrays
+    too)."""
+    names = payload_names(key)
+    if names is None:
+        return MISSING
+    for part in names:
         if not isinstance(obj, dict) or part not in obj:
             return MISSING
         obj = obj[part]
@@ -46,7 +52,7 @@ def lookup(obj: Any, key: str) -> Any:
 
 
 def _place(out: dict[str, Any], key: str, value: Any) -> None:
-    *parents, last = key.split(".")
+    *parents, last = payload_names(key) or (key,)
     for p in parents:
         out = out.setdefault(p, {})
     out[last] = value

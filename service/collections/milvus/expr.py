@@ -9,7 +9,7 @@ Milvus 2.3.5 server):
   ``nulls = {"p": [dotted keys whose value is null], "e": [dotted keys whose value is []]}`` (:func:`payload_marks`);
   ``key == null`` becomes ``json_contains(nulls["p"], "key") and exists payload[...]`` and ``$empty`` tests both
   lists the same way (points written before ``"e"`` existed never count as ``[]``). Keys holding a dot are not
-  marked (a filter cannot name them); the ``exists`` keeps points marked before that (``{"a.b": null}`` was marked
+  marked (a null or empty test of one, ``'"a.b"'``, is refused); the ``exists`` keeps points marked before that (``{"a.b": null}`` was marked
   ``"a.b"``, as ``{"a": {"b": null}}`` is) from matching where no nested ``a.b`` exists;
 * an ``in`` list must hold one type (``in [1, 1.5]`` fails an assertion in the query node): one ``in`` per type;
 * ``-9223372036854775808`` does not parse (the parser negates ``9223372036854775808``, out of range): it is written
@@ -20,11 +20,12 @@ Milvus 2.3.5 server):
   ("Assert data_type == column_info.data_type").
 
 String literals are JSON-escaped (Milvus reads JSON string escapes: quotes, backslashes, newlines, ``\\u0000``; checked
-on Milvus 2.3.5). Key parts are written the same way (the filter grammar keeps quotes, backslashes, dots and brackets
-out of them), but Milvus cannot address every key the grammar allows: a ``/`` in a key is read as a path separator
-(``payload["a/b"]`` never finds the key ``"a/b"``), and a key with a control character (the grammar lets one trailing
-newline through, ``"g\\n"``) Milvus finds, escaped, where the embedded backend's SQLite finds nothing. Both are
-refused with 422 ``invalid_filter`` (:func:`key_parts`) rather than answered differently from the embedded backend.
+on Milvus 2.3.5). Key parts (the names of a key path, a quoted one as written: ``a."b.c"`` is
+``payload["a"]["b.c"]``) are written the same way, but Milvus cannot address every key the grammar allows: a ``/`` in
+a key is read as a path separator (``payload["a/b"]`` never finds the key ``"a/b"``), a key with a control character
+(the grammar lets one trailing newline through, ``"g\\n"``) Milvus finds, escaped, where the embedded backend's SQLite
+finds nothing, and the empty key (``""``) is not addressed. All are refused with 422 ``invalid_filter``
+(:func:`key_parts`) rather than answered differently from the embedded backend.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..conditions import key_names
 from ..errors import InvalidCollectionRequest
 from ..filters import (
     INT64,
@@ -60,8 +62,8 @@ _RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 def payload_marks(payload: dict[str, Any] | None) -> dict[str, list[str]]:
     """``{"p": null paths, "e": empty-array paths}`` of ``payload`` (dotted keys; nested objects included). A key
-    holding a dot is left out, with what is below it: no filter key names it (a filter's dots are nesting), and its
-    dotted path would be a nested key's (``{"a.b": null}`` is not ``{"a": {"b": null}}``)."""
+    holding a dot is left out, with what is below it: its dotted path would be a nested key's (``{"a.b": null}`` is not
+    ``{"a": {"b": null}}``), and a filter's null or empty test of it (``'"a.b"'``) is refused (:func:`_mark`)."""
     marks: dict[str, list[str]] = {"p": [], "e": []}
 
     def walk(obj: dict[str, Any], prefix: str) -> None:
@@ -81,17 +83,20 @@ def payload_marks(payload: dict[str, Any] | None) -> dict[str, list[str]]:
 
 
 def key_parts(key: str) -> list[str]:
-    """The parts of a filter key (split at its dots), each one Milvus can address.
+    """The names of a filter key path into objects (:func:`...conditions.key_names`: ``a."b.c"`` is ``["a", "b.c"]``),
+    each one Milvus can address.
 
     Raises:
-        InvalidCollectionRequest: ``invalid_filter``, a part holds ``/`` or a control character (module docstring).
+        InvalidCollectionRequest: ``invalid_filter``, a name holds ``/`` or a control character, or is the empty key
+            (module docstring).
     """
-    parts = key.split(".")
+    parts = list(key_names(key) or ())
     for p in parts:
-        if "/" in p or any(ch < " " for ch in p):
-            what = "'/' (Milvus reads it as a path separator)" if "/" in p else "a control character"
+        if "/" in p or not p or any(ch < " " for ch in p):
+            what = ("a payload key holding '/' (Milvus reads it as a path separator)" if "/" in p
+                    else "a payload key holding a control character" if p else "the empty key")  # fmt: skip
             raise InvalidCollectionRequest(
-                f"filter key {key!r}: the milvus backend cannot address a payload key holding {what}",
+                f"filter key {key!r}: the milvus backend cannot address {what}",
                 param="filter",
                 code="invalid_filter",
             )
@@ -100,6 +105,22 @@ def key_parts(key: str) -> list[str]:
 
 def _field(key: str) -> str:
     return "payload" + "".join(f"[{_literal(p)}]" for p in key_parts(key))
+
+
+def _mark(key: str) -> str:
+    """The literal of ``key``'s path as :func:`payload_marks` writes it (its names joined by dots: ``a."b"`` is
+    ``"a.b"``).
+
+    Raises:
+        InvalidCollectionRequest: ``unsupported``, a name holding a dot (``a."b.c"``: marks leave such keys out).
+    """
+    names = key_parts(key)
+    if any("." in n for n in names):
+        raise InvalidCollectionRequest(
+            f"filter key {key!r}: a null or empty test of a key holding a dot is not supported by the milvus backend",
+            param="filter", code="unsupported",
+        )  # fmt: skip
+    return _literal(".".join(names))
 
 
 def _literal(v: Any) -> str:
@@ -116,7 +137,7 @@ def _match(m: Match) -> str:
     field = _field(m.key)
     alts: list[str] = []
     if None in m.values:  # the mark, and the nested key there (points written before marks skipped dotted keys)
-        alts.append(f'(json_contains(nulls["p"], {_literal(m.key)}) and exists {field})')
+        alts.append(f'(json_contains(nulls["p"], {_mark(m.key)}) and exists {field})')
     by_kind: dict[str, list[Any]] = {}
     for v in m.values:
         if v is None:
@@ -176,7 +197,7 @@ def filter_expr(f: Filter) -> str:
         InvalidCollectionRequest: ``unsupported`` (422): a condition Milvus 2.3's expressions cannot state with the
             grammar's semantics (:data:`_NOT_IN_MILVUS`, keys into arrays).
     """
-    if type(f) in _NOT_IN_MILVUS or "[" in getattr(f, "key", ""):
+    if type(f) in _NOT_IN_MILVUS or (hasattr(f, "key") and key_names(f.key) is None):
         what = _NOT_IN_MILVUS.get(type(f)) or f"the key into arrays {getattr(f, 'key', '')!r}"
         raise InvalidCollectionRequest(
             f"{what} is not supported by the milvus backend (Milvus 2.3's expressions cannot state it)",
@@ -199,7 +220,7 @@ def filter_expr(f: Filter) -> str:
     if isinstance(f, Exists):
         return f"(exists {_field(f.key)})"
     if isinstance(f, Empty):  # missing, or marked null or [] where the nested key is (see _match)
-        key, field = _literal(f.key), _field(f.key)
+        key, field = _mark(f.key), _field(f.key)
         marked = f'(json_contains(nulls["p"], {key}) or json_contains(nulls["e"], {key}))'
         return f"((not exists {field}) or ({marked} and exists {field}))"
     raise TypeError(f"not a filter: {f!r}")

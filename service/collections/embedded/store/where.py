@@ -21,7 +21,7 @@ import sqlite3
 import weakref
 from typing import Any
 
-from ...conditions import LEAVES
+from ...conditions import LEAVES, key_names
 from ...filters import (
     And,
     Empty,
@@ -67,8 +67,14 @@ _RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 Sql = tuple[str, list[Any]]
 
 
-def _path(key: str) -> str:
-    return "$" + "".join(f'."{p}"' for p in key.split("."))
+def _path(key: str) -> str | None:
+    """The SQLite JSON path of a key path into objects (every name double-quoted: ``$."a"."b.c"``), or None when it
+    has array items or a name that SQLite's paths cannot spell (SQLite compares a path's name with the key as written
+    in the stored JSON text: one that JSON escapes, a control character or a backslash, never matches)."""
+    names = key_names(key)
+    if names is None or any(json.dumps(n, ensure_ascii=False)[1:-1] != n for n in names):
+        return None
+    return "$" + "".join(f'."{n}"' for n in names)
 
 
 def _in(expr: str, n: int) -> str:
@@ -142,7 +148,7 @@ def to_sql(f: Filter, column: str = "payload", key_column: str = "key") -> Sql:
     if isinstance(f, MinShould):  # every translated part is 0 or 1, never NULL
         parts = [to_sql(p, column, key_column) for p in f.parts]
         return f"(({' + '.join(s for s, _ in parts)}) >= {int(f.count)})", [x for _, ps in parts for x in ps]
-    if isinstance(f, (Nested, *LEAVES)) or "[" in getattr(f, "key", ""):
+    if isinstance(f, (Nested, *LEAVES)) or (hasattr(f, "key") and _path(f.key) is None):
         return _python_leaf(f, column)
     if isinstance(f, Match):
         return _match(column, f)
