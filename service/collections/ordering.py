@@ -9,9 +9,10 @@ none, and a point without an entry is left out. A point appears once per distinc
 by value (``asc`` by default; ties in the backend's id order); ``start_from`` skips the entries before that value
 (``asc``: smaller ones, ``desc``: greater ones).
 
-Cost: no payload index is kept, so both read every matching point (its payload for an order, its id for a sample)
-page by page through the backend's scroll: O(matching points) per call (docs/performance.md, "order_by and
-sample"). A filter narrows what is read.
+Cost: no payload index is kept, so both read every matching point: a backend may order by its own means (the
+embedded one orders a top-level key in SQL: :mod:`.embedded.ordering`); otherwise the payloads (for an order) or ids
+(for a sample) are read page by page through the backend's scroll. O(matching points) per call either way
+(docs/performance.md, "order_by and sample"); a filter narrows what is read.
 """
 
 from __future__ import annotations
@@ -96,6 +97,12 @@ async def ordered_ids(
     Raises:
         CollectionNotFound; InvalidCollectionRequest: a bad filter.
     """
+    c = await svc.collection(name)
+    if (fast := getattr(c, "order_values", None)) is not None:  # a backend's own (embedded: SQL for top-level keys)
+        where = svc.parse_filter(raw_filter, "filter", c.vectors)
+        rows = await svc.backend.run(fast, where, order_by.key, order_by.descending, order_by.start_from, limit)
+        if rows is not None:
+            return rows
     sign = -1 if order_by.descending else 1
     start = order_by.start_from
     entries: list[tuple[int | float, int, int | str]] = []  # (signed value, scan position, id): a stable order

@@ -1112,6 +1112,7 @@ def test_order_by_and_sample_agree_with_local_mode(env):
             "arr": rng.integers(0, 9, i % 4).tolist(),
             "when": f"2024-0{1 + i % 9}-1{i % 10}T0{i % 10}:30:00" + ("Z" if i % 2 else "+02:00"),
             "kind": i % 3,
+            "o": {"n": [int(rng.integers(0, 9)), 2.5] if i % 4 else int(rng.integers(0, 9))},
         }
         if i % 5 == 0:
             p["x"], p["when"] = "not a number", True
@@ -1126,7 +1127,7 @@ def test_order_by_and_sample_agree_with_local_mode(env):
         c.upsert("ordered", points)
 
     flt = models.Filter(must=[models.FieldCondition(key="kind", match=models.MatchAny(any=[0, 1]))])
-    orders = [models.OrderBy(key=k, direction=d, start_from=s) for k in ("n", "x", "arr", "when")
+    orders = [models.OrderBy(key=k, direction=d, start_from=s) for k in ("n", "x", "arr", "when", "o.n")
               for d in ("asc", "desc") for s in (None, 3)] + ["n"]  # fmt: skip
     for ob in orders:
         for f in (None, flt):

@@ -32,6 +32,7 @@ from ..schema import VectorsConfig
 from ..scorers import Scorer
 from .locks import RWLock
 from .named import NamedIndexes, prepared
+from .ordering import Ordering
 from .reconfigure import Reconfiguring
 from .reembedding import Reembedding
 from .search import assemble_hits, budgeted_page, dense_search, left_out, point_dict
@@ -41,7 +42,7 @@ from .store import Store
 log = logging.getLogger("service.collections")
 
 
-class Collection(Reembedding, Reconfiguring):
+class Collection(Reembedding, Reconfiguring, Ordering):
     """A named, persistent set of points with a FAISS index.
 
     Use :meth:`create` for a new one and :meth:`open` for an existing directory.

@@ -1,0 +1,50 @@
+"""Payload order on the embedded backend in SQL (:mod:`service.collections.ordering`'s fast path): a top-level key's
+values are read with SQLite's ``json_each`` (an array's elements, one level, as the reference flattens them), numbers
+ordered and cut by SQLite, datetime strings (text values) parsed in Python with the reference code; the same entries
+and order as :func:`service.collections.ordering.ordered_ids`' scan, ties in Qdrant's point order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..conditions import parse_path
+from ..filters import Filter
+from ..ids import decode_id
+from ..ordering import order_value
+from .store.order import ORDER_KEY
+from .store.where import to_sql
+
+
+def ordered_rows(conn: Any, where: Filter | None, key: str, descending: bool, start: Any, limit: int) -> list:
+    """The first ``limit`` entries ``(point id, order value)`` of the points matching ``where`` by the top-level
+    ``key``, read on the SQLite connection ``conn`` (its ``points`` table)."""
+    sql_w, params = to_sql(where) if where is not None else ("1", [])
+    path = '$."' + key + '"'
+    base = (f"WITH m AS (SELECT key AS pkey, {ORDER_KEY} AS okey, payload FROM points WHERE {sql_w}) "
+            "SELECT DISTINCT m.pkey, m.okey, j.value FROM m, json_each(m.payload, ?) j "
+            "WHERE json_type(m.payload, ?) != 'object' AND j.type ")  # fmt: skip
+    direction, cmp = ("DESC", "<=") if descending else ("ASC", ">=")
+    bound = "" if start is None else f" AND j.value {cmp} ?"
+    q = f"{base}IN ('integer', 'real'){bound} ORDER BY j.value {direction}, m.okey LIMIT ?"
+    numbers = conn.execute(q, [*params, path, path, *([] if start is None else [start]), int(limit)]).fetchall()
+    sign = -1 if descending else 1
+    entries = [(sign * v, okey, pkey) for pkey, okey, v in numbers]
+    for pkey, okey, text in conn.execute(f"{base}= 'text'", [*params, path, path]):
+        v = order_value(text)
+        if v is not None and (start is None or sign * v >= sign * start):
+            entries.append((sign * v, okey, pkey))
+    entries.sort()
+    return [(decode_id(pkey), sign * v) for v, _, pkey in entries[:limit]]
+
+
+class Ordering:
+    """Mixin of the embedded :class:`~.collection.Collection`: :meth:`order_values`."""
+
+    def order_values(self, where: Filter | None, key: str, descending: bool, start: Any, limit: int) -> list | None:
+        """The first ``limit`` ``(point id, order value)`` entries by payload ``key`` (:func:`ordered_rows`), or
+        None for a key that is not a plain top-level name (the caller then scans). Raises CollectionClosed."""
+        if parse_path(key) != (key,):
+            return None
+        with self._rw.read():
+            self._check_open()
+            return ordered_rows(self.store.reader(), where, key, descending, start, limit)
