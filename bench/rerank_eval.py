@@ -7,9 +7,9 @@ A real service (embedded backend, the default encoder for the first stages, the 
 ``--rerank-models``) indexes the corpus through the HTTP API (:func:`bench.beir_eval.index_native`) and searches the
 300 test claims in each mode, top 100; each claim's candidates are then scored by ``POST /rerank``
 (``raw_scores: true``) and reordered by that score. The best first stage (DBSF) is reranked first, one request of
-exactly its 100 candidates per claim (these requests are the latency samples); a candidate of another first stage
-that DBSF's top-100 lacks is scored afterwards in one request per claim (not timed): a pair's score does not depend
-on the other pairs of its request.
+exactly its 100 candidates per claim (these requests are the latency samples), by every reranker; then a candidate
+of another first stage that DBSF's top-100 lacks is scored in one request per claim (not timed): a pair's score does
+not depend on the other pairs of its request.
 
 Resumable: the first stages' top-100 (``first_stage.json``) and each reranker's scores (``scores-<name>-<version>
 .json``, written every 20 claims) are cached in ``--cache-dir`` (outside the repository); a rerun reuses them, so
@@ -72,9 +72,10 @@ def artifact_version(models_dir: Path, name: str) -> str | None:
 
 
 def rerank_all(c: httpx.Client, model: str, runs: dict, queries: dict[str, str], texts: dict[str, str],
-               cache: Path) -> tuple[dict[str, dict[str, float]], dict[str, float]]:  # fmt: skip
-    """Scores ``{query id: {doc id: raw score}}`` of every first stage's candidates by reranker ``model``, and the
-    latency (ms) of each claim's request of DBSF's 100 candidates; resumed from ``cache`` and saved there as it goes."""
+               cache: Path, others: bool = True) -> tuple[dict[str, dict[str, float]], dict[str, float]]:  # fmt: skip
+    """Scores ``{query id: {doc id: raw score}}`` of every first stage's candidates by reranker ``model`` (``others``
+    False: DBSF's only), and the latency (ms) of each claim's request of DBSF's 100 candidates; resumed from ``cache``
+    and saved there as it goes."""
     state = json.loads(cache.read_text()) if cache.is_file() else {"scores": {}, "latency_ms": {}}
     scores, lat = state["scores"], state["latency_ms"]
 
@@ -101,7 +102,7 @@ def rerank_all(c: httpx.Client, model: str, runs: dict, queries: dict[str, str],
                 save()
                 print(f"  {model}: {n}/{len(queries)} claims, p50 {statistics.median(lat.values()):.0f} ms", flush=True)
     save()
-    for n, qid in enumerate(queries, 1):  # what the other first stages add
+    for n, qid in enumerate(queries if others else [], 1):  # what the other first stages add
         missing = sorted({d for m in MODES for d in runs[m][qid]} - set(scores.get(qid, {})))
         if missing:
             post(qid, missing)
@@ -151,10 +152,12 @@ def main(argv: list[str] | None = None) -> int:
                 queries = dict(list(queries.items())[: a.max_queries])
                 qrels = {q: qrels[q] for q in queries}
                 runs = {m: {q: r[q] for q in queries} for m, r in runs.items()}
-            for name in names:
-                key = f"{name}:{artifact_version(models_dir, name)}"
-                print(f"reranking with {key}", flush=True)
-                results[key] = rerank_all(c, name, runs, queries, texts, cache / f"scores-{key.replace(':', '-')}.json")
+            for others in (False, True):  # every reranker on DBSF first, then the other first stages
+                for name in names:
+                    key = f"{name}:{artifact_version(models_dir, name)}"
+                    print(f"reranking with {key}{', other first stages' if others else ''}", flush=True)
+                    path = cache / f"scores-{key.replace(':', '-')}.json"
+                    results[key] = rerank_all(c, name, runs, queries, texts, path, others)
     print(f"\nload average after: {os.getloadavg()}\n")
     rows = []
     for mode in MODES:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['first_stage']} | {r['ndcg@10']:.2f} | {r['recall@100']:.2f} | {cells} |")
     print("\nrerank latency, 100 candidates (DBSF's top-100), one request at a time:")
     for key, (_, lat) in results.items():
-        ms = list(lat.values())
+        ms = [lat[q] for q in queries if q in lat]
         rows.append({"latency": key, "p50_ms": round(percentile(ms, 0.5), 1), "p99_ms": round(percentile(ms, 0.99), 1),
                      "n": len(ms)})  # fmt: skip
         print(f"  {key}: p50 {rows[-1]['p50_ms']} ms, p99 {rows[-1]['p99_ms']} ms over {len(ms)} claims")
