@@ -295,7 +295,8 @@ async def delete_vectors_route(collection_name: str, body: DeleteVectors, reques
 @router.post("/collections/{collection_name}/points/scroll")
 async def scroll_points(collection_name: str, body: ScrollRequest, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``POST /collections/{collection_name}/points/scroll`` -> ``{points: [Record],
-    next_page_offset}`` (module docstring: the order; with ``order_by``: :mod:`.ordered`). Errors: 404, 422."""
+    next_page_offset}`` (module docstring: the order; with ``order_by``: :mod:`.ordered`); any ``limit``, read in pages
+    of ``collections_max_top_k`` and bounded by the response budget (413 ``response_too_large``). Errors: 404, 422."""
     no_shard_key(body)
     limit = body.limit or DEFAULT_SCROLL_LIMIT
     if body.order_by is not None:
@@ -305,8 +306,13 @@ async def scroll_points(collection_name: str, body: ScrollRequest, request: Requ
         found = await ordered.records(svc, collection_name, ob, limit, translate(body.filter), body.with_payload,
                                       body.with_vector, svc.response_budget())  # fmt: skip
         return ok(request, {"points": found, "next_page_offset": None})
-    points, nxt = await svc.scroll(collection_name, body.offset, limit, translate(body.filter), body.with_vector,
-                                   svc.response_budget(), False, bool(body.with_payload))  # fmt: skip
+    budget, where, points, nxt = svc.response_budget(), translate(body.filter), [], body.offset
+    while True:  # pages of the core's at most collections_max_top_k; Qdrant caps a scroll by the response only
+        page, nxt = await svc.scroll(collection_name, nxt, min(limit - len(points), svc.settings.max_top_k), where,
+                                     body.with_vector, budget, False, bool(body.with_payload))  # fmt: skip
+        points += page
+        if nxt is None or len(points) >= limit:
+            break
     cfg = (await svc.collection(collection_name)).vectors
     return ok(request, {"points": [record(p, body.with_payload, body.with_vector, cfg) for p in points],
                         "next_page_offset": nxt})  # fmt: skip

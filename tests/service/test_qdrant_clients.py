@@ -1247,7 +1247,8 @@ def test_distance_matrix_agrees_with_local_mode(env):
 
 def test_qdrant_bodies_take_qdrants_request_limit(env):
     """A /qdrant body over ``max_payload_bytes`` (2 MiB, TEI's limit) but under ``qdrant_max_payload_bytes`` (32 MiB,
-    Qdrant's) is served (qdrant-client uploads in such batches); the same size elsewhere is 413, naming its setting."""
+    Qdrant's) is served (qdrant-client uploads in such batches); the same size elsewhere is 413, naming its setting.
+    A scroll's limit may pass ``collections_max_top_k``."""
     if env["backend"] == "milvus":
         pytest.skip("client-supplied named vectors: embedded only (Milvus 2.3 holds one vector)")
     url = env["server"].url
@@ -1263,3 +1264,9 @@ def test_qdrant_bodies_take_qdrants_request_limit(env):
     assert httpx.post(f"{url}/qdrant/collections/bigbody/points/count", json={}).json()["result"]["count"] == 1000
     r = httpx.post(f"{url}/v1/embeddings", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 413 and "max_payload_bytes" in r.text
+    more = [{"id": 1000 + i, "vector": {"v": [0.5, 0.5, 0.5, 0.5]}} for i in range(200)]
+    assert httpx.put(f"{url}/qdrant/collections/bigbody/points?wait=true", json={"points": more}).status_code == 200
+    # a scroll past collections_max_top_k (1000) is read in pages, as Qdrant caps a scroll by nothing but its answer
+    r = httpx.post(f"{url}/qdrant/collections/bigbody/points/scroll", json={"limit": 1100, "with_payload": False})
+    page = r.json()["result"]
+    assert [p["id"] for p in page["points"]] == list(range(1100)) and page["next_page_offset"] == 1100
