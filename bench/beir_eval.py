@@ -144,11 +144,17 @@ def qdrant_client_runs(url: str, corpus: list[dict], queries: dict[str, str]) ->
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def data_args(ap: argparse.ArgumentParser) -> None:
+    """``--data`` (the BEIR SciFact folder under ``$SHARED_DATA_DIR``) and ``--models-dir``, shared with
+    ``bench/rerank_eval.py``."""
     default_data = Path(os.environ.get("SHARED_DATA_DIR", REPO.parent / "shared" / "data")) / "beir" / "scifact"
     ap.add_argument("--data", default=str(default_data), help="the BEIR SciFact folder")
     ap.add_argument("--models-dir", default=str(REPO / "models"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    data_args(ap)
     ap.add_argument("--skip-qdrant-client", action="store_true", help="the native API only")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args(argv)

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from artifact_contract import find_artifacts  # noqa: E402
-from bench.beir_eval import index_native, load, run_native, score  # noqa: E402
+from bench.beir_eval import data_args, index_native, load, run_native, score  # noqa: E402
 from bench.machine import cpu_model, write_json  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 
@@ -126,9 +126,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default_data = Path(os.environ.get("SHARED_DATA_DIR", REPO.parent / "shared" / "data")) / "beir" / "scifact"
-    ap.add_argument("--data", default=str(default_data), help="the BEIR SciFact folder")
-    ap.add_argument("--models-dir", default=str(REPO / "models"))
+    data_args(ap)
     ap.add_argument("--reranker", default="scifact-reranker", help="reranker artifact (and NAME-int8 if published)")
     ap.add_argument("--cache-dir", default=str(REPO.parent / "runs" / "rerank_eval"), help="resumable state")
     ap.add_argument("--first-stage-only", action="store_true", help="cache the first stages, rerank nothing")
