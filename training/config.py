@@ -66,12 +66,24 @@ class ThreeRConfig(BaseModel):
 
 class DataConfig(BaseModel):
     """Training data. ``mode`` unsup: ``train_file`` text; sup: ``train_file`` SNLI dir or CSV triplets;
-    pairs: ``train_file`` of ``sentence<TAB>positive`` lines (e.g. back-translations, MSSE §3.1)."""
+    pairs: ``train_file`` of ``sentence<TAB>positive`` lines (e.g. back-translations, MSSE §3.1); retrieval:
+    ``train_file`` a BEIR dataset folder (corpus, queries, qrels/train.tsv), query-passage triplets with mined hard
+    negatives, model choice by dev nDCG@10, the report on ``eval_split`` (:mod:`training.retrieval`)."""
 
     model_config = ConfigDict(extra="forbid")
-    mode: Literal["unsup", "sup", "pairs"] = "unsup"
+    mode: Literal["unsup", "sup", "pairs", "retrieval"] = "unsup"
     train_file: str = Field(default_factory=default_corpus_file)
     max_train_samples: int | None = None
+    # retrieval mode
+    dev_fraction: float = Field(0.1, ge=0, lt=1, description="retrieval: train queries held out for model choice")
+    split_seed: int = Field(42, description="retrieval: seed of the train/dev split (fixed across a comparison)")
+    hard_negatives: Literal["bm25", "dense", "bm25+dense", "none"] = Field(
+        "bm25+dense", description="retrieval: who mines the hard negatives (dense: the starting bi-encoder)"
+    )
+    negatives_depth: int = Field(7, ge=1, description="retrieval: mined negatives kept per query")
+    max_queries: int | None = Field(None, ge=2, description="retrieval: a seeded sample of train queries (smoke)")
+    max_corpus: int | None = Field(None, ge=1, description="retrieval: a corpus slice (smoke; numbers not BEIR's)")
+    eval_split: str = Field("test", description="retrieval: the qrels reported once for the chosen checkpoint")
 
 
 def expand_path(v: str) -> str:

@@ -95,13 +95,15 @@ def is_onnx_artifact(path: str | os.PathLike) -> bool:
 
 
 def torch_encode_fn(
-    model_dir: str, max_seq_length: int = 128, batch_size: int = 128, pooling: str | None = None
+    model_dir: str, max_seq_length: int = 128, batch_size: int = 128, pooling: str | None = None, device=None
 ) -> EncodeFn:
     """Encode with :class:`training.encoder.SentenceEncoder` (eval mode, no gradient; a saved ``Dense`` head is
-    applied, a train-only head is not)."""
+    applied, a train-only head is not), on ``device`` (None: the CPU)."""
     from training.encoder import SentenceEncoder
 
     enc = SentenceEncoder(model_dir, pooling=pooling, max_seq_length=max_seq_length)
+    if device is not None:
+        enc.to(device)
     enc.eval()
     return lambda sents: enc.encode(sents, batch_size=batch_size, max_seq_length=max_seq_length)
 

@@ -58,9 +58,10 @@ class MetricsLog:
         ax[0].set_xlabel("step")
         ax[0].set_ylabel("training loss")
         ax[0].set_yscale("log" if tr and min(r["loss"] for r in tr) > 0 else "linear")
-        ax[1].plot([r["step"] for r in ev], [r["STSBenchmark-dev"] for r in ev], marker="o")
+        metric = next((k for r in ev for k in r if k not in ("kind", "step", "c", "best")), "STSBenchmark-dev")
+        ax[1].plot([r["step"] for r in ev], [r.get(metric) for r in ev], marker="o")
         ax[1].set_xlabel("step")
-        ax[1].set_ylabel("STS-B dev Spearman x100")
+        ax[1].set_ylabel("STS-B dev Spearman x100" if metric == "STSBenchmark-dev" else f"{metric} x100")
         fig.tight_layout()
         path = self.out / PLOT_FILE
         fig.savefig(path, dpi=80)

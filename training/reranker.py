@@ -3,11 +3,16 @@
 ``python -m training train-reranker`` (:mod:`training.cli.train_reranker`) calls :func:`train_reranker`:
 
 1. data (:mod:`training.data.scifact`): SciFact's train qrels, split by query into train and dev
-   (``dev_fraction``), BM25 hard negatives per query (positives excluded), rows ``(query, passage, label)``;
+   (``dev_fraction``), hard negatives per query mined by BM25, the default bi-encoder or both (``negatives``;
+   positives excluded);
 2. model: ``CrossEncoder(model_dir, num_labels=1)`` from any local Hugging Face / sentence-transformers directory
    (default: the default encoder's weights, a fresh one-logit classification head on ``[CLS]``);
-3. training: ``CrossEncoderTrainer`` with ``BinaryCrossEntropyLoss`` (sentence-transformers' cross-encoder training
-   API, "Training Overview" of its docs); the dev split is scored by ``CrossEncoderRerankingEvaluator`` (nDCG@10 of
+3. training: ``CrossEncoderTrainer`` (sentence-transformers' cross-encoder training API, "Training Overview" of its
+   docs) with one of its losses (``loss``): ``bce`` — ``BinaryCrossEntropyLoss`` on (query, passage, label) rows,
+   positives weighted by the negatives-per-positive ratio (``pos_weight``, as its docs advise for mined negatives;
+   unweighted, a one-in-eight positive rate lets the model settle on the prior); ``mnrl`` —
+   ``MultipleNegativesRankingLoss``, InfoNCE over (query, positive, mined negatives, in-batch negatives); ``lambda``
+   — ``LambdaLoss`` (listwise, NDCGLoss2++ weighting) over each query's positives and mined negatives; the dev split is scored by ``CrossEncoderRerankingEvaluator`` (nDCG@10 of
    each dev query's positives among its mined negatives) every ``eval_steps``, and the best checkpoint is kept
    (``load_best_model_at_end``), which is the model choice;
 4. ``publish``: the chosen model is exported (:func:`training.export.reranker.export_reranker`) as the next version
@@ -52,6 +57,8 @@ class RerankerConfig:
     lr: float = 2e-5
     warmup_ratio: float = 0.1
     negatives_per_query: int = 7
+    negatives: str = "bm25"
+    loss: str = "bce"
     dev_fraction: float = 0.1
     max_queries: int | None = None
     max_corpus: int | None = None
@@ -65,17 +72,64 @@ class RerankerConfig:
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
         skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize"}
-        return {"objective": "binary_cross_entropy", **{k: v for k, v in dataclasses.asdict(self).items()
-                                                          if k not in skip}}  # fmt: skip
+        objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
+        return {"objective": objective.get(self.loss, self.loss), **{k: v for k, v in dataclasses.asdict(self).items()
+                                                                   if k not in skip}}  # fmt: skip
 
 
 def _data(cfg: RerankerConfig):
-    from training.data.scifact import load_scifact, mine_negatives, split_queries
+    from training.data.scifact import load_scifact, merge_negatives, mine_dense_negatives, mine_negatives, split_queries
+    from training.st_dir import default_model_dir
 
     data = load_scifact(cfg.max_queries, cfg.max_corpus, cfg.seed)
     train_q, dev_q = split_queries(list(data.qrels), cfg.dev_fraction, cfg.seed)
-    negatives = mine_negatives(data, train_q + dev_q, cfg.negatives_per_query)
-    return data, train_q, dev_q, negatives
+    sources, depth = [], cfg.negatives_per_query
+    for kind in cfg.negatives.split("+"):
+        if kind == "bm25":
+            sources.append(mine_negatives(data, train_q + dev_q, depth))
+        elif kind == "dense":
+            sources.append(mine_dense_negatives(data, train_q + dev_q, depth, default_model_dir(), cfg.max_seq_length))
+        else:
+            raise ValueError(f"negatives: unknown source {kind!r} (bm25, dense, bm25+dense)")
+    return data, train_q, dev_q, merge_negatives(*sources, depth=depth)
+
+
+def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negatives: dict[str, list[str]]):
+    """The ``CrossEncoderTrainer`` loss of ``cfg.loss`` and its training columns (see the module docstring).
+
+    Raises:
+        ValueError: an unknown ``loss``.
+    """
+    import torch
+    from sentence_transformers.cross_encoder import losses
+
+    from training.data.scifact import pair_rows
+
+    train_q = [q for q in train_q if negatives.get(q)]
+    if cfg.loss == "bce":
+        rows = pair_rows(data, train_q, negatives)
+        pos = sum(rows["label"])
+        weight = torch.tensor((len(rows["label"]) - pos) / max(pos, 1.0))
+        return losses.BinaryCrossEntropyLoss(model, pos_weight=weight), rows
+    if cfg.loss == "mnrl":
+        n = cfg.negatives_per_query
+        rows = {"query": [], "positive": [], **{f"negative_{i + 1}": [] for i in range(n)}}
+        for q in train_q:
+            for did in sorted(data.qrels[q]):
+                rows["query"].append(data.queries[q])
+                rows["positive"].append(data.corpus[did])
+                for i in range(n):  # fewer mined than n (a small corpus): cycle
+                    rows[f"negative_{i + 1}"].append(data.corpus[negatives[q][i % len(negatives[q])]])
+        return losses.MultipleNegativesRankingLoss(model, num_negatives=4), rows
+    if cfg.loss == "lambda":
+        rows = {"query": [], "docs": [], "labels": []}
+        for q in train_q:
+            pos = sorted(data.qrels[q])
+            rows["query"].append(data.queries[q])
+            rows["docs"].append([data.corpus[d] for d in pos + negatives[q]])
+            rows["labels"].append([1.0] * len(pos) + [0.0] * len(negatives[q]))
+        return losses.LambdaLoss(model), rows
+    raise ValueError(f"loss must be bce, mnrl or lambda, got {cfg.loss!r}")
 
 
 def dev_samples(data, dev_q: list[str], negatives: dict[str, list[str]]) -> list[dict]:
@@ -89,10 +143,8 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
     from transformers.trainer_utils import get_last_checkpoint
 
-    from training.data.scifact import pair_rows
     from training.st_dir import default_model_dir
 
     model = CrossEncoder(str(cfg.model_dir or default_model_dir()), num_labels=1, max_length=cfg.max_seq_length,
@@ -105,10 +157,11 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
         learning_rate=cfg.lr, warmup_steps=round(cfg.warmup_ratio * cfg.max_steps), seed=cfg.seed, eval_strategy="steps",
         eval_steps=every, save_strategy="steps", save_steps=every, save_total_limit=2, load_best_model_at_end=True,
         metric_for_best_model="eval_scifact-dev_ndcg@10", greater_is_better=True, logging_steps=max(1, every // 4),
-        report_to="none", dataloader_num_workers=0, disable_tqdm=True,
+        report_to="none", dataloader_num_workers=0, disable_tqdm=True, bf16=_cuda(),
     )  # fmt: skip
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(pair_rows(data, train_q, negatives)),
-                                  loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)  # fmt: skip
+    loss, rows = loss_and_rows(cfg, model, data, train_q, negatives)
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(rows), loss=loss,
+                                  evaluator=evaluator)  # fmt: skip
     mark = ckpt / "recipe.json"  # checkpoints of another recipe are not resumed from
     if ckpt.is_dir() and (not cfg.resume or not mark.is_file() or json.loads(mark.read_text()) != cfg.recipe()):
         log.info("%s: not this run's checkpoints (or --no-resume); starting over", ckpt)

@@ -75,7 +75,20 @@ class Trainer:
         self.encoder.inference_head = bool(keep)
         self.encoder.to(self.device)
         d = cfg.data
-        self.data = TrainingData(d.mode, d.train_file, d.max_train_samples, cfg.batch_size, cfg.seed)
+        #: the retrieval task (``data.mode: retrieval``): triplets, dev split, the report; None otherwise
+        self.retrieval = None
+        if d.mode == "retrieval":
+            from training.retrieval import RetrievalTask
+
+            self.retrieval = RetrievalTask.build(
+                d.train_file, dev_fraction=d.dev_fraction, split_seed=d.split_seed, hard_negatives=d.hard_negatives,
+                negatives_depth=d.negatives_depth, model_dir=self.encoder.source, max_seq_length=cfg.max_seq_length,
+                max_queries=d.max_queries, max_corpus=d.max_corpus,
+            )  # fmt: skip
+        examples = self.retrieval.triplets if self.retrieval else None
+        self.data = TrainingData(d.mode, d.train_file, d.max_train_samples, cfg.batch_size, cfg.seed, examples)
+        #: the dev metric: model choice and ``best_score``
+        self.dev_metric = f"{self.retrieval.name}-dev-ndcg@10" if self.retrieval else "STSBenchmark-dev"
         self.total_steps = cfg.max_steps or max(1, int(cfg.num_epochs * self.data.steps_per_epoch))
 
         tok = self.encoder.tokenizer
@@ -85,7 +98,7 @@ class Trainer:
             len(tok),
             tok.pad_token_id or 0,
             self.encoder,
-            d.mode == "sup",
+            d.mode in ("sup", "retrieval"),
         )
         self.objectives = nn.ModuleDict({n: build_objective(t.type, ctx, t.params) for n, t in cfg.losses.items()})
         if not self.objectives:
@@ -154,7 +167,9 @@ class Trainer:
         return enc
 
     def evaluate_dev(self) -> float:
-        """STS-B dev Spearman ×100 with the current weights."""
+        """STS-B dev Spearman ×100 with the current weights (retrieval mode: the dev queries' nDCG@10 ×100)."""
+        if self.retrieval is not None:
+            return self.retrieval.dev(self.encode_fn(self.cfg.max_seq_length))
         return evaluate_sts(self.encode_fn(), ["STSBenchmark-dev"], limit=self.cfg.eval_limit)["STSBenchmark-dev"]
 
     def save_checkpoint(self) -> None:
@@ -178,7 +193,7 @@ class Trainer:
 
     def _eval_and_keep_best(self) -> float:
         score = self.evaluate_dev()
-        rec = {"kind": "eval", "step": self.step, "STSBenchmark-dev": score}
+        rec = {"kind": "eval", "step": self.step, self.dev_metric: score}
         if self.three_r is not None:
             rec["c"] = float(self.three_r.c.detach())
         if score > self.best_score:
@@ -225,14 +240,18 @@ class Trainer:
             "best_step": self.best_step,
             "steps": self.step,
             "resumed": resumed,
-            "STSBenchmark-dev": self.best_score,
+            self.dev_metric: self.best_score,
             "train_seconds": secs,
             "steps_per_second": self.step / secs if secs else None,
             "three_r_seconds": self.stepper.three_r_seconds,
             "c_final": float(self.three_r.c.detach()) if self.three_r is not None else None,
         }
-        scores: dict[str, float] = {"STSBenchmark-dev": self.best_score}
-        if cfg.final_eval:
+        scores: dict[str, float] = {self.dev_metric: self.best_score}
+        if cfg.final_eval and self.retrieval is not None:  # the report: the chosen checkpoint, once
+            enc = torch_encode_fn(str(best_dir), cfg.max_seq_length, cfg.eval_batch_size, device=self.device)
+            scores.update(self.retrieval.report(enc, cfg.data.eval_split))
+            print(json.dumps({k: round(v, 2) for k, v in scores.items()}))
+        if cfg.final_eval and cfg.final_eval_tasks != []:
             enc = torch_encode_fn(str(best_dir), cfg.eval_max_seq_length, cfg.eval_batch_size)
             scores.update(evaluate_sts(enc, cfg.final_eval_tasks or list(TEST_TASKS), limit=cfg.eval_limit))
             results.update(alignment_uniformity(enc, limit=cfg.eval_limit))

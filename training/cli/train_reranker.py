@@ -1,7 +1,7 @@
 """``python -m training train-reranker [--output-dir DIR] [--model DIR] [--max-steps N] [--publish MODELS_DIR] ...``.
 
-Trains a cross-encoder reranker on BEIR SciFact's train qrels with BM25 hard negatives (sentence-transformers'
-``CrossEncoderTrainer``, binary cross-entropy; :mod:`training.reranker`), choosing the checkpoint on a dev split
+Trains a cross-encoder reranker on BEIR SciFact's train qrels with mined hard negatives (sentence-transformers'
+``CrossEncoderTrainer``, a pointwise, contrastive or listwise loss; :mod:`training.reranker`), choosing the checkpoint on a dev split
 carved from train by query, and with ``--publish`` exports it as the next version of ``--artifact-name`` in
 ``MODELS_DIR`` (an artifact with ``task: "reranker"``, served by ``/rerank``, ``/v1/rerank`` and ``/v2/rerank`` once
 loaded: ``--rerank-models NAME`` or ``POST /admin/models/NAME/load``). A finished run of the same recipe is not
@@ -28,7 +28,10 @@ HELP = {
     "batch_size": "pairs per step",
     "lr": "peak learning rate (AdamW, linear decay)",
     "warmup_ratio": "fraction of max_steps warming the learning rate up",
-    "negatives_per_query": "BM25 hard negatives per query (its judged documents excluded)",
+    "negatives_per_query": "mined hard negatives per query (its judged documents excluded)",
+    "negatives": "who mines them: bm25, dense (the default bi-encoder) or bm25+dense (interleaved)",
+    "loss": "bce (pos-weighted binary cross-entropy), mnrl (InfoNCE over mined + in-batch negatives) or lambda "
+    "(listwise LambdaLoss); choose by the dev nDCG@10",
     "dev_fraction": "fraction of the train queries held out as the dev split (model choice, parity pairs)",
     "max_queries": "use this many train queries (a seeded sample; default all 809)",
     "max_corpus": "keep the positives plus the first N abstracts (default all 5,183)",
@@ -50,7 +53,8 @@ def main(argv: list[str]) -> int:
             continue
         flag = "--model" if f.name == "model_dir" else "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        choices = ["int8"] if f.name == "quantize" else None  # int8: also publish <artifact-name>-int8
+        choices = {"quantize": ["int8"], "loss": ["bce", "mnrl", "lambda"],  # int8: also publish <name>-int8
+                   "negatives": ["bm25", "dense", "bm25+dense"]}.get(f.name)  # fmt: skip
         help_ = f"{HELP[f.name]} (default: {f.default})"
         p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=help_)
     p.add_argument("--no-resume", dest="resume", action="store_false", help="retrain from scratch")

@@ -5,7 +5,8 @@ Layout (``../shared/data/README.md``, BEIR's): ``beir/scifact/corpus.jsonl`` (``
 header line, CRLF). Only the train qrels are read here: the test qrels are for reporting, and the dev split that
 chooses a model is carved from train, by query (:func:`split_queries`), so no query is in both.
 
-Hard negatives (:func:`mine_negatives`): BM25 (the ``bm25s`` library, Lucene's formula with k1 = 1.2, b = 0.75, English
+Hard negatives (:func:`mine_negatives`; :func:`mine_dense_negatives` by a bi-encoder, :func:`merge_negatives` both):
+BM25 (the ``bm25s`` library, Lucene's formula with k1 = 1.2, b = 0.75, English
 stopwords, no stemmer) over the corpus; each query's top hits that are not among its positives (the qrels' judged
 documents) become label-0 rows.
 """
@@ -48,20 +49,24 @@ def scifact_dir() -> Path:
     return d
 
 
-def load_scifact(max_queries: int | None = None, max_corpus: int | None = None, seed: int = 0) -> SciFact:
-    """SciFact's corpus, queries and train qrels; optionally a small slice (tests, smoke runs).
+def load_scifact(max_queries: int | None = None, max_corpus: int | None = None, seed: int = 0, split: str = "train",
+                 directory: str | Path | None = None) -> SciFact:  # fmt: skip
+    """SciFact's (or any BEIR dataset's) corpus, queries and ``split`` qrels; optionally a small slice (tests, smoke
+    runs).
 
     Args:
-        max_queries: keep this many train queries (a seeded sample), else all 809.
+        max_queries: keep this many queries (a seeded sample), else all (SciFact: 809 train, 300 test).
         max_corpus: keep the kept queries' positives plus the first documents of the corpus up to this many, else
             all 5,183.
+        split: the qrels file, ``qrels/<split>.tsv`` (train for training and its dev split; test for reporting).
+        directory: a BEIR dataset folder (None: :func:`scifact_dir`).
 
     Raises:
         FileNotFoundError: the data is missing.
     """
-    d = scifact_dir()
+    d = Path(directory) if directory else scifact_dir()
     qrels: dict[str, set[str]] = {}
-    with open(d / "qrels" / "train.tsv", newline="", encoding="utf-8") as f:
+    with open(d / "qrels" / f"{split}.tsv", newline="", encoding="utf-8") as f:
         rows = csv.reader(f, delimiter="\t")
         next(rows)
         for qid, did, score in rows:
@@ -111,6 +116,55 @@ def mine_negatives(data: SciFact, query_ids: list[str], depth: int) -> dict[str,
     out = {}
     for q, row in zip(query_ids, hits):
         out[q] = [ids[int(j)] for j in row if ids[int(j)] not in data.qrels[q]][:depth]
+    return out
+
+
+def mine_dense_negatives(data: SciFact, query_ids: list[str], depth: int, model_dir: str | Path,
+                         max_seq_length: int = 256) -> dict[str, list[str]]:  # fmt: skip
+    """Per query, the ids of its top-``depth`` documents by cosine similarity under the bi-encoder in ``model_dir``
+    (a sentence-transformers directory, e.g. the default encoder) that are not among its positives (best first).
+
+    Exact search: every document is encoded (``SentenceTransformer.encode``, normalised, truncated to
+    ``max_seq_length`` tokens; on CUDA when present) and scored against every query.
+    """
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device=None)
+    model.max_seq_length = max_seq_length
+    ids = list(data.corpus)
+    docs = model.encode([data.corpus[i] for i in ids], batch_size=64, normalize_embeddings=True)
+    qs = model.encode([data.queries[q] for q in query_ids], batch_size=64, normalize_embeddings=True)
+    k = min(len(ids), depth + max(len(data.qrels[q]) for q in query_ids))
+    out = {}
+    for q, row in zip(query_ids, np.argsort(-(qs @ docs.T), axis=1)[:, :k]):
+        out[q] = [ids[int(j)] for j in row if ids[int(j)] not in data.qrels[q]][:depth]
+    return out
+
+
+def merge_negatives(*sources: dict[str, list[str]], depth: int) -> dict[str, list[str]]:
+    """Per query, the negatives of every source interleaved (first of each, then second of each, ...), duplicates
+    dropped, at most ``depth``: BM25's lexical and the dense model's semantic confusions in equal parts."""
+    out = {}
+    for q in sources[0]:
+        merged: dict[str, None] = {}
+        for rank in range(max(len(s[q]) for s in sources)):
+            for s in sources:
+                if rank < len(s[q]):
+                    merged.setdefault(s[q][rank])
+        out[q] = list(merged)[:depth]
+    return out
+
+
+def triplets(data: SciFact, query_ids: list[str], negatives: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+    """``(query, positive passage, hard negative passage)``, one per judged pair of ``query_ids``; the n-th positive
+    of a query takes its n-th mined negative (cycling), so a query's triplets differ in their negative. Queries
+    without a mined negative are skipped."""
+    out = []
+    for q in query_ids:
+        negs = negatives.get(q) or []
+        for n, did in enumerate(sorted(data.qrels[q]) if negs else []):
+            out.append((data.queries[q], data.corpus[did], data.corpus[negs[n % len(negs)]]))
     return out
 
 

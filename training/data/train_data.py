@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-Mode = Literal["unsup", "sup", "pairs"]
+Mode = Literal["unsup", "sup", "pairs", "retrieval"]
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -133,19 +133,25 @@ class TrainingData:
     a step depends only on (seed, step) and a resumed run sees the same batches.
 
     Args:
-        mode: ``unsup`` (sentences), ``sup`` (triplets from :func:`load_triplets`) or ``pairs`` (:func:`read_pairs`).
-        train_file: the file (or SNLI directory) to read.
+        mode: ``unsup`` (sentences), ``sup`` (triplets from :func:`load_triplets`), ``pairs`` (:func:`read_pairs`)
+            or ``retrieval`` (the ``examples`` given: (query, passage, hard negative) triplets,
+            :class:`training.retrieval.RetrievalTask`).
+        train_file: the file (or SNLI directory) to read (not read in ``retrieval`` mode).
         max_samples: keep the first N examples (None: all).
         batch_size: examples per step.
         seed: of the per-epoch permutations.
+        examples: ``retrieval`` mode's triplets.
 
     Raises:
         ValueError: fewer examples than ``batch_size``, or a malformed file. FileNotFoundError: no such file.
     """
 
-    def __init__(self, mode: Mode, train_file: str | Path, max_samples: int | None, batch_size: int, seed: int):
+    def __init__(self, mode: Mode, train_file: str | Path, max_samples: int | None, batch_size: int, seed: int,
+                 examples: list | None = None):  # fmt: skip
         self.mode, self.batch_size, self.seed = mode, batch_size, seed
-        if mode == "sup":
+        if mode == "retrieval":
+            self.examples = list(examples or [])[: max_samples or None]
+        elif mode == "sup":
             self.examples: list = load_triplets(train_file)[: max_samples or None]
         elif mode == "pairs":
             self.examples = list(zip(*read_pairs(train_file)))[: max_samples or None]
@@ -167,8 +173,8 @@ class TrainingData:
 
     def views(self, items: list) -> dict[str, list[str]]:
         """The texts of each view of a batch: ``anchor`` and ``positive`` (the same sentences in ``unsup`` mode:
-        dropout makes them differ), plus ``hard_negative`` in ``sup`` mode."""
-        if self.mode == "sup":
+        dropout makes them differ), plus ``hard_negative`` in ``sup`` and ``retrieval`` modes."""
+        if self.mode in ("sup", "retrieval"):
             return {
                 "anchor": [t[0] for t in items],
                 "positive": [t[1] for t in items],
