@@ -23,7 +23,7 @@ mkdir -p "$OUT" "$W"
 export W
 [ "${SMOKE:-}" = 1 ] || export PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false \
-  OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
+  OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false USE_JAX=0 USE_FLAX=0 USE_TF=0
 log() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 
 case ${1:-} in
