@@ -156,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     data_args(ap)
     ap.add_argument("--skip-qdrant-client", action="store_true", help="the native API only")
+    ap.add_argument("--default-model", help="the artifact of --models-dir that embeds (default: the service's)")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args(argv)
+    args = ["--default-model", a.default_model] if a.default_model else []
     corpus, queries, qrels = load(Path(a.data))
     print(f"CPU: {cpu_model()}; load average before: {os.getloadavg()}", flush=True)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, run_server(Path(a.models_dir), workdir=Path(tmp)) as server:
+    with tempfile.TemporaryDirectory() as tmp, run_server(Path(a.models_dir), workdir=Path(tmp), args=args) as server:
         with httpx.Client(base_url=server.url, timeout=600) as c:
             secs = index_native(c, corpus)
             print(f"indexed {len(corpus)} documents (dense + bm25) in {secs:.1f} s", flush=True)

@@ -30,7 +30,7 @@ case ${1:-} in
   train)
     { log install; [ "${SMOKE:-}" = 1 ] || bash bench/device/kit.sh install-training || exit 1
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-      echo "cpus $(nproc): $(grep -m1 'model name' /proc/cpuinfo)"
+      echo "cpus $(getconf _NPROCESSORS_ONLN): $(grep -m1 'model name' /proc/cpuinfo)"
     } 2>&1 | tee "$OUT/session.log"
     ( log finetune
       timeout -s INT 330 python3 bench/scifact_finetune.py --root $W/ft --seeds 1,2,3,4,5 --parallel 10 \
