@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -104,7 +104,16 @@ class Canary(BaseModel):
 
 
 class Manifest(BaseModel):
-    """``manifest.json``: everything needed to serve and to audit an artifact."""
+    """``manifest.json``: everything needed to serve and to audit an artifact.
+
+    ``prompts`` and ``default_prompt_name`` follow sentence-transformers (``SentenceTransformer(prompts=...,
+    default_prompt_name=...)``, stored in ``config_sentence_transformers.json``): a prompt is prepended to the input
+    text before tokenisation, so truncation and token counts include it.
+
+    Raises (on validation, as :class:`pydantic.ValidationError`; :func:`load_manifest` turns it into
+    :class:`ArtifactError`): ``default_prompt_name`` not a key of ``prompts``, a prompt name empty or not a string,
+    a reranker with prompts, and the other field rules.
+    """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     schema_version: int = SCHEMA_VERSION
@@ -146,6 +155,17 @@ class Manifest(BaseModel):
     parity: Parity | None = None
     canary: Canary | None = None
     files: list[str] = Field(default_factory=lambda: [MODEL_FILE, TOKENIZER_FILE])
+    prompts: dict[Annotated[str, Field(min_length=1)], str] | None = Field(
+        default=None,
+        description="sentence-transformers' prompts (config_sentence_transformers.json): prompt name -> the text "
+        "prepended to an input before tokenisation (e.g. {'query': 'query: ', 'passage': 'passage: '}); absent/null "
+        "or empty = the model takes none. An embedding model's only",
+    )
+    default_prompt_name: str | None = Field(
+        default=None,
+        description="sentence-transformers' default_prompt_name: the prompt applied when a request names none; a "
+        "key of prompts",
+    )
 
     @field_validator("scores")
     @classmethod
@@ -170,6 +190,16 @@ class Manifest(BaseModel):
             raise ValueError("an embedding model's parity needs min_cosine")
         if self.canary is not None and (self.canary.queries is not None) != rerank:
             raise ValueError("canary.queries is given for a reranker's pairs, and only then")
+        if rerank and (self.prompts or self.default_prompt_name is not None):
+            raise ValueError("a reranker takes no prompts (prompts and default_prompt_name are an embedding model's)")
+        return self
+
+    @model_validator(mode="after")
+    def _default_prompt_is_a_prompt(self) -> Manifest:
+        name = self.default_prompt_name
+        if name is not None and name not in (self.prompts or {}):
+            have = ", ".join(map(repr, sorted(self.prompts or {}))) or "none"
+            raise ValueError(f"default_prompt_name {name!r} is not a key of prompts (prompts: {have})")
         return self
 
     @property
@@ -255,10 +285,15 @@ def validate_artifact(artifact_dir: str | os.PathLike, check_hash: bool = True) 
 
 def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
     """Write ``manifest.json`` atomically and durably (see :mod:`artifact_contract.fsio`); an embedding model's
-    manifest is written without the reranker-only fields (``task``, ``canary.queries``), as before they existed."""
+    manifest is written without the reranker-only fields (``task``, ``canary.queries``), and a manifest without
+    prompts without ``prompts`` and ``default_prompt_name``, as before those fields existed."""
     exclude: dict = {}
     if manifest.task is None:
         exclude = {"task": True, "canary": {"queries"}} if manifest.canary is not None else {"task": True}
+    if manifest.prompts is None:
+        exclude["prompts"] = True
+    if manifest.default_prompt_name is None:
+        exclude["default_prompt_name"] = True
     return atomic_write_text(Path(artifact_dir) / MANIFEST_FILE, manifest.model_dump_json(indent=2, exclude=exclude))
 
 

@@ -12,6 +12,7 @@ The manifest is written last, so a half-written directory is never an artifact.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -37,7 +38,8 @@ Evaluate = Literal["none", "dev", "all"]
 class ArtifactSpec:
     """The manifest fields known before the graph exists (see ``models/README.md``).
 
-    ``training``: the training recipe, or None for an untrained export.
+    ``training``: the training recipe, or None for an untrained export. ``prompts``, ``default_prompt_name``:
+    sentence-transformers' (:func:`st_prompts`), None when the model has none.
     """
 
     name: str
@@ -47,6 +49,38 @@ class ArtifactSpec:
     version: str = "1"
     normalize: bool = True
     training: dict[str, Any] | None = None
+    prompts: dict[str, str] | None = None
+    default_prompt_name: str | None = None
+
+
+#: sentence-transformers' model configuration, which holds its ``prompts`` and ``default_prompt_name``
+ST_CONFIG_FILE = "config_sentence_transformers.json"
+
+
+def st_prompts(model_dir: str | Path) -> tuple[dict[str, str] | None, str | None]:
+    """``(prompts, default_prompt_name)`` of a sentence-transformers directory's ``config_sentence_transformers.json``
+    (sentence-transformers API reference, ``SentenceTransformer(prompts=..., default_prompt_name=...)``), for the
+    manifest; ``(None, None)`` without the file or without prompts (an empty ``prompts`` is none).
+
+    Raises:
+        ExportError: the file is not JSON, ``prompts`` is not a mapping of names to strings, or
+            ``default_prompt_name`` is not one of its names (sentence-transformers refuses that model too).
+    """
+    path = Path(model_dir) / ST_CONFIG_FILE
+    if not path.is_file():
+        return None, None
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{path}: not readable JSON ({e})") from e
+    prompts, default = cfg.get("prompts") or None, cfg.get("default_prompt_name")
+    if prompts is not None and not (
+        isinstance(prompts, dict) and all(isinstance(k, str) and k and isinstance(v, str) for k, v in prompts.items())
+    ):
+        raise ExportError(f"{path}: prompts must map prompt names to strings, got {prompts!r}")
+    if default is not None and default not in (prompts or {}):
+        raise ExportError(f"{path}: default_prompt_name {default!r} is not one of its prompts {sorted(prompts or {})}")
+    return prompts, default
 
 
 def save_tokenizer(tokenizer, out: Path, max_len: int) -> None:
@@ -147,7 +181,8 @@ def export_artifact(
     """Export a Hugging Face / sentence-transformers encoder directory to an artifact.
 
     Pooling and max_seq_length default to the directory's sentence-transformers
-    config (else ``mean`` and the tokenizer's limit, capped at 512). A sentence-transformers ``Dense`` module
+    config (else ``mean`` and the tokenizer's limit, capped at 512); its ``prompts`` and ``default_prompt_name``
+    (``config_sentence_transformers.json``, :func:`st_prompts`) go into the manifest. A sentence-transformers ``Dense`` module
     (supervised SimCSE's MLP kept at test time) goes into the graph, and the manifest's ``training`` says so. With
     ``quantize="int8"`` or ``dtype="fp16"`` (exclusive) the fp32 graph is exported to a temporary directory and
     ``output_dir`` receives the converted artifact (:mod:`training.export.quantize`). ``fuse``: the fp32 or fp16
@@ -170,7 +205,10 @@ def export_artifact(
         base_model = DEFAULT_BASE_MODEL if model_dir.resolve() == default_model_dir().resolve() else str(model_dir)
     if has_head:
         training = {**(training or {}), "inference_head": "MLP (tanh Dense) after pooling, kept in the graph"}
-    spec = ArtifactSpec(name, base_model, pooling, max_seq_length, version, normalize, training)
+    prompts, default_prompt = st_prompts(model_dir)
+    spec = ArtifactSpec(
+        name, base_model, pooling, max_seq_length, version, normalize, training, prompts, default_prompt
+    )
     if convert is None and not fuse:
         return export_module(module, tokenizer, output_dir, spec, scores=scores, evaluate=evaluate)
     with tempfile.TemporaryDirectory(prefix="fp32-") as tmp:
