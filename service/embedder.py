@@ -7,12 +7,17 @@
     result.model        # ModelInfo: .name .version .sha256 .dimension (.max_seq_length)
     result.prompt_tokens  # int, tokens after truncation, special tokens included
 
+Prompts (:mod:`service.prompts`): ``encode(..., prompt_name=)`` (TEI's, strict) or ``prompt_role=`` (``query`` /
+``document``: NIM's ``input_type`` and the collections, lenient) prepends the model's prompt to every text before
+tokenisation; naming neither applies the model's ``default_prompt_name``, if any.
+
 Errors are domain exceptions (``service.errors.ERROR_TABLE`` maps each to its HTTP answer once):
 :class:`~service.registry.ModelNotFound` (404), :class:`ModelNotReady` (503), :class:`InvalidInput` (422),
 :class:`~service.batcher.InputTooLong` (413), :class:`~service.batcher.RequestTooLarge` (413),
 :class:`~service.batcher.QueueFull` (429),
 :class:`~service.batcher.BatchFailed` (500), :class:`~service.batcher.BatcherClosed` (503),
-:class:`~service.rerank_model.WrongModelTask` (422: a reranker named for embeddings). Each carries the
+:class:`~service.rerank_model.WrongModelTask` (422: a reranker named for embeddings),
+:class:`~service.prompts.PromptNotFound` (422: a ``prompt_name`` the model does not define). Each carries the
 request field it concerns in ``param``.
 """
 
@@ -26,6 +31,7 @@ from artifact_contract import postprocess
 
 from .backend import ModelInfo
 from .batcher import InputTooLong, RequestTooLarge
+from .prompts import prompt_prefix, with_prefix
 from .registry import LoadedModel, ModelNotFound, ModelRegistry, WrongModelTask
 
 
@@ -84,6 +90,8 @@ class Embedder:
         normalize: bool = True,
         dimensions: int | None = None,
         param: str = "input",
+        prompt_name: str | None = None,
+        prompt_role: str | None = None,
     ) -> EmbedResult:
         """Embeddings of ``texts`` with the request options of the HTTP API.
 
@@ -96,6 +104,8 @@ class Embedder:
             normalize: L2-normalise rows (``dimensions`` always renormalises).
             dimensions: keep the first ``dimensions`` columns, in ``[1, dimension]``.
             param: the request field named in errors about the inputs.
+            prompt_name, prompt_role: the prompt prepended to every text (:meth:`prompt`); token counts, truncation
+                and ``max_request_tokens`` include it.
 
         Raises:
             see the module docstring.
@@ -104,6 +114,7 @@ class Embedder:
         lm = model if isinstance(model, LoadedModel) else self.resolve(model)
         if lm.is_reranker:
             raise WrongModelTask(lm.info.name, "reranker", "embedding")
+        texts = with_prefix(self.prompt(lm, name=prompt_name, role=prompt_role), texts)
         dim = lm.info.dimension
         if dimensions is not None and not 1 <= dimensions <= dim:
             raise InvalidInput(
@@ -120,17 +131,36 @@ class Embedder:
         emb = postprocess(res.pooled, normalize=normalize, dimensions=dimensions)
         return EmbedResult(emb, lm.info, res.prompt_tokens)
 
+    def prompt(self, model: str | None | LoadedModel, *, name: str | None = None, role: str | None = None) -> str:
+        """The text prepended to each input for the model ``model`` (a name, None: the active one, or the
+        :class:`LoadedModel`): the prompt ``name`` (TEI's ``prompt_name``), else the prompt of ``role`` (``query``,
+        ``document``) if the model has one, else its ``default_prompt_name`` prompt when neither is given; ``""``
+        for none (:func:`service.prompts.prompt_prefix`).
+
+        Raises:
+            PromptNotFound: ``name`` is not one of the model's prompts (param ``prompt_name``).
+            ModelNotFound, ModelNotReady: as :meth:`resolve`.
+        """
+        lm = model if isinstance(model, LoadedModel) else self.resolve(model)
+        return prompt_prefix(lm.model.manifest, lm.info.id, name=name, role=role)
+
     async def tokens(
-        self, texts: list[str], *, model: str | None = None, add_special_tokens: bool = True, param: str = "inputs"
+        self,
+        texts: list[str],
+        *,
+        model: str | None | LoadedModel = None,
+        add_special_tokens: bool = True,
+        param: str = "inputs",
     ) -> tuple[list, ModelInfo]:
         """The model's tokenization of each text, untruncated: ``tokenizers.Encoding`` objects (``ids``, ``tokens``,
-        character ``offsets``, ``special_tokens_mask``) and the model's identity (TEI's ``/tokenize``).
+        character ``offsets``, ``special_tokens_mask``) and the model's identity (TEI's ``/tokenize``). No prompt is
+        added here: a caller that wants one prepends :meth:`prompt` itself (its offsets then count it).
 
         Raises:
             InvalidInput, ModelNotFound, ModelNotReady, BatcherClosed, RequestTooLarge (``max_request_tokens``).
         """
         _check_texts(texts, param)
-        lm = self.resolve(model)
+        lm = model if isinstance(model, LoadedModel) else self.resolve(model)
         try:
             return await lm.batcher.encodings(texts, add_special_tokens), lm.info
         except RequestTooLarge as e:

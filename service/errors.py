@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull, RequestTooLarge
 from .collections import errors as col
 from .embedder import InvalidInput, ModelNotReady
+from .prompts import PromptNotFound
 from .registry import ModelNotFound
 from .rerank_model import WrongModelTask
 
@@ -131,6 +132,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     ModelNotFound: lambda e: APIError(404, str(e), param=getattr(e, "param", "model"), code="model_not_found"),
     ModelNotReady: lambda e: APIError(503, str(e), code="model_not_ready"),
     InvalidInput: lambda e: APIError(422, str(e), param=e.param, code="invalid_value"),
+    PromptNotFound: lambda e: APIError(422, str(e), param=e.param, code="invalid_value"),
     WrongModelTask: lambda e: APIError(422, str(e), param=e.param, code=e.code),
     InputTooLong: _too_long,
     RequestTooLarge: lambda e: APIError(413, str(e), param=e.param, code="request_too_large"),

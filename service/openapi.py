@@ -70,7 +70,7 @@ class Usage(BaseModel):
 
 class TeiToken(BaseModel):
     """One token of ``POST /tokenize`` (TEI API reference, ``SimpleToken``): a special token's own string with no
-    offsets, else the input's characters ``[start, stop)``."""
+    offsets, else the input's characters ``[start, stop)`` (of the prompted input when a prompt applies)."""
 
     id: int
     text: str

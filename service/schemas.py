@@ -76,7 +76,13 @@ def as_list(v: str | list[str]) -> list[str]:
 
 class EmbeddingsRequest(BaseModel):
     """``POST /v1/embeddings`` (OpenAI). ``dimensions`` truncates then L2-renormalises. ``input`` as token arrays
-    (OpenAI's spec allows them) is refused with 422 ``token_ids_unsupported`` (:data:`TOKEN_IDS_REFUSED`)."""
+    (OpenAI's spec allows them) is refused with 422 ``token_ids_unsupported`` (:data:`TOKEN_IDS_REFUSED`).
+
+    ``input_type`` is NVIDIA NIM's (NIM text embedding API reference, ``POST /v1/embeddings``; Voyage AI's
+    ``document`` is taken too): ``query`` applies the model's ``query`` prompt, ``passage``/``document`` its
+    ``passage`` (else ``document``) prompt, and a model without that prompt embeds the text unchanged (NIM's
+    behaviour for symmetric models); absent, the model's ``default_prompt_name`` applies (:mod:`service.prompts`).
+    Any other value is a 422."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
     input: TextsOrTokens
@@ -84,6 +90,11 @@ class EmbeddingsRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, strict=True)
     user: str | None = None
+    input_type: Literal["query", "passage", "document"] | None = Field(
+        None,
+        description="NVIDIA NIM's input_type: the model's 'query' prompt, or its 'passage' (else 'document') prompt, "
+        "prepended before tokenisation; a model without that prompt embeds the text unchanged",
+    )
 
 
 #: TEI's ``truncation_direction``: which end of an over-long input is cut; TEI also takes the capitalised names
@@ -92,15 +103,23 @@ TruncationDirection = Annotated[
 ]
 
 
+#: TEI's ``prompt_name`` (text-embeddings-inference OpenAPI: ``EmbedRequest.prompt_name``)
+PROMPT_NAME_DOC = (
+    "a key of the model's prompts (its manifest's 'prompts', from sentence-transformers' config): that prompt is "
+    "prepended to every input before tokenisation; null: the model's default_prompt_name, if any. A name the model "
+    "does not define is a 422"
+)
+
+
 class TeiOptions(BaseModel):
     """TEI's encoding options (text-embeddings-inference OpenAPI: ``EmbedRequest``, ``SimilarityParameters``):
-    ``truncate`` null means the default; ``prompt_name`` names a prompt of the model's, and the artifact contract
-    defines none, so the routes refuse any value (422) rather than ignore it."""
+    ``truncate`` null means the default; ``prompt_name`` names a prompt of the model's (:data:`PROMPT_NAME_DOC`;
+    an unknown one, or any on a model without prompts, is a 422 ``invalid_value``)."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
     truncate: Annotated[bool, Field(strict=True)] | None = None
     truncation_direction: TruncationDirection = "right"
-    prompt_name: str | None = None
+    prompt_name: str | None = Field(None, description=PROMPT_NAME_DOC)
 
 
 class EmbedRequest(TeiOptions):
@@ -114,12 +133,13 @@ class EmbedRequest(TeiOptions):
 
 
 class TokenizeRequest(BaseModel):
-    """``POST /tokenize`` (TEI's ``TokenizeRequest``): ``[[{id, text, special, start, stop}]]``, untruncated."""
+    """``POST /tokenize`` (TEI's ``TokenizeRequest``): ``[[{id, text, special, start, stop}]]``, untruncated; with a
+    prompt (``prompt_name``, or the model's default) the tokens are those of the prompted input."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
     inputs: Texts
     add_special_tokens: bool = Field(True, strict=True)
-    prompt_name: str | None = None
+    prompt_name: str | None = Field(None, description=PROMPT_NAME_DOC)
     model: str | None = None
 
 

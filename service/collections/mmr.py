@@ -109,7 +109,7 @@ async def search(svc: Any, name: str, spec: Any, raw: Any, param: str, budget: A
     metric = "sparse" if kind == "sparse" else dense.spec.metric
     query = spec.query
     if isinstance(query, str) and dense is not None and dense.bound:
-        query = (await svc.embed(c, [query]))[0].tolist()
+        query = (await svc.embed(c, [query], role="query"))[0].tolist()
     elif not isinstance(query, list) and not (isinstance(query, dict) and "indices" in query):
         raise InvalidCollectionRequest(f"{param}: MMR needs a vector query (or a text for the model's vector)", param)
     wide = copy.copy(spec)

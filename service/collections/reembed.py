@@ -142,11 +142,12 @@ class Reembedder:
         self.tasks[c.name] = asyncio.create_task(self._run(c, info, target, t), name=f"reembed-{c.name}")
 
     async def _encode(self, texts: list[str], lm: Any) -> Any:
-        """Embed with the target model; a full queue (live traffic first) is waited out, not a failure."""
+        """Embed points' texts with the target model and its document prompt (as upserts do: ``passage``, else
+        ``document``; :mod:`service.prompts`); a full queue (live traffic first) is waited out, not a failure."""
         delay = 0.05
         while True:
             try:
-                return await self._embedder().encode(texts, model=lm, param="points")
+                return await self._embedder().encode(texts, model=lm, param="points", prompt_role="document")
             except QueueFull:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)

@@ -153,7 +153,7 @@ async def _search_once(
         if (problem := query_problem(v, vec.spec.metric)) is not None:
             raise InvalidCollectionRequest(problem, f"{pre}query")
         plans.append((s, where, using, v))
-    qvecs = await svc.embed(c, texts, model) if texts else None
+    qvecs = await svc.embed(c, texts, model, role="query") if texts else None
 
     # searches that differ only in their query vector go to the backend as one multi-query search (one Milvus
     # RPC, one FAISS call), each group its own bounded backend call

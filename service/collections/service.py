@@ -1,7 +1,8 @@
 """The collections' write and search policy, between the HTTP routes and :class:`~.collection.Collection`.
 
 * **Embedding**: texts are embedded with the exact model (name, version, sha256) that embedded the collection,
-  through the service's embedder (its batcher), in chunks of ``embed_chunk``.
+  through the service's embedder (its batcher), in chunks of ``embed_chunk``, with that model's document or query
+  prompt, if it has one (:meth:`CollectionService.embed`).
 * **Dual writes while re-embedding**: while a :class:`~.reembed.Shadow` is attached, an upsert's texts are
   embedded by both models and written to both (``Collection.upsert`` checks both under its write lock).
 * **Retries on a model change**: a re-embedding may swap the collection's model between embedding and writing
@@ -132,8 +133,9 @@ class CollectionService:
                 raise r
         return [r for r in results if not isinstance(r, BaseException)]
 
-    async def embed(self, c: CollectionHandle, texts: list[str], model: dict[str, Any] | None = None) -> np.ndarray:
-        """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``.
+    async def embed(self, c: CollectionHandle, texts: list[str], model: dict | None = None, *, role: str) -> np.ndarray:
+        """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``, with its prompt for ``role``:
+        ``"document"`` (points' texts) or ``"query"`` (search texts), if any (:func:`service.prompts.prompt_prefix`).
 
         Raises:
             ModelUnavailable: that exact model (name, version, sha256) is not loaded.
@@ -152,7 +154,7 @@ class CollectionService:
                 f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs {want['sha256'][:12]}..."
             )
         chunk = self.settings.embed_chunk
-        parts = [(await emb.encode(texts[i : i + chunk], model=lm, param="points")).embeddings
+        parts = [(await emb.encode(texts[i : i + chunk], model=lm, param="points", prompt_role=role)).embeddings
                  for i in range(0, len(texts), chunk)]  # fmt: skip
         return np.concatenate(parts).astype(np.float32, copy=False)
 
@@ -242,7 +244,7 @@ class CollectionService:
                     f"collection {name!r} is being re-embedded with {smodel['name']}:{smodel['version']}: a point "
                     "given as a vector without text cannot be written until it completes (send its text)"
                 )
-            svectors = await self.embed(c, texts, smodel) if smodel else None
+            svectors = await self.embed(c, texts, smodel, role="document") if smodel else None
             try:
                 seq = await self.backend.run(
                     c.upsert, ids, texts, payloads, vecs, model=model, shadow_model=smodel, shadow_vectors=svectors,
@@ -260,7 +262,7 @@ class CollectionService:
         """float32 ``(n, d)``: the client's vectors where given (checked), the texts embedded by ``model`` elsewhere."""
         out, rest = given_vectors(given, len(texts), c.spec, c.name)
         if rest:
-            out[rest] = await self.embed(c, [texts[i] for i in rest], model)
+            out[rest] = await self.embed(c, [texts[i] for i in rest], model, role="document")
         return out
 
     async def scroll(

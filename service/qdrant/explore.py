@@ -108,7 +108,7 @@ async def _rows(
         raise InvalidCollectionRequest(f"{param}: point {bad[0]}'s vector {sname!r} is not of dimension "
                                        f"{spec.dimension}", param, "wrong_dimension")  # fmt: skip
     model = c.model and dict(c.model) if texts or (ids and lookup is None) else None
-    embedded = iter(await svc.embed(c, texts)) if texts else iter(())
+    embedded = iter(await svc.embed(c, texts, role="query")) if texts else iter(())
 
     def vector(x: Any) -> Any:  # in the order the texts were gathered
         return x if isinstance(x, list) else next(embedded) if isinstance(x, Document) else stored[(type(x), x)]

@@ -111,8 +111,9 @@ def check_client_batch(n: int, settings: Settings, param: str) -> None:
 
 
 def refuse_prompt_name(prompt_name: str | None) -> None:
-    """TEI's ``prompt_name`` picks one of the model's sentence-transformers prompts; the artifact contract carries
-    none, so a name is refused rather than silently ignored.
+    """TEI's ``prompt_name`` on ``/rerank``: a reranker artifact carries no prompts (the artifact contract refuses
+    them on one), so a name is refused rather than silently ignored. The embedding routes apply prompts instead
+    (:mod:`service.prompts`).
 
     Raises:
         APIError: 422 ``invalid_value`` on ``prompt_name`` when one is given.
@@ -120,7 +121,7 @@ def refuse_prompt_name(prompt_name: str | None) -> None:
     if prompt_name is not None:
         raise APIError(
             422,
-            f"prompt_name {prompt_name!r}: this service's models define no prompts; prepend the text yourself",
+            f"prompt_name {prompt_name!r}: rerankers take no prompts; prepend the text yourself",
             param="prompt_name",
             code="invalid_value",
         )

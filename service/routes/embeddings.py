@@ -10,8 +10,9 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import APIError
+from ..prompts import INPUT_TYPES, with_prefix
 from ..schemas import TOKEN_IDS_REFUSED, DecodeRequest, EmbeddingsRequest, EmbedRequest, TokenizeRequest, as_list
-from . import JSONRoute, check_client_batch, embedder_of, json_response, refuse_prompt_name
+from . import JSONRoute, check_client_batch, embedder_of, json_response
 
 router = APIRouter(route_class=JSONRoute)
 
@@ -36,15 +37,20 @@ async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Respon
 
     Rows are L2-normalised; ``dimensions`` keeps the first columns and renormalises.
     ``embedding`` is a float list, or a base64 string of little-endian float32 with
-    ``encoding_format="base64"``. Errors: 404 unknown model, 413 too many inputs,
-    422 invalid input/dimensions, 422 ``token_ids_unsupported`` for ``input`` as token arrays (why:
+    ``encoding_format="base64"``. NVIDIA NIM's ``input_type`` (``query``, ``passage``) picks the model's prompt of
+    that role, if it has one (``service.schemas.EmbeddingsRequest``); without it the model's default prompt, if any,
+    applies. Errors: 404 unknown model, 413 too many inputs,
+    422 invalid input/dimensions/input_type, 422 ``token_ids_unsupported`` for ``input`` as token arrays (why:
     ``service.schemas.TOKEN_IDS_REFUSED``), 429 queue full.
     """
     if isinstance(body.input, list) and not all(isinstance(t, str) for t in body.input):
         raise APIError(422, TOKEN_IDS_REFUSED, param="input", code="token_ids_unsupported")
     texts = as_list(body.input)
     check_client_batch(len(texts), request.app.state.settings, "input")
-    res = await embedder_of(request).encode(texts, model=body.model, dimensions=body.dimensions, param="input")
+    role = INPUT_TYPES[body.input_type] if body.input_type is not None else None
+    res = await embedder_of(request).encode(
+        texts, model=body.model, dimensions=body.dimensions, param="input", prompt_role=role
+    )
     if body.encoding_format == "base64":
         data = [{"object": "embedding", "index": i, "embedding": b64_row(r)} for i, r in enumerate(res.embeddings)]
     else:
@@ -69,9 +75,10 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
 
     ``normalize=false`` returns the pooled vectors; ``truncate=false`` makes an input over
     ``max_seq_length`` tokens a 413 naming its token count; ``truncation_direction="left"`` keeps the end of an
-    over-long input instead of its start. A ``prompt_name`` is a 422: artifacts carry no prompts.
+    over-long input instead of its start. ``prompt_name`` prepends that prompt of the model's to every input before
+    tokenisation (TEI API reference, ``EmbedRequest.prompt_name``; none named: the model's ``default_prompt_name``);
+    a name the model does not define is a 422 ``invalid_value`` listing its prompts.
     """
-    refuse_prompt_name(body.prompt_name)
     texts = as_list(body.inputs)
     check_client_batch(len(texts), request.app.state.settings, "inputs")
     res = await embedder_of(request).encode(
@@ -82,6 +89,7 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
         normalize=body.normalize,
         dimensions=body.dimensions,
         param="inputs",
+        prompt_name=body.prompt_name,
     )
     return json_response(np.ascontiguousarray(res.embeddings, dtype=np.float32), headers=model_headers(res.model))
 
@@ -100,11 +108,15 @@ def _tei_tokens(text: str, enc) -> list[dict]:
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     """TEI tokenize: ``[[{id, text, special, start, stop}]]``, one list per input, untruncated (the tokens the model
-    would see before ``max_seq_length`` cuts them). A ``prompt_name`` is a 422: artifacts carry no prompts."""
-    refuse_prompt_name(body.prompt_name)
+    would see before ``max_seq_length`` cuts them). With a prompt (``prompt_name``, else the model's default, as
+    ``/embed`` applies them) the tokens are those of the prompted input, and offsets count the prompt's characters
+    (as TEI's do); an unknown ``prompt_name`` is a 422."""
     texts = as_list(body.inputs)
     check_client_batch(len(texts), request.app.state.settings, "inputs")
-    encs, info = await embedder_of(request).tokens(texts, model=body.model, add_special_tokens=body.add_special_tokens)
+    emb = embedder_of(request)
+    lm = emb.resolve(body.model)
+    texts = with_prefix(emb.prompt(lm, name=body.prompt_name), texts)
+    encs, info = await emb.tokens(texts, model=lm, add_special_tokens=body.add_special_tokens)
     out = await run_in_threadpool(lambda: [_tei_tokens(t, e) for t, e in zip(texts, encs)])
     return json_response(out, headers=model_headers(info))
 

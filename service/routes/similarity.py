@@ -6,7 +6,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 
 from ..schemas import SimilarityRequest, TeiOptions
-from . import JSONRoute, check_client_batch, embedder_of, json_response, refuse_prompt_name
+from . import JSONRoute, check_client_batch, embedder_of, json_response
 
 router = APIRouter(route_class=JSONRoute)
 
@@ -15,8 +15,8 @@ router = APIRouter(route_class=JSONRoute)
 async def similarity(body: SimilarityRequest, request: Request) -> Response:
     """``{"scores": [float], "model": str}``: cosine of ``sentences[i]`` with ``source_sentence``, or of ``pairs[i]``;
     TEI's form (``{"inputs": {"source_sentence", "sentences"}}``) gets TEI's answer, the bare ``[float]`` (TEI API
-    reference, ``POST /similarity``), and its ``parameters`` (``truncate``, ``truncation_direction``; a
-    ``prompt_name`` is a 422).
+    reference, ``POST /similarity``), and its ``parameters`` (``truncate``, ``truncation_direction``, ``prompt_name``:
+    the model's prompt prepended to every sentence, as ``/embed`` does; none named: its default prompt, if any).
 
     Each distinct text is embedded once. The input count checked against
     ``max_client_batch_size`` is the number of texts sent (1 + len(sentences), or 2 x len(pairs)).
@@ -32,11 +32,11 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     uniq = list(dict.fromkeys(left + right))
     pos = {t: i for i, t in enumerate(uniq)}
     opts = body.parameters or TeiOptions()
-    refuse_prompt_name(opts.prompt_name)
     truncate = body.truncate if opts.truncate is None else opts.truncate
     res = await embedder_of(request).encode(
-        uniq, model=body.model, truncate=truncate, truncation_direction=opts.truncation_direction, param=param
-    )
+        uniq, model=body.model, truncate=truncate, truncation_direction=opts.truncation_direction, param=param,
+        prompt_name=opts.prompt_name,
+    )  # fmt: skip
     e = res.embeddings
     a = e[[pos[t] for t in left]]
     b = e[[pos[t] for t in right]]

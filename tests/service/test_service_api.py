@@ -270,7 +270,8 @@ def test_truncate_false_long_input_413(client, default_artifact):
 def test_tei_routes_and_options(client, stsb):
     """TEI's ``POST /`` and the unversioned OpenAI ``POST /embeddings`` answer as ``/embed`` and ``/v1/embeddings``;
     ``truncate: null`` is the default; ``truncation_direction: "left"`` keeps an over-long input's end (also past
-    the characters the tokenizer reads); a ``prompt_name`` is refused, not ignored."""
+    the characters the tokenizer reads); a ``prompt_name`` is refused, not ignored: this model defines no prompts
+    (prompts themselves: ``test_prompts.py``)."""
     texts = list(dict.fromkeys(stsb.sent1))[:8]
     want = client.post("/embed", json={"inputs": texts}).json()
     assert client.post("/", json={"inputs": texts, "truncate": None}).json() == want
