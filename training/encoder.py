@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.pooling import Pooling, pool
-from training.st_dir import default_model_dir, read_st_config, write_st_config
+from training.st_dir import default_model_dir, read_st_config, read_st_prompts, write_st_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -344,7 +344,8 @@ class SentenceEncoder(nn.Module):
         Writes the Hugging Face model/tokenizer files, ``modules.json``, ``1_Pooling/config.json``,
         ``sentence_bert_config.json`` (``max_seq_length`` = :attr:`serve_max_seq_length`) and, when
         ``normalize``, a ``Normalize`` module, so ``SentenceTransformer(out_dir)`` loads it and
-        ``training.export.export_artifact`` reads the pooling from it.
+        ``training.export.export_artifact`` reads the pooling from it. The source model's sentence-transformers
+        ``prompts`` (and default) are kept.
         """
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
@@ -357,6 +358,7 @@ class SentenceEncoder(nn.Module):
             if self.head is None:
                 raise ValueError("with_head=True but the encoder has no MLP head")
             self.head.save_st_dense(d / "2_Dense")
+        prompts, default_prompt = read_st_prompts(self.source)  # the source's prompts stay the model's
         write_st_config(
             d,
             hidden=self.hidden_size,
@@ -364,5 +366,7 @@ class SentenceEncoder(nn.Module):
             max_seq_length=self.serve_max_seq_length,
             dense_dir="2_Dense" if with_head else None,
             normalize=normalize,
+            prompts=prompts,
+            default_prompt_name=default_prompt,
         )
         return d

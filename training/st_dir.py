@@ -99,12 +99,15 @@ def write_st_config(
     max_seq_length: int,
     dense_dir: str | None = None,
     normalize: bool = True,
+    prompts: dict[str, str] | None = None,
+    default_prompt_name: str | None = None,
 ) -> None:
     """Write the sentence-transformers files beside a saved Hugging Face model in ``out_dir``.
 
     ``modules.json`` (Transformer, Pooling, the ``Dense`` module in ``dense_dir`` when given, whose weights the
     caller writes, and ``Normalize`` when ``normalize``), ``1_Pooling/config.json`` (``hidden`` =
-    word_embedding_dimension), ``sentence_bert_config.json`` and ``config_sentence_transformers.json`` (cosine).
+    word_embedding_dimension), ``sentence_bert_config.json`` and ``config_sentence_transformers.json`` (cosine,
+    ``prompts`` and ``default_prompt_name`` as sentence-transformers stores them; none by default).
     """
     d = Path(out_dir)
     kinds = [("", "Transformer"), ("1_Pooling", "Pooling")]
@@ -126,8 +129,18 @@ def write_st_config(
     (d / "1_Pooling" / "config.json").write_text(json.dumps(pool_cfg, indent=2))
     sb = {"max_seq_length": max_seq_length, "do_lower_case": False}
     (d / SENTENCE_BERT_CONFIG).write_text(json.dumps(sb, indent=2))
-    st = {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}
+    st = {"similarity_fn_name": "cosine", "prompts": dict(prompts or {}), "default_prompt_name": default_prompt_name}
     (d / "config_sentence_transformers.json").write_text(json.dumps(st, indent=2))
+
+
+def read_st_prompts(model_dir: str | os.PathLike) -> tuple[dict[str, str], str | None]:
+    """``(prompts, default_prompt_name)`` of a sentence-transformers directory's ``config_sentence_transformers.json``
+    (``({}, None)`` when it has none, or is not a local directory)."""
+    f = Path(model_dir) / "config_sentence_transformers.json"
+    if not f.is_file():
+        return {}, None
+    cfg = json.loads(f.read_text())
+    return dict(cfg.get("prompts") or {}), cfg.get("default_prompt_name")
 
 
 def copy_st_config(src: str | os.PathLike, dst: str | os.PathLike) -> None:

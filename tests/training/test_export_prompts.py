@@ -91,14 +91,24 @@ def test_st_prompts_reads_sentence_transformers_config(tmp_path):
             st_prompts(_st_dir(tmp_path, bad))
 
 
-def test_export_artifact_puts_the_source_prompts_in_the_manifest_spec(tmp_path, monkeypatch):
-    """``export_artifact`` hands the source directory's prompts to the manifest (the graph export itself stubbed:
-    it is the same with or without prompts, and takes ~15 s)."""
-    seen = {}
-    monkeypatch.setattr(export_artifact_module, "load_pooled_encoder", lambda d, p, n: (None, None, "mean", 128, False))
-    monkeypatch.setattr(
-        export_artifact_module, "export_module", lambda m, t, out, spec, **kw: seen.setdefault("s", spec)
-    )
-    src = _st_dir(tmp_path, {"prompts": PROMPTS, "default_prompt_name": "passage"})
-    export_artifact_module.export_artifact(src, tmp_path / "out", name="p", evaluate="none")
-    assert (seen["s"].prompts, seen["s"].default_prompt_name) == (PROMPTS, "passage")
+def test_a_trained_models_prompts_reach_its_exported_manifest(tmp_path):
+    """The whole path, for real, on a tiny encoder (1 layer, 32 wide: its export takes a second, the default
+    model's ~15 s): a source with sentence-transformers prompts → :class:`training.encoder.SentenceEncoder` saved as
+    a training run saves its best model (the prompts kept) → ``export_artifact`` → the manifest."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from training.encoder import SentenceEncoder
+    from training.st_dir import default_model_dir, write_st_config
+
+    src = tmp_path / "src"
+    tok = AutoTokenizer.from_pretrained(str(default_model_dir()))
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    BertModel(cfg).save_pretrained(src)
+    tok.save_pretrained(src)
+    write_st_config(src, hidden=32, pooling="mean", max_seq_length=64, prompts=PROMPTS, default_prompt_name="query")
+    trained = SentenceEncoder(str(src), max_seq_length=64).save_sentence_transformer(tmp_path / "best")
+    assert st_prompts(trained) == (PROMPTS, "query")
+    export_artifact_module.export_artifact(trained, tmp_path / "art", name="tiny", evaluate="none")
+    m = validate_artifact(tmp_path / "art")
+    assert (m.prompts, m.default_prompt_name) == (PROMPTS, "query")
