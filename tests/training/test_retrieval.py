@@ -18,7 +18,7 @@ def task():
     from training.retrieval import RetrievalTask
     from training.st_dir import default_model_dir
 
-    return RetrievalTask.build("beir/scifact", dev_fraction=0.2, split_seed=3, hard_negatives="bm25+dense",
+    return RetrievalTask.build("beir/scifact", dev_fraction=0.2, split_seed=3, hard_negatives="bm25",
                                negatives_depth=3, model_dir=default_model_dir(), max_seq_length=64, **SLICE)  # fmt: skip
 
 
@@ -46,21 +46,13 @@ def test_triplets_train_on_train_queries_with_mined_negatives(task):
     assert len(task.triplets) == sum(len(data.qrels[q]) for q in task.train_queries)
 
 
-def test_the_default_encoder_retrieves_far_above_chance(task):
-    from training.evaluation import torch_encode_fn
-    from training.st_dir import default_model_dir
-
-    scores = task.report(torch_encode_fn(str(default_model_dir()), 64), "test")
-    # 150 abstracts plus the test claims' positives: a random ranking scores ~2; the default encoder far more
-    assert scores["scifact-test-ndcg@10"] > 50 and scores["scifact-test-recall@100"] > 80
-
-
 def test_a_retrieval_run_chooses_by_dev_and_reports_test(tmp_path):
+    """Negatives mined by BM25 and the dense model (interleaved), 3R on, 2 steps, dev every step, test once."""
     from training.config import TrainSettings
     from training.trainer import Trainer
 
     cfg = TrainSettings(
-        data={"mode": "retrieval", "train_file": "beir/scifact", "hard_negatives": "bm25", "negatives_depth": 2,
+        data={"mode": "retrieval", "train_file": "beir/scifact", "hard_negatives": "bm25+dense", "negatives_depth": 2,
               "dev_fraction": 0.2, **SLICE},
         max_seq_length=32, batch_size=8, max_steps=2, eval_every=1, final_eval_tasks=[], export=False,
         progress=False, output_dir=str(tmp_path), three_r={"enabled": True, "c_init": 0.16},
@@ -68,7 +60,10 @@ def test_a_retrieval_run_chooses_by_dev_and_reports_test(tmp_path):
     res = Trainer(cfg).run()
     assert res["best_step"] in (1, 2) and (tmp_path / "best" / "model.safetensors").is_file()
     assert set(res["scores"]) == {"scifact-dev-ndcg@10", "scifact-test-ndcg@10", "scifact-test-recall@100"}
-    assert 0 < res["scores"]["scifact-test-ndcg@10"] <= 100 and res["c_final"] is not None
+    # two steps leave the default encoder nearly as it was: on 150 abstracts plus the test claims' positives a random
+    # ranking scores ~2, the encoder far more
+    assert res["scores"]["scifact-test-ndcg@10"] > 50 and res["scores"]["scifact-test-recall@100"] > 80
+    assert res["c_final"] is not None
 
 
 @pytest.mark.parametrize("loss", ["bce", "mnrl", "lambda"])
