@@ -17,6 +17,15 @@ def cpu_model() -> str:
     )
 
 
+def gpu_model() -> str:
+    """The first CUDA device's name as torch reports it, or ``"none"`` (no torch, no CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return "none"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+
+
 def write_json(path: str | None, rows: list[dict]) -> None:
     """Write ``{"cpu": cpu_model(), "rows": rows}`` to ``path`` (its folder created), when a path is given."""
     if path:

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.beir_eval import data_args, load, score  # noqa: E402
-from bench.machine import cpu_model, write_json  # noqa: E402
+from bench.machine import cpu_model, gpu_model, write_json  # noqa: E402
 from bench.rerank_eval import MODES, reranked  # noqa: E402
 
 
@@ -55,14 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {m: {q: r[q] for q in queries} for m, r in json.loads(Path(a.first_stage).read_text()).items()}
     keys = sorted({(q, d) for m in MODES for q in queries for d in runs[m][q]})
     pairs = [(queries[q], texts[d]) for q, d in keys]
-    gpu = ""
-    try:
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
-    except ImportError:
-        pass
-    print(f"CPU: {cpu_model()}; GPU: {gpu or 'none'}; load average before: {os.getloadavg()}", flush=True)
+    print(f"CPU: {cpu_model()}; GPU: {gpu_model()}; load average before: {os.getloadavg()}", flush=True)
     results = {}
     for spec in a.model:
         name, path = spec.split("=", 1)

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import cpu_model, write_json  # noqa: E402
+from bench.machine import cpu_model, gpu_model, write_json  # noqa: E402
 
 CONFIGS = {"plain": "configs/scifact_sup.yaml", "3r": "configs/scifact_sup_3r.yaml"}
 
@@ -71,14 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the table here too")
     a = ap.parse_args(argv)
     root, seeds, names = Path(a.root), [int(s) for s in a.seeds.split(",")], a.configs.split(",")
-    gpu = ""
-    try:
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
-    except ImportError:
-        pass
-    print(f"CPU: {cpu_model()}; GPU: {gpu or 'none'}; load average before: {os.getloadavg()}", flush=True)
+    print(f"CPU: {cpu_model()}; GPU: {gpu_model()}; load average before: {os.getloadavg()}", flush=True)
     jobs = [(n, s) for s in seeds for n in names]
     with ThreadPoolExecutor(a.parallel) as pool:
         got = dict(zip(jobs, pool.map(lambda j: run_one(root, j[0], CONFIGS[j[0]], j[1], a.train_arg), jobs)))
