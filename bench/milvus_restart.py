@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import cpu_model  # noqa: E402
-from tests.milvus_utils import milvus_client, milvus_server  # noqa: E402
+from tests.milvus_utils import _ping, milvus_client, milvus_server  # noqa: E402
 
 CLUES = re.compile(r"waiting|wait for|node not match|session|panic|retry|timeout", re.I)
 
@@ -126,7 +126,7 @@ def container_cycles(a) -> list[dict]:
         if not running():
             subprocess.run([a.engine, "start", a.container], check=True, capture_output=True)
             row["note"] = "not restarted by its policy within 10 s: started by hand"
-        while not _answers(a.uri, a.token) and time.monotonic() - t0 < a.timeout:
+        while not _ping(a.uri, a.token) and time.monotonic() - t0 < a.timeout:
             time.sleep(0.5)
         row["answers_s"] = round(time.monotonic() - t0, 1)
         while not serving(a.uri, a.token) and time.monotonic() - t0 < a.timeout:
@@ -135,16 +135,6 @@ def container_cycles(a) -> list[dict]:
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
-
-
-def _answers(uri: str, token: str) -> bool:
-    try:
-        c = milvus_client(uri, token, timeout=3)
-        c.list_collections()
-        c.close()
-        return True
-    except Exception:
-        return False
 
 
 def server_cycles(a) -> list[dict]:
