@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.machine import cpu_model, write_json  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
+from training.retrieval import ndcg_at  # noqa: E402  (BEIR's nDCG@k, the one definition)
 
 MODEL = "all-minilm-l6-v2"
 BATCH = 64
@@ -51,13 +51,6 @@ def load(root: Path) -> tuple[list[dict], dict[str, str], dict[str, dict[str, in
             qid, did, rel = line.strip().split("\t")
             qrels.setdefault(qid, {})[did] = int(rel)
     return corpus, {q: queries[q] for q in qrels}, qrels
-
-
-def ndcg_at(ranked: list[str], rel: dict[str, int], k: int = 10) -> float:
-    """nDCG@k with the qrels' gains and a log2 discount, the ideal DCG from the qrels (BEIR's pytrec_eval)."""
-    dcg = sum(rel.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
-    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(rel.values(), reverse=True)[:k]))
-    return dcg / ideal if ideal else 0.0
 
 
 def recall_at(ranked: list[str], rel: dict[str, int], k: int = 100) -> float:

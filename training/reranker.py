@@ -78,20 +78,14 @@ class RerankerConfig:
 
 
 def _data(cfg: RerankerConfig):
-    from training.data.scifact import load_scifact, merge_negatives, mine_dense_negatives, mine_negatives, split_queries
+    from training.data.scifact import load_scifact, mine, split_queries
     from training.st_dir import default_model_dir
 
     data = load_scifact(cfg.max_queries, cfg.max_corpus, cfg.seed)
     train_q, dev_q = split_queries(list(data.qrels), cfg.dev_fraction, cfg.seed)
-    sources, depth = [], cfg.negatives_per_query
-    for kind in cfg.negatives.split("+"):
-        if kind == "bm25":
-            sources.append(mine_negatives(data, train_q + dev_q, depth))
-        elif kind == "dense":
-            sources.append(mine_dense_negatives(data, train_q + dev_q, depth, default_model_dir(), cfg.max_seq_length))
-        else:
-            raise ValueError(f"negatives: unknown source {kind!r} (bm25, dense, bm25+dense)")
-    return data, train_q, dev_q, merge_negatives(*sources, depth=depth)
+    negatives = mine(data, train_q + dev_q, cfg.negatives, cfg.negatives_per_query, default_model_dir(),
+                     cfg.max_seq_length)  # fmt: skip
+    return data, train_q, dev_q, negatives
 
 
 def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negatives: dict[str, list[str]]):

@@ -95,22 +95,14 @@ class RetrievalTask:
         Raises:
             FileNotFoundError: the dataset is missing. ValueError: unknown ``hard_negatives``.
         """
-        from training.data.scifact import merge_negatives, mine_dense_negatives, mine_negatives, split_queries, triplets
+        from training.data.scifact import mine, split_queries, triplets
         from training.data.sts import data_root
 
         if not Path(directory).is_dir():  # a path under the shared data root, e.g. beir/scifact
             directory = data_root() / directory
         data = load_scifact(max_queries, max_corpus, split_seed, directory=directory)
         train_q, dev_q = split_queries(list(data.qrels), dev_fraction, split_seed)
-        sources = []
-        for kind in hard_negatives.split("+"):
-            if kind == "bm25":
-                sources.append(mine_negatives(data, train_q, negatives_depth))
-            elif kind == "dense":
-                sources.append(mine_dense_negatives(data, train_q, negatives_depth, model_dir, max_seq_length))
-            elif kind != "none":
-                raise ValueError(f"hard_negatives: unknown source {kind!r} (bm25, dense, bm25+dense, none)")
-        negatives = merge_negatives(*sources, depth=negatives_depth) if sources else {q: [] for q in train_q}
+        negatives = mine(data, train_q, hard_negatives, negatives_depth, model_dir, max_seq_length)
         rows = triplets(data, train_q, negatives)
         log.info("retrieval data: %d train / %d dev queries, %d triplets, negatives %s", len(train_q), len(dev_q),
                  len(rows), hard_negatives)  # fmt: skip

@@ -156,6 +156,26 @@ def merge_negatives(*sources: dict[str, list[str]], depth: int) -> dict[str, lis
     return out
 
 
+def mine(data: SciFact, query_ids: list[str], sources: str, depth: int, model_dir: str | Path,
+         max_seq_length: int = 256) -> dict[str, list[str]]:  # fmt: skip
+    """Per query, up to ``depth`` hard negatives from ``sources``: ``bm25`` (:func:`mine_negatives`), ``dense`` (the
+    bi-encoder in ``model_dir``, :func:`mine_dense_negatives`), ``bm25+dense`` (interleaved, :func:`merge_negatives`)
+    or ``none`` (no negative: every list empty).
+
+    Raises:
+        ValueError: an unknown source.
+    """
+    found = []
+    for kind in sources.split("+"):
+        if kind == "bm25":
+            found.append(mine_negatives(data, query_ids, depth))
+        elif kind == "dense":
+            found.append(mine_dense_negatives(data, query_ids, depth, model_dir, max_seq_length))
+        elif kind != "none":
+            raise ValueError(f"unknown source of hard negatives {kind!r} (bm25, dense, bm25+dense, none)")
+    return merge_negatives(*found, depth=depth) if found else {q: [] for q in query_ids}
+
+
 def triplets(data: SciFact, query_ids: list[str], negatives: dict[str, list[str]]) -> list[tuple[str, str, str]]:
     """``(query, positive passage, hard negative passage)``, one per judged pair of ``query_ids``; the n-th positive
     of a query takes its n-th mined negative (cycling), so a query's triplets differ in their negative. Queries
