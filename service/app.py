@@ -89,8 +89,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await _close_quietly(backend)
             raise
         opened["backend"] = backend
-        app.state.collection_service = CollectionService(backend, lambda: app.state.embedder,
-                                                         open_sparse_models(settings))  # fmt: skip
+        app.state.collection_service = CollectionService(
+            backend, lambda: app.state.embedder, open_sparse_models(settings)
+        )
         # collections follow the active model
         reembedder = opened["reembedder"] = Reembedder(lambda: app.state.embedder, registry, backend, control)
         await reembedder.start()

@@ -34,8 +34,11 @@ def protocol_class() -> type:
         class EnvelopeH11Protocol(H11Protocol):
             def send_400_response(self, msg: str) -> None:
                 body = envelope_400(msg)
-                headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                           (b"content-length", str(len(body)).encode())]  # fmt: skip
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"connection", b"close"),
+                    (b"content-length", str(len(body)).encode()),
+                ]
                 for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
                     self.transport.write(self.conn.send(event))
                 self.transport.close()
@@ -48,8 +51,13 @@ def protocol_class() -> type:
             content = [STATUS_LINE[400]]
             for name, value in self.server_state.default_headers:
                 content.extend([name, b": ", value, b"\r\n"])
-            content += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),
-                        b"connection: close\r\n", b"\r\n", body]  # fmt: skip
+            content += [
+                b"content-type: application/json\r\n",
+                b"content-length: %d\r\n" % len(body),
+                b"connection: close\r\n",
+                b"\r\n",
+                body,
+            ]
             self.transport.write(b"".join(content))
             self.transport.close()
 

@@ -196,18 +196,24 @@ class CollectionsCollector(Collector):
     def _families(self) -> dict[str, GaugeMetricFamily]:
         ci, c = ["collection", "index"], ["collection"]
         specs = {
-            "info": ("collection (value 1) with its index type, metric and embedding model", [*ci, "metric", "model", "version"]),
+            "info": (
+                "collection (value 1) with its index type, metric and embedding model",
+                [*ci, "metric", "model", "version"],
+            ),
             "points": ("live points in the collection", ci),
             "index_vectors": ("vectors in the FAISS index, tombstones included", ci),
             "index_tombstones": ("removed vectors still in the FAISS index (until a rebuild)", ci),
             "index_trained": ("1 once the index is trained, else 0", ci),
-            "writes_since_snapshot": ("write sequence numbers not covered by the newest snapshot (embedded backend)", c),
+            "writes_since_snapshot": (
+                "write sequence numbers not covered by the newest snapshot (embedded backend)",
+                c,
+            ),
             "snapshot_age_seconds": ("seconds since the last snapshot, or since opening (embedded backend)", c),
             "reembed_done": ("points re-embedded towards the new active model (running or last re-embedding)", c),
             "reembed_total": ("points the running or last re-embedding has to embed", c),
             "reembed_state": ("1 for the collection's re-embedding state, 0 for the others", [*c, "state"]),
             "stats_age_seconds": ("seconds since the values of the other embed_collection_* gauges were read", c),
-        }  # fmt: skip
+        }
         return {k: GaugeMetricFamily(f"embed_collection_{k}", doc, labels=labels) for k, (doc, labels) in specs.items()}
 
     def describe(self) -> Iterator[Metric]:

@@ -315,7 +315,11 @@ class ServiceMiddleware:
 
     def _too_large(self, n: int, at_least: bool = False, qdrant: bool = False) -> APIError:
         what = f"more than {n - 1}" if at_least else str(n)
-        limit, name = (self.qdrant_max_payload_bytes, "qdrant_max_payload_bytes") if qdrant else (
-            self.max_payload_bytes, "max_payload_bytes")  # fmt: skip
-        return APIError(413, f"request body is {what} bytes; the limit is {limit} bytes ({name})",
-                        code="payload_too_large")  # fmt: skip
+        limit, name = (
+            (self.qdrant_max_payload_bytes, "qdrant_max_payload_bytes")
+            if qdrant
+            else (self.max_payload_bytes, "max_payload_bytes")
+        )
+        return APIError(
+            413, f"request body is {what} bytes; the limit is {limit} bytes ({name})", code="payload_too_large"
+        )

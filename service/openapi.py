@@ -183,7 +183,9 @@ class SnapshotList(BaseModel):
 
 # the answers of a wait=false snapshot operation (accepted, running in the background): native and Qdrant's
 Accepted = create_model("Accepted", status=(Literal["accepted"], ...))
-QdrantAccepted = create_model("QdrantAccepted", result=(None, None), status=(Literal["accepted"], ...), time=(float, ...))  # fmt: skip
+QdrantAccepted = create_model(
+    "QdrantAccepted", result=(None, None), status=(Literal["accepted"], ...), time=(float, ...)
+)
 
 
 BINARY = "binary"  # the snapshot file a download answers (``application/octet-stream``)
@@ -236,8 +238,10 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("POST", "/collections/aliases"): (200, _Open, COLLECTION),
     ("GET", "/aliases"): (200, _Open, (401, 503)),
     ("GET", "/collections/{name}/aliases"): (200, _Open, READ),
-    **dict.fromkeys([("PUT", "/collections/{name}/vectors/{vector}"), ("DELETE", "/collections/{name}/vectors/{vector}")],
-                    (200, CollectionInfo, COLLECTION)),
+    **dict.fromkeys(
+        [("PUT", "/collections/{name}/vectors/{vector}"), ("DELETE", "/collections/{name}/vectors/{vector}")],
+        (200, CollectionInfo, COLLECTION),
+    ),
     ("GET", "/qdrant"): (200, _Open, (401,)),
     ("GET", "/qdrant/collections"): (200, _q(dict[str, list[dict[str, str]]], "QdrantCollections"), (401, 503)),
     ("PUT", QDRANT_COLLECTION): (200, _q(bool, "QdrantCreated"), COLLECTION),
@@ -247,8 +251,13 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", f"{QDRANT_COLLECTION}/exists"): (200, _q(dict[str, bool], "QdrantExists"), (401, 422, 503)),
     ("PUT", f"{QDRANT_COLLECTION}/index"): (200, QDRANT_UPDATE, COLLECTION),
     ("DELETE", f"{QDRANT_COLLECTION}/index/{{field_name}}"): (200, QDRANT_UPDATE, COLLECTION),
-    **dict.fromkeys([("PUT", f"{QDRANT_COLLECTION}/vectors/{{vector_name}}"),
-                     ("DELETE", f"{QDRANT_COLLECTION}/vectors/{{vector_name}}")], (200, QDRANT_UPDATE, COLLECTION)),
+    **dict.fromkeys(
+        [
+            ("PUT", f"{QDRANT_COLLECTION}/vectors/{{vector_name}}"),
+            ("DELETE", f"{QDRANT_COLLECTION}/vectors/{{vector_name}}"),
+        ],
+        (200, QDRANT_UPDATE, COLLECTION),
+    ),
     ("PUT", f"{QDRANT_COLLECTION}/points"): (200, QDRANT_UPDATE, COLLECTION),
     ("POST", f"{QDRANT_COLLECTION}/points"): (200, _q(list[QdrantRecord], "QdrantRecords"), COLLECTION),
     ("GET", f"{QDRANT_COLLECTION}/points/{{point_id}}"): (200, _q(QdrantRecord, "QdrantRecordResponse"), READ),
@@ -276,11 +285,22 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", "/qdrant/aliases"): (200, _q(ALIASES, "QdrantAliases"), (401, 503)),
     ("GET", f"{QDRANT_COLLECTION}/aliases"): (200, _q(ALIASES, "QdrantCollectionAliases"), READ),
     ("POST", f"{QDRANT_COLLECTION}/points/search"): (200, _q(list[QdrantScored], "QdrantSearch"), COLLECTION),
-    ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (200, _q(list[list[QdrantScored]], "QdrantSearchBatch"), COLLECTION),
-    ("POST", f"{QDRANT_COLLECTION}/points/search/matrix/pairs"): (200, _q(QdrantMatrixPairs, "QdrantPairs"), COLLECTION),
-    ("POST", f"{QDRANT_COLLECTION}/points/search/matrix/offsets"): (200, _q(QdrantMatrixOffsets, "QdrantOffsets"),
-                                                                    COLLECTION),
-}  # fmt: skip
+    ("POST", f"{QDRANT_COLLECTION}/points/search/batch"): (
+        200,
+        _q(list[list[QdrantScored]], "QdrantSearchBatch"),
+        COLLECTION,
+    ),
+    ("POST", f"{QDRANT_COLLECTION}/points/search/matrix/pairs"): (
+        200,
+        _q(QdrantMatrixPairs, "QdrantPairs"),
+        COLLECTION,
+    ),
+    ("POST", f"{QDRANT_COLLECTION}/points/search/matrix/offsets"): (
+        200,
+        _q(QdrantMatrixOffsets, "QdrantOffsets"),
+        COLLECTION,
+    ),
+}
 
 _DESCRIPTIONS = {
     400: "malformed HTTP request (an invalid Content-Length header)",
@@ -323,8 +343,10 @@ def document(router: APIRouter, error_model: type[BaseModel] = ErrorBody) -> API
                 ok["model"] = schema
             responses: dict[int | str, Any] = {status: ok}
             if route.path.endswith(("/snapshots/recover", "/snapshots", "/snapshots/upload")) and method != "GET":
-                responses[202] = {"model": QdrantAccepted if route.path.startswith("/qdrant") else Accepted,
-                                  "description": "wait=false: accepted, running in the background"}  # fmt: skip
+                responses[202] = {
+                    "model": QdrantAccepted if route.path.startswith("/qdrant") else Accepted,
+                    "description": "wait=false: accepted, running in the background",
+                }
             for code in (*errors, 500):
                 responses[code] = {"model": error_model, "description": _DESCRIPTIONS[code]}
             route.responses = responses

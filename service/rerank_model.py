@@ -30,8 +30,10 @@ class WrongModelTask(LookupError):
     embedding model for reranking (``not_a_reranker``); a 422 naming ``param``."""
 
     def __init__(self, name: str, task: str, wanted: str, param: str = "model") -> None:
-        super().__init__(f"model {name!r} is {'a reranker' if task == 'reranker' else 'an embedding model'}; this "
-                         f"route needs {'a reranker' if wanted == 'reranker' else 'an embedding model'}")  # fmt: skip
+        super().__init__(
+            f"model {name!r} is {'a reranker' if task == 'reranker' else 'an embedding model'}; this "
+            f"route needs {'a reranker' if wanted == 'reranker' else 'an embedding model'}"
+        )
         self.param = param
         self.code = "not_a_reranker" if wanted == "reranker" else "not_an_embedding_model"
 

@@ -89,8 +89,9 @@ class Reranker:
             raise InvalidInput(f"{param} must be a non-empty list of non-empty strings", param)
         lm = self.resolve(model)
         try:
-            res = await lm.batcher.submit([(query, d) for d in documents], truncate=truncate,
-                                          direction=truncation_direction)  # fmt: skip
+            res = await lm.batcher.submit(
+                [(query, d) for d in documents], truncate=truncate, direction=truncation_direction
+            )
         except (InputTooLong, RequestTooLarge) as e:
             e.param = param
             raise

@@ -124,10 +124,12 @@ class TrainSettings(YamlSettings):
     )
     max_seq_length: int = Field(32, ge=4)
     dropout: float | None = Field(
-        None, ge=0.0, lt=1.0,
+        None,
+        ge=0.0,
+        lt=1.0,
         description="dropout rate of every dropout layer of the encoder during training (SimCSE's augmentation, "
         "its Table 2 sweeps it); None keeps the encoder's own (BERT: 0.1)",
-    )  # fmt: skip
+    )
     # objective(s)
     losses: dict[str, LossTerm] = Field(default_factory=lambda: {"simcse": LossTerm()})
     three_r: ThreeRConfig = Field(default_factory=ThreeRConfig)

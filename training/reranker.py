@@ -73,8 +73,10 @@ class RerankerConfig:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
         skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize"}
         objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
-        return {"objective": objective.get(self.loss, self.loss), **{k: v for k, v in dataclasses.asdict(self).items()
-                                                                   if k not in skip}}  # fmt: skip
+        return {
+            "objective": objective.get(self.loss, self.loss),
+            **{k: v for k, v in dataclasses.asdict(self).items() if k not in skip},
+        }
 
 
 def _data(cfg: RerankerConfig):
@@ -83,8 +85,9 @@ def _data(cfg: RerankerConfig):
 
     data = load_scifact(cfg.max_queries, cfg.max_corpus, cfg.seed)
     train_q, dev_q = split_queries(list(data.qrels), cfg.dev_fraction, cfg.seed)
-    negatives = mine(data, train_q + dev_q, cfg.negatives, cfg.negatives_per_query, default_model_dir(),
-                     cfg.max_seq_length)  # fmt: skip
+    negatives = mine(
+        data, train_q + dev_q, cfg.negatives, cfg.negatives_per_query, default_model_dir(), cfg.max_seq_length
+    )
     return data, train_q, dev_q, negatives
 
 
@@ -128,8 +131,14 @@ def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negative
 
 def dev_samples(data, dev_q: list[str], negatives: dict[str, list[str]]) -> list[dict]:
     """``CrossEncoderRerankingEvaluator`` samples: per dev query its positives and mined negatives (texts)."""
-    return [{"query": data.queries[q], "positive": [data.corpus[d] for d in sorted(data.qrels[q])],
-             "negative": [data.corpus[d] for d in negatives[q]]} for q in dev_q]  # fmt: skip
+    return [
+        {
+            "query": data.queries[q],
+            "positive": [data.corpus[d] for d in sorted(data.qrels[q])],
+            "negative": [data.corpus[d] for d in negatives[q]],
+        }
+        for q in dev_q
+    ]
 
 
 def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> dict[str, float]:
@@ -141,21 +150,40 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
 
     from training.st_dir import default_model_dir
 
-    model = CrossEncoder(str(cfg.model_dir or default_model_dir()), num_labels=1, max_length=cfg.max_seq_length,
-                         device="cpu" if not _cuda() else None)  # fmt: skip
+    model = CrossEncoder(
+        str(cfg.model_dir or default_model_dir()),
+        num_labels=1,
+        max_length=cfg.max_seq_length,
+        device="cpu" if not _cuda() else None,
+    )
     evaluator = CrossEncoderRerankingEvaluator(dev_samples(data, dev_q, negatives), name="scifact-dev", write_csv=False)
     ckpt = Path(cfg.output_dir) / "checkpoints"
     every = min(cfg.eval_steps or cfg.max_steps, cfg.max_steps)
     args = CrossEncoderTrainingArguments(
-        output_dir=str(ckpt), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
-        learning_rate=cfg.lr, warmup_steps=round(cfg.warmup_ratio * cfg.max_steps), seed=cfg.seed, eval_strategy="steps",
-        eval_steps=every, save_strategy="steps", save_steps=every, save_total_limit=2, load_best_model_at_end=True,
-        metric_for_best_model="eval_scifact-dev_ndcg@10", greater_is_better=True, logging_steps=max(1, every // 4),
-        report_to="none", dataloader_num_workers=0, disable_tqdm=True, bf16=_cuda(),
-    )  # fmt: skip
+        output_dir=str(ckpt),
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.lr,
+        warmup_steps=round(cfg.warmup_ratio * cfg.max_steps),
+        seed=cfg.seed,
+        eval_strategy="steps",
+        eval_steps=every,
+        save_strategy="steps",
+        save_steps=every,
+        save_total_limit=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="eval_scifact-dev_ndcg@10",
+        greater_is_better=True,
+        logging_steps=max(1, every // 4),
+        report_to="none",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        bf16=_cuda(),
+    )
     loss, rows = loss_and_rows(cfg, model, data, train_q, negatives)
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(rows), loss=loss,
-                                  evaluator=evaluator)  # fmt: skip
+    trainer = CrossEncoderTrainer(
+        model=model, args=args, train_dataset=Dataset.from_dict(rows), loss=loss, evaluator=evaluator
+    )
     mark = ckpt / "recipe.json"  # checkpoints of another recipe are not resumed from
     if ckpt.is_dir() and (not cfg.resume or not mark.is_file() or json.loads(mark.read_text()) != cfg.recipe()):
         log.info("%s: not this run's checkpoints (or --no-resume); starting over", ckpt)
@@ -245,8 +273,14 @@ def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, de
             version = next_version(cfg.models_dir, name)
             done = Path(cfg.models_dir) / name / version
             pairs = _parity_pairs(data, dev_q, negatives)
-            quantize_reranker(out["artifact"], done, name=name, version=version, parity_pairs=pairs,
-                              parity_source=f"SciFact train-split dev pairs, first {len(pairs)}")  # fmt: skip
+            quantize_reranker(
+                out["artifact"],
+                done,
+                name=name,
+                version=version,
+                parity_pairs=pairs,
+                parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",
+            )
         out["artifact_int8"] = str(done)
     return out
 
@@ -255,8 +289,7 @@ def _parity_pairs(data, dev_q: list[str], negatives: dict[str, list[str]]) -> li
     return [(data.queries[q], data.corpus[d]) for q in dev_q for d in sorted(data.qrels[q]) + negatives[q]][:64]
 
 
-def export_run(cfg: RerankerConfig, dest: str | os.PathLike, *, version: str = "1", dev: dict | None = None,
-               data=None):  # fmt: skip
+def export_run(cfg: RerankerConfig, dest: str | os.PathLike, *, version: str = "1", dev: dict | None = None, data=None):
     """Export the finished run in ``<cfg.output_dir>/model`` to the artifact directory ``dest`` (named
     ``cfg.artifact_name``): parity on the first 64 dev pairs, the recipe and dev metrics in ``training``, dev
     nDCG@10 (x100) in ``scores``. ``data``: ``(SciFact, dev query ids, negatives)`` when already loaded. Returns the
@@ -274,7 +307,14 @@ def export_run(cfg: RerankerConfig, dest: str | os.PathLike, *, version: str = "
     sf, dev_q, negatives = data if data is not None else (lambda d: (d[0], d[2], d[3]))(_data(cfg))
     pairs = _parity_pairs(sf, dev_q, negatives)
     ndcg = {f"scifact-dev-{k.split('_', 1)[-1]}": 100 * v for k, v in dev.items() if k.endswith("ndcg@10")}
-    return export_reranker(final, dest, name=cfg.artifact_name, version=version, parity_pairs=pairs,
-                           parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",
-                           base_model=cfg.model_dir or DEFAULT_BASE_MODEL, training={"recipe": cfg.recipe(), "dev": dev},
-                           scores=ndcg)  # fmt: skip
+    return export_reranker(
+        final,
+        dest,
+        name=cfg.artifact_name,
+        version=version,
+        parity_pairs=pairs,
+        parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",
+        base_model=cfg.model_dir or DEFAULT_BASE_MODEL,
+        training={"recipe": cfg.recipe(), "dev": dev},
+        scores=ndcg,
+    )

@@ -38,8 +38,9 @@ def ndcg_at(ranked: Sequence[str], relevant: dict[str, int], k: int = 10) -> flo
     return float(dcg / ideal) if ideal else 0.0
 
 
-def evaluate_retrieval(encode: EncodeFn, data: SciFact, query_ids: Sequence[str] | None = None,
-                       depth: int = 100) -> dict[str, float]:  # fmt: skip
+def evaluate_retrieval(
+    encode: EncodeFn, data: SciFact, query_ids: Sequence[str] | None = None, depth: int = 100
+) -> dict[str, float]:
     """Dense retrieval of ``query_ids`` (None: every query with judgements) over ``data.corpus`` by cosine
     similarity of ``encode``'s embeddings; returns ``{"ndcg@10", "recall@100"}`` x100 (means over the queries).
 
@@ -85,9 +86,19 @@ class RetrievalTask:
     max_corpus: int | None = None
 
     @classmethod
-    def build(cls, directory: str | Path, *, dev_fraction: float, split_seed: int, hard_negatives: str,
-              negatives_depth: int, model_dir: str | Path, max_seq_length: int, max_queries: int | None = None,
-              max_corpus: int | None = None) -> RetrievalTask:  # fmt: skip
+    def build(
+        cls,
+        directory: str | Path,
+        *,
+        dev_fraction: float,
+        split_seed: int,
+        hard_negatives: str,
+        negatives_depth: int,
+        model_dir: str | Path,
+        max_seq_length: int,
+        max_queries: int | None = None,
+        max_corpus: int | None = None,
+    ) -> RetrievalTask:
         """Load the train qrels, split them, mine negatives (``hard_negatives``: ``bm25``, ``dense`` — the
         bi-encoder in ``model_dir`` —, ``bm25+dense`` interleaved, or ``none``: in-batch negatives only) and build
         the triplets of the train queries (``none``: no triplet, see ``data.mode: pairs``).
@@ -104,8 +115,13 @@ class RetrievalTask:
         train_q, dev_q = split_queries(list(data.qrels), dev_fraction, split_seed)
         negatives = mine(data, train_q, hard_negatives, negatives_depth, model_dir, max_seq_length)
         rows = triplets(data, train_q, negatives)
-        log.info("retrieval data: %d train / %d dev queries, %d triplets, negatives %s", len(train_q), len(dev_q),
-                 len(rows), hard_negatives)  # fmt: skip
+        log.info(
+            "retrieval data: %d train / %d dev queries, %d triplets, negatives %s",
+            len(train_q),
+            len(dev_q),
+            len(rows),
+            hard_negatives,
+        )
         return cls(data, train_q, dev_q, negatives, rows, Path(directory).name, Path(directory), max_corpus)
 
     def dev(self, encode: EncodeFn) -> float:

@@ -81,10 +81,16 @@ class Trainer:
             from training.retrieval import RetrievalTask
 
             self.retrieval = RetrievalTask.build(
-                d.train_file, dev_fraction=d.dev_fraction, split_seed=d.split_seed, hard_negatives=d.hard_negatives,
-                negatives_depth=d.negatives_depth, model_dir=self.encoder.source, max_seq_length=cfg.max_seq_length,
-                max_queries=d.max_queries, max_corpus=d.max_corpus,
-            )  # fmt: skip
+                d.train_file,
+                dev_fraction=d.dev_fraction,
+                split_seed=d.split_seed,
+                hard_negatives=d.hard_negatives,
+                negatives_depth=d.negatives_depth,
+                model_dir=self.encoder.source,
+                max_seq_length=cfg.max_seq_length,
+                max_queries=d.max_queries,
+                max_corpus=d.max_corpus,
+            )
         examples = self.retrieval.triplets if self.retrieval else None
         self.data = TrainingData(d.mode, d.train_file, d.max_train_samples, cfg.batch_size, cfg.seed, examples)
         #: the dev metric: model choice and ``best_score``

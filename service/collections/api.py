@@ -290,9 +290,17 @@ def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
 @router.put("/collections/{name}", dependencies=WRITES)
 async def create_collection(name: str, body: CreateCollection, svc: Service) -> Response:
     """Create a collection (its vectors: see :class:`CreateCollection`); answers its info."""
-    dense = {n: {"bound": v.model, "size": v.size, "metric": v.metric, "index": v.index, "params": v.params,
-                 "multivector": v.multivector}
-             for n, v in (body.vectors or {}).items()}  # fmt: skip
+    dense = {
+        n: {
+            "bound": v.model,
+            "size": v.size,
+            "metric": v.metric,
+            "index": v.index,
+            "params": v.params,
+            "multivector": v.multivector,
+        }
+        for n, v in (body.vectors or {}).items()
+    }
     sparse = {n: {"modifier": v.modifier, "model": v.model} for n, v in (body.sparse_vectors or {}).items()}
     named = body.vectors is not None or body.sparse_vectors is not None
     c = await svc.create(name, body.index, body.params, body.metric, *((dense, sparse) if named else ()))
@@ -325,12 +333,18 @@ async def upsert_points(name: str, body: UpsertPoints, svc: Service, timed: Time
     """Embed and upsert points; answers once the write is durable (SQLite commit, fsynced) and searchable."""
     pts = body.points
     with timed("upsert", name):
-        named = [{k: v.model_dump() if isinstance(v, SparseIn) else v for k, v in (p.vectors or {}).items()}
-                 for p in pts]  # fmt: skip
+        named = [
+            {k: v.model_dump() if isinstance(v, SparseIn) else v for k, v in (p.vectors or {}).items()} for p in pts
+        ]
         n, seq = await svc.upsert(
-            name, [p.id for p in pts], [p.text or "" for p in pts], [p.payload for p in pts], [p.vector for p in pts],
-            named=named, fill_sparse=True,
-        )  # fmt: skip
+            name,
+            [p.id for p in pts],
+            [p.text or "" for p in pts],
+            [p.payload for p in pts],
+            [p.vector for p in pts],
+            named=named,
+            fill_sparse=True,
+        )
     return json_response({"status": "completed", "upserted": n, "sequence": seq})
 
 

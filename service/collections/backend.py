@@ -148,9 +148,14 @@ class ResponseBudget:
         Raises:
             ResponseTooLarge: as :meth:`spend`.
         """
-        self.spend(len(key.encode()) + HIT_OVERHEAD_BYTES + (len(text.encode()) if text else 0)
-                   + (len(json.dumps(payload)) if payload is not None else 0) + floats * FLOAT_JSON_BYTES
-                   + entries * SPARSE_ENTRY_BYTES)  # fmt: skip
+        self.spend(
+            len(key.encode())
+            + HIT_OVERHEAD_BYTES
+            + (len(text.encode()) if text else 0)
+            + (len(json.dumps(payload)) if payload is not None else 0)
+            + floats * FLOAT_JSON_BYTES
+            + entries * SPARSE_ENTRY_BYTES
+        )
 
     def spend_hits(self, hits: Sequence[Hit]) -> None:
         """Count hits already gathered (e.g. the fused hits of a query with prefetches, whose searches each had a
@@ -295,9 +300,15 @@ class CollectionHandle(Protocol):
         the point holds (``{name: [float] | {indices, values}}``; present when the collection has any)."""
 
     def scroll(
-        self, start: int | str | None, limit: int, where: Filter | None = None, with_vector: bool | list[str] = False,
-        budget: ResponseBudget | None = None, with_text: bool = True, with_payload: bool = True,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+        self,
+        start: int | str | None,
+        limit: int,
+        where: Filter | None = None,
+        with_vector: bool | list[str] = False,
+        budget: ResponseBudget | None = None,
+        with_text: bool = True,
+        with_payload: bool = True,
+    ) -> list[dict[str, Any]]:
         """Up to ``limit`` points ``{id, text, payload[, vector][, vectors]}`` (as :meth:`get`) matching ``where``, in
         id order, from the point whose id is ``start`` (inclusive; None: from the first). Embedded: Qdrant's order
         (integer ids numerically, then string ids by their UTF-8 bytes); Milvus: the stored keys' byte order

@@ -36,8 +36,12 @@ _NAME = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*")
 _QUOTED = re.compile(r'"([^"]*)"')
 MAX_INDEX = 2**64 - 1  # an array index in a path is a u64, as in Qdrant
 EARTH_RADIUS_M = 6371008.8
-_FORMATS = [f"%Y-%m-%d{sep}{t}{tz}" for tz in ("%z", " %z", "") for sep in ("T", " ")
-            for t in ("%H:%M:%S.%f", "%H:%M:%S", "%H:%M")] + ["%Y-%m-%d"]  # fmt: skip
+_FORMATS = [
+    f"%Y-%m-%d{sep}{t}{tz}"
+    for tz in ("%z", " %z", "")
+    for sep in ("T", " ")
+    for t in ("%H:%M:%S.%f", "%H:%M:%S", "%H:%M")
+] + ["%Y-%m-%d"]
 
 
 class ConditionError(ValueError):

@@ -93,8 +93,25 @@ from .filter_tree import (  # noqa: F401 (the tree's types are part of this modu
 MAX_DEPTH = 16  # nesting of $and / $or / $not
 DEFAULT_MAX_VALUES = 1024
 _RANGE_OPS = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
-_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$empty", "$text", "$text_any",
-        "$phrase", "$count", "$geo_radius", "$geo_box", "$geo_polygon")  # fmt: skip
+_OPS = (
+    "$eq",
+    "$ne",
+    "$in",
+    "$nin",
+    "$gt",
+    "$gte",
+    "$lt",
+    "$lte",
+    "$exists",
+    "$empty",
+    "$text",
+    "$text_any",
+    "$phrase",
+    "$count",
+    "$geo_radius",
+    "$geo_box",
+    "$geo_polygon",
+)
 _TEXT_MODES = {"$text": "all", "$text_any": "any", "$phrase": "phrase"}
 INT64 = (-(2**63), 2**63 - 1)
 

@@ -59,14 +59,25 @@ LISTS = ("sum", "mult", "max", "min")
 UNARY = ("neg", "abs", "sqrt", "exp", "log10", "ln", "acosh")
 DECAYS = ("lin_decay", "exp_decay", "gauss_decay")
 #: each operator's operands that are expressions themselves (a list operator: every element)
-OPERANDS: dict[str, tuple[str, ...]] = {**dict.fromkeys(LISTS + UNARY, ()), "div": ("left", "right"),
-                                        "pow": ("base", "exponent"), **dict.fromkeys(DECAYS, ("x", "target")),
-                                        "geo_distance": (), "datetime": (), "datetime_key": ()}  # fmt: skip
+OPERANDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(LISTS + UNARY, ()),
+    "div": ("left", "right"),
+    "pow": ("base", "exponent"),
+    **dict.fromkeys(DECAYS, ("x", "target")),
+    "geo_distance": (),
+    "datetime": (),
+    "datetime_key": (),
+}
 #: each unary operator's function and the operands it is defined for (None: all, and it cannot fail)
 _UNARY: dict[str, tuple[Callable[[float], float], Callable[[float], bool] | None]] = {
-    "neg": (operator.neg, None), "abs": (abs, None), "sqrt": (math.sqrt, lambda x: x >= 0),
-    "exp": (math.exp, lambda x: True), "log10": (math.log10, lambda x: x > 0), "ln": (math.log, lambda x: x > 0),
-    "acosh": (math.acosh, lambda x: x >= 1)}  # fmt: skip
+    "neg": (operator.neg, None),
+    "abs": (abs, None),
+    "sqrt": (math.sqrt, lambda x: x >= 0),
+    "exp": (math.exp, lambda x: True),
+    "log10": (math.log10, lambda x: x > 0),
+    "ln": (math.log, lambda x: x > 0),
+    "acosh": (math.acosh, lambda x: x >= 1),
+}
 _bad = InvalidCollectionRequest  # (message, param)
 _SCORE = re.compile(r"\$score(?:\[([0-9]+)\])?\Z")
 
@@ -114,8 +125,12 @@ def map_conditions(raw: Any, condition: Callable[[dict[str, Any], str], Any], pa
     if op in UNARY:
         return {op: map_conditions(arg, condition, at, depth + 1)}
     if OPERANDS[op] and isinstance(arg, dict):
-        return {op: {k: map_conditions(v, condition, f"{at}.{k}", depth + 1) if k in OPERANDS[op] else v
-                     for k, v in arg.items()}}  # fmt: skip
+        return {
+            op: {
+                k: map_conditions(v, condition, f"{at}.{k}", depth + 1) if k in OPERANDS[op] else v
+                for k, v in arg.items()
+            }
+        }
     return raw
 
 
@@ -320,8 +335,11 @@ class _Parser:
         return key
 
     def compound(self, op: str, arg: dict[str, Any], at: str, depth: int) -> tuple:
-        need = {"div": ({"left", "right"}, {"by_zero_default"}), "pow": ({"base", "exponent"}, set()),
-                "geo_distance": ({"origin", "to"}, set())}.get(op, ({"x"}, {"target", "scale", "midpoint"}))  # fmt: skip
+        need = {
+            "div": ({"left", "right"}, {"by_zero_default"}),
+            "pow": ({"base", "exponent"}, set()),
+            "geo_distance": ({"origin", "to"}, set()),
+        }.get(op, ({"x"}, {"target", "scale", "midpoint"}))
         if not need[0] <= set(arg) <= need[0] | need[1]:
             raise _bad(f"{at} takes {sorted(need[0])} and optionally {sorted(need[1])}", at)
         if op == "geo_distance":
@@ -370,9 +388,14 @@ def parse(spec: FormulaSpec, parse_filter: Callable[[Any, str], Filter | None]) 
 
 
 async def rescore(
-    svc: Any, name: str, formula: Formula, sources: Sequence[Sequence[Hit]], limit: int,
-    score_threshold: float | None, with_payload: bool,
-) -> list[Hit]:  # fmt: skip
+    svc: Any,
+    name: str,
+    formula: Formula,
+    sources: Sequence[Sequence[Hit]],
+    limit: int,
+    score_threshold: float | None,
+    with_payload: bool,
+) -> list[Hit]:
     """The points of ``sources`` (the prefetches' hits, best first, each hit with its point's payload) re-scored by
     ``formula``, best first: the first ``limit``, then those scoring at least ``score_threshold``; hits carry their
     payload when ``with_payload``. ``svc`` (the :class:`~.service.CollectionService`) reads which of the points
@@ -393,7 +416,14 @@ async def rescore(
             pages = [(await svc.scroll(name, None, step, w, False, None, False, False))[0] for w in where]
             holders[vname] = tuple(p["id"] for page in pages for p in page)
         formula = formula.bind_vectors(holders)
-    out = [Hit(pid, formula.score([s.get(pid) for s in scores], h.payload or {}, pid), h.text,
-               h.payload if with_payload else None) for pid, h in first.items()]  # fmt: skip
+    out = [
+        Hit(
+            pid,
+            formula.score([s.get(pid) for s in scores], h.payload or {}, pid),
+            h.text,
+            h.payload if with_payload else None,
+        )
+        for pid, h in first.items()
+    ]
     out.sort(key=lambda h: h.score, reverse=True)
     return [h for h in out[:limit] if score_threshold is None or h.score >= score_threshold]

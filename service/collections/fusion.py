@@ -69,8 +69,13 @@ def _ranked(scores: dict, first: dict, limit: int) -> list[Hit]:
     return [Hit(first[key].id, scores[key], first[key].text, first[key].payload) for key in order]
 
 
-def fuse(method: str, lists: Sequence[Sequence[Hit]], limit: int, k: int | None = None,
-         weights: Sequence[float] | None = None) -> list[Hit]:  # fmt: skip
+def fuse(
+    method: str,
+    lists: Sequence[Sequence[Hit]],
+    limit: int,
+    k: int | None = None,
+    weights: Sequence[float] | None = None,
+) -> list[Hit]:
     """``rrf`` or ``dbsf`` of ``lists``.
 
     Raises:

@@ -22,9 +22,14 @@ def _point_order(i: int | str) -> tuple[int, int | str]:
 
 
 async def distance_matrix(
-    svc: Any, name: str, sample: int, limit: int, raw_filter: Any = None, using: str | None = None,
+    svc: Any,
+    name: str,
+    sample: int,
+    limit: int,
+    raw_filter: Any = None,
+    using: str | None = None,
     budget: Any = None,
-) -> tuple[list[int | str], list[list[Any]]]:  # fmt: skip
+) -> tuple[list[int | str], list[list[Any]]]:
     """``(ids, hits)``: the sampled point ids in point order, and for each its ``limit`` nearest other sampled points
     (``Hit`` s, best first).
 
@@ -43,8 +48,9 @@ async def distance_matrix(
         raise InvalidCollectionRequest("the collection has several vectors: name one with using", "using")
     c.vectors.kind_of(vname, "using")
     has = {"$has_vector": vname}
-    ids = sorted(await sample_ids(svc, name, sample, {"$and": [raw_filter, has]} if raw_filter else has),
-                 key=_point_order)  # fmt: skip
+    ids = sorted(
+        await sample_ids(svc, name, sample, {"$and": [raw_filter, has]} if raw_filter else has), key=_point_order
+    )
     if len(ids) < 2:
         return [], []
     points, _ = await svc.scroll(name, None, len(ids), {"$ids": ids}, [vname], None, False, False)

@@ -89,8 +89,9 @@ def params(raw: Any, max_candidates: int, param: str) -> tuple[float, int | None
         or (div is not None and (isinstance(div, bool) or not isinstance(div, (int, float)) or not 0 <= div <= 1))
         or (n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_candidates))
     ):
-        raise InvalidCollectionRequest(f"{param} is {{diversity: 0 to 1, candidates_limit: 1 to {max_candidates}}}",
-                                       param)  # fmt: skip
+        raise InvalidCollectionRequest(
+            f"{param} is {{diversity: 0 to 1, candidates_limit: 1 to {max_candidates}}}", param
+        )
     return 1.0 - (0.5 if div is None else float(div)), n
 
 

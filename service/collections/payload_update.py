@@ -40,9 +40,14 @@ def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: l
 
 
 async def set_payload(
-    svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any],
-    merge: bool, key: str | None = None,
-) -> int:  # fmt: skip
+    svc: Any,
+    name: str,
+    ids: list[int | str] | None,
+    raw_filter: Any,
+    payload: dict[str, Any],
+    merge: bool,
+    key: str | None = None,
+) -> int:
     """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or matching
     ``raw_filter`` (module docstring) of ``svc``'s collection ``name`` (``svc``: the
     :class:`~.service.CollectionService`, which this module must not import); returns the last write's sequence (0
@@ -55,8 +60,11 @@ async def set_payload(
     wheres, cap, page = _wheres(svc, ids, raw_filter), svc.settings.max_payload_bytes, _page(svc)
 
     if key is not None and (not merge or parse_path(key) is None):
-        raise InvalidCollectionRequest(f"key {key!r}: a payload path (dotted, [] or [N] after a name, a part in double "
-                                       'quotes as written: a."b.c") to merge into', "key")  # fmt: skip
+        raise InvalidCollectionRequest(
+            f"key {key!r}: a payload path (dotted, [] or [N] after a name, a part in double "
+            'quotes as written: a."b.c") to merge into',
+            "key",
+        )
 
     def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if key is not None:
@@ -134,8 +142,9 @@ async def delete_payload_keys(
     Raises:
         as :func:`set_payload` (a payload only shrinks: no size check).
     """
-    return await _rewrite(svc, name, _wheres(svc, ids, raw_filter),
-                          lambda points: [without_keys(p["payload"], keys) for p in points])  # fmt: skip
+    return await _rewrite(
+        svc, name, _wheres(svc, ids, raw_filter), lambda points: [without_keys(p["payload"], keys) for p in points]
+    )
 
 
 def _wheres(svc: Any, ids: list[int | str] | None, raw_filter: Any) -> list[Any]:
@@ -184,9 +193,15 @@ async def rewrite_points(
                 ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
                 vecs, named = [p.get("vector") for p in points], [p.get("vectors") for p in points]
                 try:  # every vector written back as stored: the model-bound one and the named others
-                    _, seq = await svc.upsert(name, ids_, texts, [p["payload"] for p in points],
-                                              vecs if model else None, vectors_model=model and dict(model),
-                                              named=named)  # fmt: skip
+                    _, seq = await svc.upsert(
+                        name,
+                        ids_,
+                        texts,
+                        [p["payload"] for p in points],
+                        vecs if model else None,
+                        vectors_model=model and dict(model),
+                        named=named,
+                    )
                 except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
                     stale += 1
                     if stale == RETRIES:
@@ -212,8 +227,7 @@ async def delete_vectors(svc: Any, name: str, ids: list[int | str] | None, raw_f
             raise InvalidCollectionRequest(f"{n!r} is the model-bound vector, which every point holds", "vector")
 
     def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**p, "vectors": {k: v for k, v in (p.get("vectors") or {}).items() if k not in names}}
-                for p in points]  # fmt: skip
+        return [{**p, "vectors": {k: v for k, v in (p.get("vectors") or {}).items() if k not in names}} for p in points]
 
     return await rewrite_points(svc, name, _wheres(svc, ids, raw_filter), edit)
 

@@ -102,8 +102,10 @@ class Reembedder:
         except Exception as e:
             log.warning(
                 "collection %s: its model %s cannot be loaded (%s); searches answer 409 until re-embedding finishes",
-                c.name, model_id(c.model), e,
-            )  # fmt: skip
+                c.name,
+                model_id(c.model),
+                e,
+            )
         act = self.registry.active
         if act is not None:
             await self._ensure(c, act.info)

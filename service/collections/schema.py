@@ -152,17 +152,32 @@ class VectorsConfig:
         """The stored and reported form: ``{dense: {name: {index, metric, params, dimension, model}}, sparse: {name:
         {modifier, model}}}``."""
         return {
-            "dense": {n: {"index": v.spec.kind, "metric": v.spec.metric, "params": v.spec.params,
-                          "dimension": v.spec.dimension, "model": v.model,
-                          **({"multivector": True} if v.multivector else {})} for n, v in self.dense.items()},
+            "dense": {
+                n: {
+                    "index": v.spec.kind,
+                    "metric": v.spec.metric,
+                    "params": v.spec.params,
+                    "dimension": v.spec.dimension,
+                    "model": v.model,
+                    **({"multivector": True} if v.multivector else {}),
+                }
+                for n, v in self.dense.items()
+            },
             "sparse": {n: {"modifier": v.modifier, "model": v.model} for n, v in self.sparse.items()},
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> VectorsConfig:
         """The inverse of :meth:`to_json`."""
-        dense = {n: DenseVector(n, IndexSpec(d["index"], d["metric"], d["params"], int(d["dimension"])), d["model"],
-                                bool(d.get("multivector"))) for n, d in raw.get("dense", {}).items()}  # fmt: skip
+        dense = {
+            n: DenseVector(
+                n,
+                IndexSpec(d["index"], d["metric"], d["params"], int(d["dimension"])),
+                d["model"],
+                bool(d.get("multivector")),
+            )
+            for n, d in raw.get("dense", {}).items()
+        }
         sparse = {n: SparseVector(n, s["modifier"], s.get("model")) for n, s in raw.get("sparse", {}).items()}
         return cls(dense, sparse)
 
@@ -232,9 +247,10 @@ def new_vectors_config(
                 raise InvalidCollectionRequest(f"{param}: at most one vector is bound to the model", param)
             if size not in (None, model_dimension):
                 raise InvalidCollectionRequest(
-                    f"{param}.size is {size}, but the model embeds {model_dimension} dimensions", f"{param}.size",
+                    f"{param}.size is {size}, but the model embeds {model_dimension} dimensions",
+                    f"{param}.size",
                     "wrong_dimension",
-                )  # fmt: skip
+                )
             size = model_dimension
         elif isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 65536:
             raise InvalidCollectionRequest(f"{param}.size must be an integer in [1, 65536]", f"{param}.size")

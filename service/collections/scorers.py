@@ -134,8 +134,11 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
     """
     kind = raw.get("scorer")
     if kind not in KINDS or set(raw) - {"scorer", "positive", "negative", "target", "pairs", "feedback", "a", "b", "c"}:
-        raise InvalidCollectionRequest(f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
-                                       "target, pairs, feedback, a, b, c}", param)  # fmt: skip
+        raise InvalidCollectionRequest(
+            f"{param}: a scorer query is {{scorer: {'|'.join(KINDS)}, positive, negative, "
+            "target, pairs, feedback, a, b, c}",
+            param,
+        )
 
     def one(x: Any, at: str) -> Any:
         if metric == "sparse":
@@ -177,7 +180,11 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
         if not isinstance(f, list) or len(f) != 2 or isinstance(f[1], bool) or not isinstance(f[1], (int, float)):
             raise InvalidCollectionRequest(f"{param}.feedback[{i}]: an item is [example, score]", f"{param}.feedback")
         items.append((one(f[0], f"{param}.feedback[{i}][0]"), float(f[1])))
-    ranked = [(items[i][0], items[j][0], items[i][1] - items[j][1]) for i in range(len(items))
-              for j in range(len(items)) if i != j and items[i][1] - items[j][1] > 0.0]  # fmt: skip
+    ranked = [
+        (items[i][0], items[j][0], items[i][1] - items[j][1])
+        for i in range(len(items))
+        for j in range(len(items))
+        if i != j and items[i][1] - items[j][1] > 0.0
+    ]
     weights = [float(conf ** coef["b"] * coef["c"]) for _, _, conf in ranked]
     return Scorer(kind, m, target=target, pairs=[(p, n) for p, n, _ in ranked], a=float(coef["a"]), weights=weights)

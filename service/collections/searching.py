@@ -43,9 +43,13 @@ class SearchSpec(Protocol):
 
 
 async def search(
-    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency,
+    svc: Any,
+    name: str,
+    searches: Sequence[SearchSpec],
+    param: str,
+    consistency: ReadConsistency,
     budget: ResponseBudget | None = None,
-) -> list[list[Hit]]:  # fmt: skip
+) -> list[list[Hit]]:
     """One list of hits per search, best first, read at ``consistency`` (see the module docstring). ``svc``: the
     :class:`~.service.CollectionService`; ``param``: ``query`` (one search) or ``searches`` (a batch), used to name
     the field at fault; ``budget``: the request's :class:`~.backend.ResponseBudget`, which the hits of every search
@@ -86,9 +90,13 @@ async def search(
 
 
 async def _search_once(
-    svc: Any, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency,
+    svc: Any,
+    name: str,
+    searches: Sequence[SearchSpec],
+    param: str,
+    consistency: ReadConsistency,
     budget: ResponseBudget,
-) -> list[list[Hit]]:  # fmt: skip
+) -> list[list[Hit]]:
     c = await svc.collection(name)
     cfg, model = c.vectors, dict(c.model) if c.model else None
     plans: list[tuple[SearchSpec, Filter | None, str, int | np.ndarray | SparseVec]] = []
@@ -119,12 +127,14 @@ async def _search_once(
                 if mname is None:
                     raise InvalidCollectionRequest(
                         f"the sparse vector {using!r} is the client's (no sparse model is bound to it): query it with "
-                        "{indices, values}", f"{pre}query",
-                    )  # fmt: skip
+                        "{indices, values}",
+                        f"{pre}query",
+                    )
                 q = await asyncio.to_thread(svc.sparse_model(mname, f"{pre}query.model").query, text)
             if not isinstance(q, dict) or set(q) != {"indices", "values"}:
-                raise InvalidCollectionRequest(f"the vector {using!r} is sparse: query it with {{indices, values}}",
-                                               f"{pre}query")  # fmt: skip
+                raise InvalidCollectionRequest(
+                    f"the vector {using!r} is sparse: query it with {{indices, values}}", f"{pre}query"
+                )
             plans.append((s, where, using, sparse_vec(q["indices"], q["values"], f"{pre}query")))
             continue
         vec = cfg.dense[using]
@@ -142,14 +152,17 @@ async def _search_once(
             plans.append((s, where, using, dense_value(s.query, vec.spec, True, f"{pre}query")))
             continue
         if s.query and isinstance(s.query[0], list):
-            raise InvalidCollectionRequest(f"the vector {using!r} is not a multivector: query it with one vector",
-                                           f"{pre}query")  # fmt: skip
+            raise InvalidCollectionRequest(
+                f"the vector {using!r} is not a multivector: query it with one vector", f"{pre}query"
+            )
         v = np.asarray(s.query, dtype=np.float32)
         if len(v) != vec.spec.dimension:
             raise InvalidCollectionRequest(
                 f"query vector has dimension {len(v)}; the vector {using!r} of collection {name!r} has "
-                f"{vec.spec.dimension}", f"{pre}query", "wrong_dimension",
-            )  # fmt: skip
+                f"{vec.spec.dimension}",
+                f"{pre}query",
+                "wrong_dimension",
+            )
         if (problem := query_problem(v, vec.spec.metric)) is not None:
             raise InvalidCollectionRequest(problem, f"{pre}query")
         plans.append((s, where, using, v))
@@ -159,8 +172,16 @@ async def _search_once(
     # RPC, one FAISS call), each group its own bounded backend call
     groups: dict[tuple, list[int]] = {}
     for i, (s, _, using, _) in enumerate(plans):
-        key = (s.top_k, json.dumps(s.filter, sort_keys=True), s.score_threshold, s.with_payload, s.with_text, using,
-               bool(getattr(s, "exact", False)), i if isinstance(plans[i][3], Scorer) else -1)  # fmt: skip
+        key = (
+            s.top_k,
+            json.dumps(s.filter, sort_keys=True),
+            s.score_threshold,
+            s.with_payload,
+            s.with_text,
+            using,
+            bool(getattr(s, "exact", False)),
+            i if isinstance(plans[i][3], Scorer) else -1,
+        )
         groups.setdefault(key, []).append(i)
     out: list[list[Hit] | None] = [None] * len(plans)
     for members in groups.values():
@@ -171,11 +192,19 @@ async def _search_once(
             part = members[k : k + step]
             qs = [qvecs[q] if isinstance(q, int) else q for _, _, _, q in (plans[i] for i in part)]
             hits = await svc.backend.run(
-                c.search, qs[0] if isinstance(qs[0], Scorer) else qs if sparse or qs[0].ndim == 2 else np.stack(qs),
-                s.top_k, where, s.score_threshold, s.with_payload,
-                s.with_text, model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
-                budget=budget, consistency=consistency, using=using, exact=bool(getattr(s, "exact", False)),
-            )  # fmt: skip
+                c.search,
+                qs[0] if isinstance(qs[0], Scorer) else qs if sparse or qs[0].ndim == 2 else np.stack(qs),
+                s.top_k,
+                where,
+                s.score_threshold,
+                s.with_payload,
+                s.with_text,
+                model=model if cfg.dense.get(using) and cfg.dense[using].bound else None,
+                budget=budget,
+                consistency=consistency,
+                using=using,
+                exact=bool(getattr(s, "exact", False)),
+            )
             for i, h in zip(part, hits):
                 out[i] = h
     return out  # type: ignore[return-value]
@@ -227,8 +256,15 @@ def _and(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else {"$and": [a, b]}
 
 
-async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsistency, above: Any = None,
-                depth: int = 0, budget: ResponseBudget | None = None) -> list[Hit]:  # fmt: skip
+async def query(
+    svc: Any,
+    name: str,
+    node: QueryNode,
+    consistency: ReadConsistency,
+    above: Any = None,
+    depth: int = 0,
+    budget: ResponseBudget | None = None,
+) -> list[Hit]:
     """The hits of a query with prefetches (:class:`QueryNode`), best first; ``above``: the filter of the nodes
     above (native grammar). ``budget``: the request's, which this query's hits spend (the hits of a search, or the
     fused hits: each prefetch's search spends a budget of its own, as one search; None: each search its own).
@@ -243,8 +279,12 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
     s = node.search
     where = _and(above, s.filter)
     if depth == 0 and (n := _leaves(node)) > svc.settings.max_batch_searches:
-        raise TooManyItems(f"{n} prefetch searches in one query; the maximum is {svc.settings.max_batch_searches} "
-                           "(collections_max_batch_searches)", "prefetch", "too_many_searches")  # fmt: skip
+        raise TooManyItems(
+            f"{n} prefetch searches in one query; the maximum is {svc.settings.max_batch_searches} "
+            "(collections_max_batch_searches)",
+            "prefetch",
+            "too_many_searches",
+        )
     if not node.prefetch:
         if node.formula is not None:
             raise InvalidCollectionRequest("a formula needs prefetches (it re-scores their points)", "prefetch")
@@ -255,8 +295,9 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
         cfg = (await svc.collection(name)).vectors
         fx = formula.parse(node.formula, lambda raw, at: svc.parse_filter(raw, at, cfg))
     with_payload = s.with_payload or node.formula is not None
-    leaves = [replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text))
-              for p in node.prefetch]  # fmt: skip
+    leaves = [
+        replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text)) for p in node.prefetch
+    ]
     sources = await asyncio.gather(*(query(svc, name, p, consistency, where, depth + 1) for p in leaves))
     if node.formula is not None:
         hits = await formula.rescore(svc, name, fx, sources, s.top_k, s.score_threshold, s.with_payload)
@@ -279,8 +320,9 @@ async def query(svc: Any, name: str, node: QueryNode, consistency: ReadConsisten
     return await _search_or_scroll(svc, name, replace(s, filter=_and(where, {"$ids": ids})), consistency, budget)
 
 
-async def _search_or_scroll(svc: Any, name: str, s: Search, consistency: ReadConsistency,
-                            budget: ResponseBudget | None) -> list[Hit]:  # fmt: skip
+async def _search_or_scroll(
+    svc: Any, name: str, s: Search, consistency: ReadConsistency, budget: ResponseBudget | None
+) -> list[Hit]:
     """The hits of the search ``s``, or without a query the first ``top_k`` points matching its filter in id order,
     each scoring 1 (a scroll, at the service's consistency)."""
     if s.query is not None:
@@ -294,15 +336,17 @@ def _model_sparse(cfg: Any, pre: str) -> str:
     if len(names) != 1:
         raise InvalidCollectionRequest(
             f"mode needs the collection's one sparse vector bound to a sparse model (it has {names}): name it in "
-            "'using'", f"{pre}mode",
-        )  # fmt: skip
+            "'using'",
+            f"{pre}mode",
+        )
     return names[0]
 
 
 def _bound_dense(cfg: Any, pre: str) -> str:
     if cfg.bound is None:
-        raise InvalidCollectionRequest("mode needs a dense vector bound to the model; the collection has none",
-                                       f"{pre}mode")  # fmt: skip
+        raise InvalidCollectionRequest(
+            "mode needs a dense vector bound to the model; the collection has none", f"{pre}mode"
+        )
     return cfg.bound.name
 
 
@@ -327,7 +371,9 @@ def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
     if not isinstance(s.query, str):
         raise InvalidCollectionRequest("mode hybrid takes a text query", f"{pre}query")
     k = max(getattr(s, "candidates", None) or 100, s.top_k)
-    leaves = [QueryNode(Search(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
-              for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))]  # fmt: skip
+    leaves = [
+        QueryNode(Search(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
+        for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))
+    ]
     top = Search(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
     return QueryNode(top, leaves, getattr(s, "fusion", None) or "rrf", getattr(s, "rrf_k", None))

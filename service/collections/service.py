@@ -76,10 +76,14 @@ class CollectionService:
             InvalidCollectionRequest: ``invalid_filter``, naming ``param``.
         """
         try:
-            kinds = None if vectors is None else {
-                **{n: "bound" if v.bound else "dense" for n, v in vectors.dense.items()},
-                **dict.fromkeys(vectors.sparse, "sparse"),
-            }  # fmt: skip
+            kinds = (
+                None
+                if vectors is None
+                else {
+                    **{n: "bound" if v.bound else "dense" for n, v in vectors.dense.items()},
+                    **dict.fromkeys(vectors.sparse, "sparse"),
+                }
+            )
             return parse_filter(raw, self.settings.max_filter_values, kinds) if raw is not None else None
         except FilterError as e:
             raise InvalidCollectionRequest(
@@ -127,7 +131,7 @@ class CollectionService:
         rc = consistency or self.read_consistency()
         results = await asyncio.gather(
             *(self.backend.run(c.info, rc) for c in self.backend.list()), return_exceptions=True
-        )  # fmt: skip
+        )
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, CollectionNotFound):
                 raise r
@@ -154,8 +158,10 @@ class CollectionService:
                 f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs {want['sha256'][:12]}..."
             )
         chunk = self.settings.embed_chunk
-        parts = [(await emb.encode(texts[i : i + chunk], model=lm, param="points", prompt_role=role)).embeddings
-                 for i in range(0, len(texts), chunk)]  # fmt: skip
+        parts = [
+            (await emb.encode(texts[i : i + chunk], model=lm, param="points", prompt_role=role)).embeddings
+            for i in range(0, len(texts), chunk)
+        ]
         return np.concatenate(parts).astype(np.float32, copy=False)
 
     async def create(
@@ -232,8 +238,9 @@ class CollectionService:
         if missing := [i for i, t in enumerate(texts) if not t and i not in given]:
             raise InvalidCollectionRequest(
                 f"points[{missing[0]}] has no text and no 'vector': collection {name!r} embeds its model-bound vector "
-                "from the text", f"points[{missing[0]}]",
-            )  # fmt: skip
+                "from the text",
+                f"points[{missing[0]}]",
+            )
         for attempt in range(RETRIES):
             model, smodel = dict(c.model), c.reembed_model
             if vectors_model is not None and vectors_model != model:
@@ -247,9 +254,16 @@ class CollectionService:
             svectors = await self.embed(c, texts, smodel, role="document") if smodel else None
             try:
                 seq = await self.backend.run(
-                    c.upsert, ids, texts, payloads, vecs, model=model, shadow_model=smodel, shadow_vectors=svectors,
+                    c.upsert,
+                    ids,
+                    texts,
+                    payloads,
+                    vecs,
+                    model=model,
+                    shadow_model=smodel,
+                    shadow_vectors=svectors,
                     named=extra,
-                )  # fmt: skip
+                )
                 return len(set(ids)), seq  # a repeated id is written once (the last occurrence wins)
             except ModelChanged as e:
                 if attempt == RETRIES - 1:
@@ -266,9 +280,16 @@ class CollectionService:
         return out
 
     async def scroll(
-        self, name: str, start: int | str | None, limit: int, raw_filter: Any, with_vector: bool | list[str] = False,
-        budget: ResponseBudget | None = None, with_text: bool = True, with_payload: bool = True,
-    ) -> tuple[list[dict[str, Any]], int | str | None]:  # fmt: skip
+        self,
+        name: str,
+        start: int | str | None,
+        limit: int,
+        raw_filter: Any,
+        with_vector: bool | list[str] = False,
+        budget: ResponseBudget | None = None,
+        with_text: bool = True,
+        with_payload: bool = True,
+    ) -> tuple[list[dict[str, Any]], int | str | None]:
         """A page of points in id order (see :meth:`CollectionHandle.scroll`: ``with_vector`` True or the names of
         the vectors wanted; ``with_text``/``with_payload`` False leave those out): ``(points, next start)``, the next
         start None on the last page. ``limit``: 1 to ``max_top_k``. ``budget``: the request's, which the points spend
@@ -285,9 +306,14 @@ class CollectionService:
         return rows[:limit], (rows[limit]["id"] if len(rows) > limit else None)
 
     async def set_payload(
-        self, name: str, ids: list[int | str] | None, raw_filter: Any, payload: dict[str, Any], merge: bool,
+        self,
+        name: str,
+        ids: list[int | str] | None,
+        raw_filter: Any,
+        payload: dict[str, Any],
+        merge: bool,
         key: str | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Merge ``payload`` into (``merge``; at the path ``key`` when given) or put it in place of the payload of
         the points among ``ids`` or matching the filter; returns the last write's sequence (0 when no point matched):
         :func:`.payload_update.set_payload`.
@@ -373,9 +399,13 @@ class CollectionService:
         raise PointNotFound(f"point {str(shown)!r} not found in collection {name!r}")
 
     async def search(
-        self, name: str, searches: Sequence[SearchSpec], param: str, consistency: ReadConsistency | None = None,
+        self,
+        name: str,
+        searches: Sequence[SearchSpec],
+        param: str,
+        consistency: ReadConsistency | None = None,
         budget: ResponseBudget | None = None,
-    ) -> list[list[Hit]]:  # fmt: skip
+    ) -> list[list[Hit]]:
         """One list of hits per search, best first, read at ``consistency`` (default :meth:`read_consistency`):
         :func:`.searching.search` (each search by its ``using`` vector, default the collection's default one).
         ``param``: ``query`` (one search) or ``searches`` (a batch), used to name the field at fault. ``budget``: the
@@ -388,9 +418,12 @@ class CollectionService:
         return await searching.search(self, name, searches, param, consistency or self.read_consistency(), budget)
 
     async def query(
-        self, name: str, node: searching.QueryNode, consistency: ReadConsistency | None = None,
+        self,
+        name: str,
+        node: searching.QueryNode,
+        consistency: ReadConsistency | None = None,
         budget: ResponseBudget | None = None,
-    ) -> list[Hit]:  # fmt: skip
+    ) -> list[Hit]:
         """The hits of a query with prefetches and fusion (:func:`.searching.query`), best first; ``budget``: as for
         :meth:`search`.
 

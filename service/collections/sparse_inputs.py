@@ -17,9 +17,10 @@ def sparse_model(models: dict[str, Any], name: str, param: str) -> Any:
     """
     if name not in models:
         raise InvalidCollectionRequest(
-            f"{param}: {name!r} is not a sparse model of this service ({sorted(models)})", param,
+            f"{param}: {name!r} is not a sparse model of this service ({sorted(models)})",
+            param,
             "model_mismatch",
-        )  # fmt: skip
+        )
     return models[name]
 
 

@@ -44,8 +44,18 @@ async def add_vector(name: str, vector: str, body: AddVector, svc: Service) -> R
         CollectionNotFound, InvalidCollectionRequest (:func:`.vector_names.with_vector`).
     """
     d = body.dense
-    dense = None if d is None else {"bound": d.model, "size": d.size, "metric": d.metric, "index": d.index,
-                                    "params": d.params, "multivector": d.multivector}  # fmt: skip
+    dense = (
+        None
+        if d is None
+        else {
+            "bound": d.model,
+            "size": d.size,
+            "metric": d.metric,
+            "index": d.index,
+            "params": d.params,
+            "multivector": d.multivector,
+        }
+    )
     sparse = None if body.sparse is None else {"modifier": body.sparse.modifier, "model": body.sparse.model}
     await create_vector_name(svc, name, vector, dense, sparse)
     return json_response(await svc.info(name))

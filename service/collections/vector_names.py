@@ -58,8 +58,9 @@ def with_vector(
     if dense is not None and dense.get("bound"):
         raise InvalidCollectionRequest(
             f"vector {name!r}: a vector added to an existing collection is supplied by the client (binding one to the "
-            "model would embed every stored text): create the collection with it", "model",
-        )  # fmt: skip
+            "model would embed every stored text): create the collection with it",
+            "model",
+        )
     one = new_vectors_config({name: dense} if dense else {}, {name: sparse} if sparse else {}, None, 0, sparse_models)
     new = one.dense[name] if dense else one.sparse[name]
     old = cfg.dense.get(name) or cfg.sparse.get(name)
@@ -71,8 +72,9 @@ def with_vector(
             f"the collection has a {kind} vector named {name!r} of another definition: delete it first", "vector_name"
         )
     if len(cfg.dense if dense else cfg.sparse) >= MAX_VECTORS:
-        raise InvalidCollectionRequest(f"at most {MAX_VECTORS} {'dense' if dense else 'sparse'} vectors per collection",
-                                       "vector_name")  # fmt: skip
+        raise InvalidCollectionRequest(
+            f"at most {MAX_VECTORS} {'dense' if dense else 'sparse'} vectors per collection", "vector_name"
+        )
     return VectorsConfig({**cfg.dense, **one.dense}, {**cfg.sparse, **one.sparse})
 
 
@@ -87,14 +89,16 @@ def without_vector(cfg: VectorsConfig, name: str) -> VectorsConfig | None:
     if (b := cfg.bound) is not None and b.name == name:
         raise InvalidCollectionRequest(
             f"{name!r} is the model-bound vector (the service embeds it from each point's text; the collection's model "
-            "and its re-embedding are its): it cannot be deleted", "vector_name",
-        )  # fmt: skip
+            "and its re-embedding are its): it cannot be deleted",
+            "vector_name",
+        )
     if name == "" and set(cfg.dense) == {""}:
         raise InvalidCollectionRequest(
             "the unnamed vector is the only dense vector: it cannot be deleted", "vector_name"
         )
-    return VectorsConfig({n: v for n, v in cfg.dense.items() if n != name},
-                         {n: v for n, v in cfg.sparse.items() if n != name})  # fmt: skip
+    return VectorsConfig(
+        {n: v for n, v in cfg.dense.items() if n != name}, {n: v for n, v in cfg.sparse.items() if n != name}
+    )
 
 
 async def create_vector_name(

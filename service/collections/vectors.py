@@ -71,9 +71,10 @@ def given_vectors(given: dict[int, Any], n: int, spec: Any, collection: str) -> 
         x = np.asarray(v, dtype=np.float32)
         if x.shape != (d,):
             raise InvalidCollectionRequest(
-                f"vector has dimension {x.size}; collection {collection!r} has {d}", f"points[{i}].vector",
+                f"vector has dimension {x.size}; collection {collection!r} has {d}",
+                f"points[{i}].vector",
                 "wrong_dimension",
-            )  # fmt: skip
+            )
         if (problem := query_problem(x, spec.metric)) is not None:
             raise InvalidCollectionRequest(problem.replace("query vector", "vector"), f"points[{i}].vector")
         out[i] = x

@@ -82,19 +82,31 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
         "points_count": n,
         "segments_count": 1,
         "config": {
-            "params": {"vectors": vectors, **({"sparse_vectors": sparse} if sparse else {}),
-                       "shard_number": 1, "replication_factor": 1, "write_consistency_factor": 1,
-                       "on_disk_payload": True},
-            "hnsw_config": {"m": params.get("M", 0), "ef_construct": params.get("ef_construction", 100),
-                            "full_scan_threshold": 10000},
-            "optimizer_config": {"deleted_threshold": 0.2, "vacuum_min_vector_number": 1000,
-                                 "default_segment_number": 1, "flush_interval_sec": 5},
+            "params": {
+                "vectors": vectors,
+                **({"sparse_vectors": sparse} if sparse else {}),
+                "shard_number": 1,
+                "replication_factor": 1,
+                "write_consistency_factor": 1,
+                "on_disk_payload": True,
+            },
+            "hnsw_config": {
+                "m": params.get("M", 0),
+                "ef_construct": params.get("ef_construction", 100),
+                "full_scan_threshold": 10000,
+            },
+            "optimizer_config": {
+                "deleted_threshold": 0.2,
+                "vacuum_min_vector_number": 1000,
+                "default_segment_number": 1,
+                "flush_interval_sec": 5,
+            },
             "wal_config": {"wal_capacity_mb": 32, "wal_segments_ahead": 0},
             "quantization_config": None,
             "metadata": {"embedding_model": info["model"], "index": info["index"]["type"]},
         },
         "payload_schema": {},
-    }  # fmt: skip
+    }
 
 
 @router.get("")
@@ -144,9 +156,12 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
         (any(q not in (None, "Disabled") for q in quantization), "quantization", "quantization_config"),
         (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
         (body.metadata, "updating metadata (it holds the collection's model record)", "metadata"),
-        ({"m", "ef_construct"} & set(hnsw), "changing hnsw_config m/ef_construct (the index is not rebuilt)",
-         "hnsw_config"),
-    ):  # fmt: skip
+        (
+            {"m", "ef_construct"} & set(hnsw),
+            "changing hnsw_config m/ef_construct (the index is not rebuilt)",
+            "hnsw_config",
+        ),
+    ):
         if given:
             raise unsupported(what, param)
     if unknown := set(hnsw) - HNSW_IGNORED:

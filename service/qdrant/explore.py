@@ -64,9 +64,13 @@ def _bad(e: ValidationError, param: str) -> InvalidCollectionRequest:
 
 
 async def _rows(
-    svc: CollectionService, name: str, sides: dict[str, list], param: str, using: str | None,
+    svc: CollectionService,
+    name: str,
+    sides: dict[str, list],
+    param: str,
+    using: str | None,
     lookup: LookupLocation | None,
-) -> tuple[dict[str, np.ndarray], list, dict | None, str]:  # fmt: skip
+) -> tuple[dict[str, np.ndarray], list, dict | None, str]:
     """The example vectors of each side (float64 ``(k, d)``, unit rows on a cosine vector, as Qdrant preprocesses
     them), the ids to leave out, the model of the vectors read or embedded (None: none) and the vector's metric.
 
@@ -76,8 +80,9 @@ async def _rows(
         PointNotFound: an example id that is not stored (with that vector).
     """
     if (n := sum(len(xs) for xs in sides.values())) > (cap := svc.settings.max_filter_values):
-        raise TooManyItems(f"{n} examples; the maximum is {cap} (collections_max_filter_values)", param,
-                           "too_many_examples")  # fmt: skip
+        raise TooManyItems(
+            f"{n} examples; the maximum is {cap} (collections_max_filter_values)", param, "too_many_examples"
+        )
     c = await svc.collection(name)
     vname = vector_name(c.vectors, using, param)
     if vname in c.vectors.sparse:
@@ -93,8 +98,9 @@ async def _rows(
                     raise InvalidCollectionRequest(f"the vector {vname!r} is the client's: no Document examples", at)
                 texts.append(check_model(x, c.model, name, at))
             elif isinstance(x, list) and len(x) != spec.dimension:
-                raise InvalidCollectionRequest(f"{at} has dimension {len(x)}; the vector {vname!r} has "
-                                               f"{spec.dimension}", at, "wrong_dimension")  # fmt: skip
+                raise InvalidCollectionRequest(
+                    f"{at} has dimension {len(x)}; the vector {vname!r} has {spec.dimension}", at, "wrong_dimension"
+                )
             elif not isinstance(x, list):
                 ids.append(x)
     src, src_using = source(name, using, lookup)
@@ -105,8 +111,9 @@ async def _rows(
     if missing := [x for x in ids if stored.get((type(x), x)) is None]:
         raise PointNotFound(f"No point with id {missing[0]} found (holding the vector {sname!r})")
     if bad := [x for x in ids if len(stored[(type(x), x)]) != spec.dimension]:
-        raise InvalidCollectionRequest(f"{param}: point {bad[0]}'s vector {sname!r} is not of dimension "
-                                       f"{spec.dimension}", param, "wrong_dimension")  # fmt: skip
+        raise InvalidCollectionRequest(
+            f"{param}: point {bad[0]}'s vector {sname!r} is not of dimension {spec.dimension}", param, "wrong_dimension"
+        )
     model = c.model and dict(c.model) if texts or (ids and lookup is None) else None
     embedded = iter(await svc.embed(c, texts, role="query")) if texts else iter(())
 
@@ -121,9 +128,13 @@ async def _rows(
 
 
 async def _sparse_rows(
-    svc: CollectionService, name: str, sides: dict[str, list], param: str, using: str | None,
+    svc: CollectionService,
+    name: str,
+    sides: dict[str, list],
+    param: str,
+    using: str | None,
     lookup: LookupLocation | None,
-) -> tuple[dict[str, list], list, dict | None, str]:  # fmt: skip
+) -> tuple[dict[str, list], list, dict | None, str]:
     """:func:`_rows` for a sparse vector: each side's examples as ``{indices, values}`` (sparse vectors given, or the
     stored ones of the ids named), the ids to leave out, no model, and the metric ``sparse``.
 
@@ -148,8 +159,10 @@ async def _sparse_rows(
             elif isinstance(x, (int, str)):
                 out[side].append(stored[(type(x), x)])
             else:
-                raise InvalidCollectionRequest(f"{param}.{side}[{i}]: the vector is sparse: give a sparse vector or a "
-                                               "point id", f"{param}.{side}[{i}]")  # fmt: skip
+                raise InvalidCollectionRequest(
+                    f"{param}.{side}[{i}]: the vector is sparse: give a sparse vector or a point id",
+                    f"{param}.{side}[{i}]",
+                )
     return out, ([] if lookup is not None else list(dict.fromkeys(ids))), None, "sparse"
 
 
@@ -171,8 +184,14 @@ def sparse_average(positive: list[dict], negative: list[dict]) -> dict[str, list
     return {"indices": keys, "values": [merged[i] for i in keys]}
 
 
-async def recommend(svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
-                    lookup: LookupLocation | None = None) -> Found:  # fmt: skip
+async def recommend(
+    svc: CollectionService,
+    name: str,
+    raw: Any,
+    param: str,
+    using: str | None = None,
+    lookup: LookupLocation | None = None,
+) -> Found:
     """``{"recommend": RecommendInput}`` (module docstring).
 
     Raises:
@@ -215,21 +234,40 @@ def _pairs(raw: Any, param: str, empty: bool = False) -> list[tuple[Any, Any]]:
     return out
 
 
-async def _pair_query(svc: CollectionService, name: str, kind: str, pairs: list, target: Any, param: str,
-                      using: str | None, lookup: LookupLocation | None) -> Found:  # fmt: skip
-    sides = {"target": [] if target is None else [target], "positive": [p for p, _ in pairs],
-             "negative": [n for _, n in pairs]}  # fmt: skip
+async def _pair_query(
+    svc: CollectionService,
+    name: str,
+    kind: str,
+    pairs: list,
+    target: Any,
+    param: str,
+    using: str | None,
+    lookup: LookupLocation | None,
+) -> Found:
+    sides = {
+        "target": [] if target is None else [target],
+        "positive": [p for p, _ in pairs],
+        "negative": [n for _, n in pairs],
+    }
     rows, ids, model, metric = await _rows(svc, name, sides, param, using, lookup)
     as_json = (lambda v: v) if metric == "sparse" else (lambda v: v.tolist())  # noqa: E731
-    query: dict[str, Any] = {"scorer": kind, "pairs": [[as_json(p), as_json(n)] for p, n in
-                                                       zip(rows["positive"], rows["negative"])]}  # fmt: skip
+    query: dict[str, Any] = {
+        "scorer": kind,
+        "pairs": [[as_json(p), as_json(n)] for p, n in zip(rows["positive"], rows["negative"])],
+    }
     if target is not None:
         query["target"] = as_json(rows["target"][0])
     return query, ids, model
 
 
-async def discover(svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
-                   lookup: LookupLocation | None = None) -> Found:  # fmt: skip
+async def discover(
+    svc: CollectionService,
+    name: str,
+    raw: Any,
+    param: str,
+    using: str | None = None,
+    lookup: LookupLocation | None = None,
+) -> Found:
     """``{"discover": {target, context}}`` (module docstring).
 
     Raises:
@@ -245,8 +283,14 @@ async def discover(svc: CollectionService, name: str, raw: Any, param: str, usin
     return await _pair_query(svc, name, "discover", pairs, target, param, using, lookup)
 
 
-async def context(svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
-                  lookup: LookupLocation | None = None) -> Found:  # fmt: skip
+async def context(
+    svc: CollectionService,
+    name: str,
+    raw: Any,
+    param: str,
+    using: str | None = None,
+    lookup: LookupLocation | None = None,
+) -> Found:
     """``{"context": [{positive, negative}, ...]}`` (module docstring).
 
     Raises:
@@ -255,8 +299,14 @@ async def context(svc: CollectionService, name: str, raw: Any, param: str, using
     return await _pair_query(svc, name, "context", _pairs(raw, param), None, param, using, lookup)
 
 
-async def relevance_feedback(svc: CollectionService, name: str, raw: Any, param: str, using: str | None = None,
-                             lookup: LookupLocation | None = None) -> Found:  # fmt: skip
+async def relevance_feedback(
+    svc: CollectionService,
+    name: str,
+    raw: Any,
+    param: str,
+    using: str | None = None,
+    lookup: LookupLocation | None = None,
+) -> Found:
     """``{"relevance_feedback": {target, feedback, strategy}}`` (module docstring).
 
     Raises:
@@ -275,9 +325,12 @@ async def relevance_feedback(svc: CollectionService, name: str, raw: Any, param:
         examples = [_EXAMPLE.validate_python(f["example"]) for f in feedback]
     except ValidationError as e:
         raise _bad(e, param) from None
-    rows, ids, model, metric = await _rows(svc, name, {"target": [target], "feedback": examples}, param, using,
-                                           lookup)  # fmt: skip
+    rows, ids, model, metric = await _rows(svc, name, {"target": [target], "feedback": examples}, param, using, lookup)
     as_json = (lambda v: v) if metric == "sparse" else (lambda v: v.tolist())  # noqa: E731
-    query = {"scorer": "relevance_feedback", "target": as_json(rows["target"][0]), **naive,
-             "feedback": [[as_json(r), f["score"]] for r, f in zip(rows["feedback"], feedback)]}  # fmt: skip
+    query = {
+        "scorer": "relevance_feedback",
+        "target": as_json(rows["target"][0]),
+        **naive,
+        "feedback": [[as_json(r), f["score"]] for r, f in zip(rows["feedback"], feedback)],
+    }
     return query, ids, model

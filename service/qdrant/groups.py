@@ -105,10 +105,22 @@ async def query_groups(collection_name: str, body: QueryGroupsRequest, request: 
     points = await points_by_id(svc, collection_name, ids, body.with_vector, budget) if body.with_vector else {}
     cfg = (await svc.collection(collection_name)).vectors
     lookups = await _lookups(svc, body.with_lookup, list(groups)) if body.with_lookup is not None else {}
-    return ok(request, {"groups": [
-        {"id": v, "hits": [scored(h, body.with_payload, shown(points.get((type(h.id), h.id)), body.with_vector, cfg))
-                           for h in hits], "lookup": lookups.get((type(v), v))}
-        for v, hits in groups.items()]})  # fmt: skip
+    return ok(
+        request,
+        {
+            "groups": [
+                {
+                    "id": v,
+                    "hits": [
+                        scored(h, body.with_payload, shown(points.get((type(h.id), h.id)), body.with_vector, cfg))
+                        for h in hits
+                    ],
+                    "lookup": lookups.get((type(v), v)),
+                }
+                for v, hits in groups.items()
+            ]
+        },
+    )
 
 
 async def _lookups(svc: CollectionService, raw: Any, values: list[Any]) -> dict[tuple[type, Any], Any]:
@@ -120,10 +132,14 @@ async def _lookups(svc: CollectionService, raw: Any, values: list[Any]) -> dict[
         InvalidCollectionRequest: a malformed ``with_lookup``. CollectionNotFound: no such lookup collection.
     """
     wl = {"collection": raw} if isinstance(raw, str) else raw
-    if not isinstance(wl, dict) or not isinstance(wl.get("collection"), str) or set(wl) - {
-        "collection", "with_payload", "with_vectors"}:  # fmt: skip
-        raise InvalidCollectionRequest("with_lookup must be a collection name or {collection, with_payload, "
-                                       "with_vectors}", "with_lookup")  # fmt: skip
+    if (
+        not isinstance(wl, dict)
+        or not isinstance(wl.get("collection"), str)
+        or set(wl) - {"collection", "with_payload", "with_vectors"}
+    ):
+        raise InvalidCollectionRequest(
+            "with_lookup must be a collection name or {collection, with_payload, with_vectors}", "with_lookup"
+        )
     payload = True if wl.get("with_payload") is None else wl["with_payload"]
     vectors = wl.get("with_vectors") or False
     ids: dict[Any, Any] = {}

@@ -54,8 +54,9 @@ class Collections(collections_service_pb2_grpc.CollectionsServicer):
 
     async def Create(self, req: g.CreateCollection, ctx: Any) -> g.CollectionOperationResponse:
         """``qdrant.Collections/Create`` as ``PUT /qdrant/collections/{...}``."""
-        body = {rest_name: dump(convert(getattr(req, f))) for f, (rest_name, convert) in _CREATE.items()
-                if req.HasField(f)}  # fmt: skip
+        body = {
+            rest_name: dump(convert(getattr(req, f))) for f, (rest_name, convert) in _CREATE.items() if req.HasField(f)
+        }
         if req.metadata:
             body["metadata"] = G.convert_payload(req.metadata)
         return _done(*await self.b.call(ctx, "PUT", path("/collections/{}", req.collection_name), body))

@@ -17,8 +17,20 @@ from .grpc_bridge import Bridge, dump, path
 
 #: Qdrant's gRPC ``FieldType`` as the REST ``field_schema`` names it (index position = enum value)
 FIELD_TYPES = ("keyword", "integer", "float", "geo", "text", "bool", "datetime", "uuid")
-_QUERY_FIELDS = ("prefetch", "query", "using", "filter", "params", "score_threshold", "with_payload", "with_vectors",
-                 "lookup_from", "limit", "read_consistency", "shard_key_selector")  # fmt: skip
+_QUERY_FIELDS = (
+    "prefetch",
+    "query",
+    "using",
+    "filter",
+    "params",
+    "score_threshold",
+    "with_payload",
+    "with_vectors",
+    "lookup_from",
+    "limit",
+    "read_consistency",
+    "shard_key_selector",
+)
 
 
 def _opt(req: Any, field: str, convert: Any) -> Any:
@@ -67,10 +79,12 @@ class Points(points_service_pb2_grpc.PointsServicer):
 
     async def Upsert(self, req: g.UpsertPoints, ctx: Any) -> g.PointsOperationResponse:
         """``qdrant.Points/Upsert`` as ``PUT /qdrant/collections/{...}/points``."""
-        body = _body(points=[G.convert_point_struct(p) for p in req.points],
-                     update_filter=_opt(req, "update_filter", G.convert_filter),
-                     update_mode=_opt(req, "update_mode", G.convert_update_mode),
-                     shard_key=_opt(req, "shard_key_selector", G.convert_shard_key_selector))  # fmt: skip
+        body = _body(
+            points=[G.convert_point_struct(p) for p in req.points],
+            update_filter=_opt(req, "update_filter", G.convert_filter),
+            update_mode=_opt(req, "update_mode", G.convert_update_mode),
+            shard_key=_opt(req, "shard_key_selector", G.convert_shard_key_selector),
+        )
         return _operation(*await self.b.call(ctx, "PUT", path("/collections/{}/points", req.collection_name), body))
 
     async def Delete(self, req: g.DeletePoints, ctx: Any) -> g.PointsOperationResponse:
@@ -80,16 +94,20 @@ class Points(points_service_pb2_grpc.PointsServicer):
 
     async def Get(self, req: g.GetPoints, ctx: Any) -> g.GetResponse:
         """``qdrant.Points/Get`` as ``POST /qdrant/collections/{...}/points``."""
-        body = _body(ids=[G.convert_point_id(i) for i in req.ids],
-                     with_payload=_opt(req, "with_payload", G.convert_with_payload_selector),
-                     with_vector=_opt(req, "with_vectors", G.convert_with_vectors_selector))  # fmt: skip
+        body = _body(
+            ids=[G.convert_point_id(i) for i in req.ids],
+            with_payload=_opt(req, "with_payload", G.convert_with_payload_selector),
+            with_vector=_opt(req, "with_vectors", G.convert_with_vectors_selector),
+        )
         res, t = await self.b.call(ctx, "POST", path("/collections/{}/points", req.collection_name), body)
         return g.GetResponse(result=[R.convert_record(rest.Record(**p)) for p in res], time=t)
 
     async def UpdateVectors(self, req: g.UpdatePointVectors, ctx: Any) -> g.PointsOperationResponse:
         """``qdrant.Points/UpdateVectors`` as ``PUT /qdrant/collections/{...}/points/vectors``."""
-        body = _body(points=[G.convert_point_vectors(p) for p in req.points],
-                     update_filter=_opt(req, "update_filter", G.convert_filter))  # fmt: skip
+        body = _body(
+            points=[G.convert_point_vectors(p) for p in req.points],
+            update_filter=_opt(req, "update_filter", G.convert_filter),
+        )
         url = path("/collections/{}/points/vectors", req.collection_name)
         return _operation(*await self.b.call(ctx, "PUT", url, body))
 
@@ -142,13 +160,17 @@ class Points(points_service_pb2_grpc.PointsServicer):
         body: dict[str, Any] = {}
         if req.HasField("dense_config"):
             d = req.dense_config
-            body["dense"] = _body(size=d.size, distance=g.Distance.Name(d.distance),
-                                  multivector_config=_opt(d, "multivector_config", G.convert_multivector_config),
-                                  datatype=_datatype(d))  # fmt: skip
+            body["dense"] = _body(
+                size=d.size,
+                distance=g.Distance.Name(d.distance),
+                multivector_config=_opt(d, "multivector_config", G.convert_multivector_config),
+                datatype=_datatype(d),
+            )
         elif req.HasField("sparse_config"):
             s = req.sparse_config
-            body["sparse"] = _body(modifier=_opt(s, "modifier", lambda m: g.Modifier.Name(m).lower()),
-                                   datatype=_datatype(s))  # fmt: skip
+            body["sparse"] = _body(
+                modifier=_opt(s, "modifier", lambda m: g.Modifier.Name(m).lower()), datatype=_datatype(s)
+            )
         url = path("/collections/{}/vectors/{}", req.collection_name, req.vector_name)
         return _operation(*await self.b.call(ctx, "PUT", url, body))
 
@@ -159,11 +181,14 @@ class Points(points_service_pb2_grpc.PointsServicer):
 
     async def Scroll(self, req: g.ScrollPoints, ctx: Any) -> g.ScrollResponse:
         """``qdrant.Points/Scroll`` as ``POST /qdrant/collections/{...}/points/scroll``."""
-        body = _body(filter=_opt(req, "filter", G.convert_filter), offset=_opt(req, "offset", G.convert_point_id),
-                     limit=req.limit if req.HasField("limit") else None,
-                     with_payload=_opt(req, "with_payload", G.convert_with_payload_selector),
-                     with_vector=_opt(req, "with_vectors", G.convert_with_vectors_selector),
-                     order_by=_opt(req, "order_by", G.convert_order_by))  # fmt: skip
+        body = _body(
+            filter=_opt(req, "filter", G.convert_filter),
+            offset=_opt(req, "offset", G.convert_point_id),
+            limit=req.limit if req.HasField("limit") else None,
+            with_payload=_opt(req, "with_payload", G.convert_with_payload_selector),
+            with_vector=_opt(req, "with_vectors", G.convert_with_vectors_selector),
+            order_by=_opt(req, "order_by", G.convert_order_by),
+        )
         res, t = await self.b.call(ctx, "POST", path("/collections/{}/points/scroll", req.collection_name), body)
         out = g.ScrollResponse(result=[R.convert_record(rest.Record(**p)) for p in res["points"]], time=t)
         if res.get("next_page_offset") is not None:
@@ -192,39 +217,53 @@ class Points(points_service_pb2_grpc.PointsServicer):
         """``qdrant.Points/QueryBatch`` as ``POST /qdrant/collections/{...}/points/query/batch``."""
         url = path("/collections/{}/points/query/batch", req.collection_name)
         res, t = await self.b.call(ctx, "POST", url, {"searches": [_query_body(q) for q in req.query_points]})
-        batches = [g.BatchResult(result=[R.convert_scored_point(rest.ScoredPoint(**p)) for p in r["points"]])
-                   for r in res]  # fmt: skip
+        batches = [
+            g.BatchResult(result=[R.convert_scored_point(rest.ScoredPoint(**p)) for p in r["points"]]) for r in res
+        ]
         return g.QueryBatchResponse(result=batches, time=t)
 
     async def QueryGroups(self, req: g.QueryPointGroups, ctx: Any) -> g.QueryGroupsResponse:
         """``qdrant.Points/QueryGroups`` as ``POST /qdrant/collections/{...}/points/query/groups``."""
-        body = {**_query_body(req), "group_by": req.group_by,
-                **_body(group_size=req.group_size if req.HasField("group_size") else None,
-                        with_lookup=_opt(req, "with_lookup", G.convert_with_lookup))}  # fmt: skip
+        body = {
+            **_query_body(req),
+            "group_by": req.group_by,
+            **_body(
+                group_size=req.group_size if req.HasField("group_size") else None,
+                with_lookup=_opt(req, "with_lookup", G.convert_with_lookup),
+            ),
+        }
         url = path("/collections/{}/points/query/groups", req.collection_name)
         res, t = await self.b.call(ctx, "POST", url, body)
         return g.QueryGroupsResponse(result=R.convert_groups_result(rest.GroupsResult(**res)), time=t)
 
     async def Facet(self, req: g.FacetCounts, ctx: Any) -> g.FacetResponse:
         """``qdrant.Points/Facet`` as ``POST /qdrant/collections/{...}/facet``."""
-        body = _body(key=req.key, filter=_opt(req, "filter", G.convert_filter),
-                     limit=req.limit if req.HasField("limit") else None,
-                     exact=req.exact if req.HasField("exact") else None)  # fmt: skip
+        body = _body(
+            key=req.key,
+            filter=_opt(req, "filter", G.convert_filter),
+            limit=req.limit if req.HasField("limit") else None,
+            exact=req.exact if req.HasField("exact") else None,
+        )
         res, t = await self.b.call(ctx, "POST", path("/collections/{}/facet", req.collection_name), body)
         return g.FacetResponse(hits=[R.convert_facet_value_hit(rest.FacetValueHit(**h)) for h in res["hits"]], time=t)
 
     async def _matrix(self, req: g.SearchMatrixPoints, ctx: Any, kind: str) -> tuple[dict[str, Any], float]:
-        body = _body(filter=_opt(req, "filter", G.convert_filter), using=req.using if req.HasField("using") else None,
-                     sample=req.sample if req.HasField("sample") else None,
-                     limit=req.limit if req.HasField("limit") else None)  # fmt: skip
-        return await self.b.call(ctx, "POST", path("/collections/{}/points/search/matrix/" + kind,
-                                                   req.collection_name), body)  # fmt: skip
+        body = _body(
+            filter=_opt(req, "filter", G.convert_filter),
+            using=req.using if req.HasField("using") else None,
+            sample=req.sample if req.HasField("sample") else None,
+            limit=req.limit if req.HasField("limit") else None,
+        )
+        return await self.b.call(
+            ctx, "POST", path("/collections/{}/points/search/matrix/" + kind, req.collection_name), body
+        )
 
     async def SearchMatrixPairs(self, req: g.SearchMatrixPoints, ctx: Any) -> g.SearchMatrixPairsResponse:
         """``qdrant.Points/SearchMatrixPairs`` as ``POST /qdrant/collections/{...}/points/search/matrix/pairs``."""
         res, t = await self._matrix(req, ctx, "pairs")
-        return g.SearchMatrixPairsResponse(result=R.convert_search_matrix_pairs(rest.SearchMatrixPairsResponse(**res)),
-                                           time=t)  # fmt: skip
+        return g.SearchMatrixPairsResponse(
+            result=R.convert_search_matrix_pairs(rest.SearchMatrixPairsResponse(**res)), time=t
+        )
 
     async def SearchMatrixOffsets(self, req: g.SearchMatrixPoints, ctx: Any) -> g.SearchMatrixOffsetsResponse:
         """``qdrant.Points/SearchMatrixOffsets`` as ``POST /qdrant/collections/{...}/points/search/matrix/offsets``."""

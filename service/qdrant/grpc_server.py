@@ -42,8 +42,9 @@ class Guard(grpc.aio.ServerInterceptor):
                 log.exception("gRPC %s failed (error id %s)", details.method, eid)
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error (id {eid}); see the server log")
 
-        return grpc.unary_unary_rpc_method_handler(guarded, request_deserializer=handler.request_deserializer,
-                                                   response_serializer=handler.response_serializer)  # fmt: skip
+        return grpc.unary_unary_rpc_method_handler(
+            guarded, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
 
 
 async def start_server(app: Any, host: str, port: int) -> tuple[grpc.aio.Server, Bridge]:

@@ -51,5 +51,12 @@ async def matrix_offsets(collection_name: str, body: SearchMatrixRequest, reques
     ids, hits = await _matrix(svc, collection_name, body)
     pos = {(type(i), i): k for k, i in enumerate(ids)}
     cells = [(r, pos[(type(h.id), h.id)], h.score) for r, hs in enumerate(hits) for h in hs]
-    return ok(request, {"offsets_row": [r for r, _, _ in cells], "offsets_col": [c for _, c, _ in cells],
-                        "scores": [s for _, _, s in cells], "ids": ids})  # fmt: skip
+    return ok(
+        request,
+        {
+            "offsets_row": [r for r, _, _ in cells],
+            "offsets_col": [c for _, c, _ in cells],
+            "scores": [s for _, _, s in cells],
+            "ids": ids,
+        },
+    )

@@ -38,23 +38,38 @@ def kind(query: Any) -> str | None:
 
 
 async def records(
-    svc: CollectionService, name: str, ob: OrderBy, limit: int, where: Any, with_payload: Any, with_vector: Any,
-    budget: ResponseBudget | None, skip: int = 0,
-) -> list[dict[str, Any]]:  # fmt: skip
+    svc: CollectionService,
+    name: str,
+    ob: OrderBy,
+    limit: int,
+    where: Any,
+    with_payload: Any,
+    with_vector: Any,
+    budget: ResponseBudget | None,
+    skip: int = 0,
+) -> list[dict[str, Any]]:
     """The first ``limit`` entries in ``ob``'s order of the points matching ``where`` (native), after ``skip``, as
     ``Record`` s with ``order_value`` (a point once per distinct value it holds)."""
     entries = (await ordered_ids(svc, name, ob, skip + limit, where))[skip:]
     points = await fetch(svc, name, [i for i, _ in entries], with_vector or False, None, budget, bool(with_payload))
     by_id = {(type(p["id"]), p["id"]): p for p in points}
     cfg = (await svc.collection(name)).vectors
-    return [{**record(by_id[(type(i), i)], with_payload, with_vector, cfg), "order_value": v}
-            for i, v in entries if (type(i), i) in by_id]  # fmt: skip
+    return [
+        {**record(by_id[(type(i), i)], with_payload, with_vector, cfg), "order_value": v}
+        for i, v in entries
+        if (type(i), i) in by_id
+    ]
 
 
 async def query(
-    svc: CollectionService, name: str, r: Any, param: str, build: BuildPrefetch, budget: ResponseBudget | None,
+    svc: CollectionService,
+    name: str,
+    r: Any,
+    param: str,
+    build: BuildPrefetch,
+    budget: ResponseBudget | None,
     limit: int,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """The hits of a query ``r`` whose ``query`` is an ``order_by`` or ``sample`` (module docstring).
 
     Raises:

@@ -72,8 +72,9 @@ def check_model(doc: Document, model: dict[str, Any], collection: str, param: st
         raise InvalidCollectionRequest(
             f"{param}.model is {doc.model!r}, but collection {collection!r} is embedded by "
             f"{model['name']}:{model['version']}: name that model (documents are embedded by the collection's model)",
-            param=f"{param}.model", code="model_mismatch",
-        )  # fmt: skip
+            param=f"{param}.model",
+            code="model_mismatch",
+        )
     return doc.text
 
 
@@ -156,8 +157,9 @@ async def retrieve_points(collection_name: str, body: PointRequest, request: Req
     """Qdrant API reference: ``POST /collections/{collection_name}/points`` -> ``[Record]`` (the ids found, in the
     order asked). Errors: 404 collection."""
     no_shard_key(body)
-    points = await fetch(svc, collection_name, body.ids, body.with_vector, None, svc.response_budget(),
-                         bool(body.with_payload))  # fmt: skip
+    points = await fetch(
+        svc, collection_name, body.ids, body.with_vector, None, svc.response_budget(), bool(body.with_payload)
+    )
     cfg = (await svc.collection(collection_name)).vectors
     return ok(request, [record(p, body.with_payload, body.with_vector, cfg) for p in points])
 
@@ -303,19 +305,37 @@ async def scroll_points(collection_name: str, body: ScrollRequest, request: Requ
         if body.offset is not None:
             raise InvalidCollectionRequest("offset is not supported with order_by (use order_by.start_from)", "offset")
         ob = parse_order_by(body.order_by)
-        found = await ordered.records(svc, collection_name, ob, limit, translate(body.filter), body.with_payload,
-                                      body.with_vector, svc.response_budget())  # fmt: skip
+        found = await ordered.records(
+            svc,
+            collection_name,
+            ob,
+            limit,
+            translate(body.filter),
+            body.with_payload,
+            body.with_vector,
+            svc.response_budget(),
+        )
         return ok(request, {"points": found, "next_page_offset": None})
     budget, where, points, nxt = svc.response_budget(), translate(body.filter), [], body.offset
     while True:  # pages of the core's at most collections_max_top_k; Qdrant caps a scroll by the response only
-        page, nxt = await svc.scroll(collection_name, nxt, min(limit - len(points), svc.settings.max_top_k), where,
-                                     body.with_vector, budget, False, bool(body.with_payload))  # fmt: skip
+        page, nxt = await svc.scroll(
+            collection_name,
+            nxt,
+            min(limit - len(points), svc.settings.max_top_k),
+            where,
+            body.with_vector,
+            budget,
+            False,
+            bool(body.with_payload),
+        )
         points += page
         if nxt is None or len(points) >= limit:
             break
     cfg = (await svc.collection(collection_name)).vectors
-    return ok(request, {"points": [record(p, body.with_payload, body.with_vector, cfg) for p in points],
-                        "next_page_offset": nxt})  # fmt: skip
+    return ok(
+        request,
+        {"points": [record(p, body.with_payload, body.with_vector, cfg) for p in points], "next_page_offset": nxt},
+    )
 
 
 @router.post("/collections/{collection_name}/points/count")

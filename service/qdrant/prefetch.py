@@ -81,7 +81,7 @@ async def build(
     children = [
         await build(p, f"{param}prefetch[{i}].", query_vector, p.limit or DEFAULT_PREFETCH_LIMIT, with_payload, models)
         for i, p in enumerate(given)
-    ]  # fmt: skip
+    ]
     where = translate(r.filter, f"{param}filter")
     exact = bool((r.params or {}).get("exact"))
     fusion = _fusion(r.query, f"{param}query")

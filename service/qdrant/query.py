@@ -87,19 +87,37 @@ class Spec:
 
 
 def _spec(
-    query: Any, top_k: int, where: Any, threshold: float | None, offset: int, payload: Any, vector: Any,
-    using: str | None = None, params: dict[str, Any] | None = None,
-) -> Spec:  # fmt: skip
-    search = SearchRequest.model_construct(query=query, top_k=top_k, filter=where, score_threshold=threshold,
-                                           with_payload=bool(payload), with_text=False, using=using,
-                                           exact=bool((params or {}).get("exact")))  # fmt: skip
+    query: Any,
+    top_k: int,
+    where: Any,
+    threshold: float | None,
+    offset: int,
+    payload: Any,
+    vector: Any,
+    using: str | None = None,
+    params: dict[str, Any] | None = None,
+) -> Spec:
+    search = SearchRequest.model_construct(
+        query=query,
+        top_k=top_k,
+        filter=where,
+        score_threshold=threshold,
+        with_payload=bool(payload),
+        with_text=False,
+        using=using,
+        exact=bool((params or {}).get("exact")),
+    )
     return Spec(search, offset, payload, vector)
 
 
 async def _query_vector(
-    svc: CollectionService, name: str, q: Any, param: str, using: str | None = None,
+    svc: CollectionService,
+    name: str,
+    q: Any,
+    param: str,
+    using: str | None = None,
     lookup: LookupLocation | None = None,
-) -> tuple[Any, list, dict | None]:  # fmt: skip
+) -> tuple[Any, list, dict | None]:
     """The native query (text, dense vector or sparse ``{indices, values}``) of a Qdrant query on the vector
     ``using`` (None: the default one), the ids of the points it names (to leave out: those of the searched
     collection), and the collection's model when the vector was read or made here (else None): a model switch before
@@ -206,16 +224,20 @@ async def _run(
     budget = budget or svc.response_budget()
     plain = [s for s in specs if s.node is None and s.mmr is None]
     found = iter(await svc.search(name, [s.search for s in plain], param, budget=budget) if plain else [])
-    results = [await svc.query(name, s.node, budget=budget) if s.node is not None
-               else await mmr.search(svc, name, s.search, s.mmr, f"{param}.mmr", budget) if s.mmr is not None
-               else next(found) for s in specs]  # fmt: skip
+    results = [
+        await svc.query(name, s.node, budget=budget)
+        if s.node is not None
+        else await mmr.search(svc, name, s.search, s.mmr, f"{param}.mmr", budget)
+        if s.mmr is not None
+        else next(found)
+        for s in specs
+    ]
     cfg = (await svc.collection(name)).vectors
     out = []
     for s, hits in zip(specs, results):
         hits = hits[s.offset :]
         points = await points_by_id(svc, name, [h.id for h in hits], s.vector_sel, budget) if s.vector_sel else {}
-        out.append([scored(h, s.payload_sel, shown(points.get((type(h.id), h.id)), s.vector_sel, cfg))
-                    for h in hits])  # fmt: skip
+        out.append([scored(h, s.payload_sel, shown(points.get((type(h.id), h.id)), s.vector_sel, cfg)) for h in hits])
     return out
 
 
@@ -224,8 +246,9 @@ async def _scroll_query(
 ) -> list[dict[str, Any]]:
     limit, offset = r.limit or DEFAULT_LIMIT, r.offset or 0
     n = _top_k(svc, limit, offset, "limit")
-    points, _ = await svc.scroll(name, None, n, translate(r.filter), r.with_vector or False, budget, False,
-                                 bool(r.with_payload))  # fmt: skip
+    points, _ = await svc.scroll(
+        name, None, n, translate(r.filter), r.with_vector or False, budget, False, bool(r.with_payload)
+    )
     cfg = (await svc.collection(name)).vectors
     return [{**record(p, r.with_payload, r.with_vector, cfg), "version": 0, "score": 1.0} for p in points[offset:]]
 
@@ -276,10 +299,13 @@ async def _queries(svc: CollectionService, name: str, reqs: list[QueryRequest], 
         params = [f"searches[{i}]." if batch else "" for i in range(len(reqs))]
         plans = [None if ordered.kind(r.query) else await plan(svc, name, r, at) for r, at in zip(reqs, params)]
         budget = svc.response_budget()  # one for the request's searches, scrolls and vectors
-        found = iter(await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query",
-                                budget))  # fmt: skip
-        return [next(found) if p is not None else await _unplanned(svc, name, r, at, budget)
-                for p, r, at in zip(plans, reqs, params)], plans  # fmt: skip
+        found = iter(
+            await _run(svc, name, [p for p in plans if p is not None], "searches" if batch else "query", budget)
+        )
+        return [
+            next(found) if p is not None else await _unplanned(svc, name, r, at, budget)
+            for p, r, at in zip(plans, reqs, params)
+        ], plans
 
     return await on_current_model(svc, name, attempt)
 
@@ -306,8 +332,17 @@ def _legacy(svc: CollectionService, r: LegacySearch, param: str) -> Spec:
     vec = vec.model_dump() if isinstance(vec, SparseVector) else vec
     offset = r.offset or 0
     top_k, where = _top_k(svc, r.limit, offset, f"{param}limit"), translate(r.filter, f"{param}filter")
-    return _spec(vec, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector,
-                 r.vector.name if named else None, r.params)  # fmt: skip
+    return _spec(
+        vec,
+        top_k,
+        where,
+        r.score_threshold,
+        offset,
+        r.with_payload,
+        r.with_vector,
+        r.vector.name if named else None,
+        r.params,
+    )
 
 
 @router.post("/collections/{collection_name}/points/search")

@@ -10,9 +10,14 @@ from ..collections.service import CollectionService
 
 
 async def fetch(
-    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any, where: dict[str, Any] | None = None,
-    budget: ResponseBudget | None = None, payload: bool = True,
-) -> list[dict[str, Any]]:  # fmt: skip
+    svc: CollectionService,
+    name: str,
+    ids: list[int | str],
+    with_vector: Any,
+    where: dict[str, Any] | None = None,
+    budget: ResponseBudget | None = None,
+    payload: bool = True,
+) -> list[dict[str, Any]]:
     """The stored points among ``ids`` (and matching the native filter ``where``, if given), in the order asked
     (missing ones left out, repeats once); without their texts when they are read for a response (a ``budget``: the
     request's, which they spend page by page before their payloads and vectors are read; ``payload``: read them).
@@ -32,9 +37,12 @@ async def fetch(
 
 
 async def points_by_id(
-    svc: CollectionService, name: str, ids: list[int | str], with_vector: Any = True,
+    svc: CollectionService,
+    name: str,
+    ids: list[int | str],
+    with_vector: Any = True,
     budget: ResponseBudget | None = None,
-) -> dict[tuple[type, Any], Any]:  # fmt: skip
+) -> dict[tuple[type, Any], Any]:
     """The vectors (``with_vector``: True for all, or their names) of the stored points among ``ids``, as points
     without text nor payload keyed by ``(type(id), id)`` (so ``1`` and ``"1"`` stay apart); ``budget``: the
     request's, when the vectors are read for its response (hits' vectors).

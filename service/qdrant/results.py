@@ -73,11 +73,19 @@ def values_at(payload: dict[str, Any] | None, key: str) -> list[tuple[int, Any]]
 def record(point: dict[str, Any], with_payload: Any, with_vector: Any, cfg: VectorsConfig) -> dict[str, Any]:
     """A stored point ``{id, text, payload[, vector][, vectors]}`` of a collection with vectors ``cfg`` as Qdrant's
     ``Record`` (its vectors shaped by :func:`.vectors.shown`)."""
-    return {"id": point["id"], "payload": select_payload(point.get("payload"), with_payload),
-            "vector": shown(point, with_vector, cfg)}  # fmt: skip
+    return {
+        "id": point["id"],
+        "payload": select_payload(point.get("payload"), with_payload),
+        "vector": shown(point, with_vector, cfg),
+    }
 
 
 def scored(hit: Any, with_payload: Any, vector: Any = None) -> dict[str, Any]:
     """A search hit (``service.collections.Hit``) as Qdrant's ``ScoredPoint``."""
-    return {"id": hit.id, "version": 0, "score": hit.score, "payload": select_payload(hit.payload, with_payload),
-            "vector": vector}  # fmt: skip
+    return {
+        "id": hit.id,
+        "version": 0,
+        "score": hit.score,
+        "payload": select_payload(hit.payload, with_payload),
+        "vector": vector,
+    }

@@ -35,10 +35,13 @@ def dense_config(vp: VectorParams, bind: bool, hnsw: dict[str, Any], param: str)
     multi = vp.multivector_config
     for given, what, at in (
         (vp.quantization_config, "quantization", f"{param}.quantization_config"),
-        (multi and (not isinstance(multi, dict) or multi.get("comparator") != "max_sim"),
-         "a multivector comparator other than max_sim", f"{param}.multivector_config"),
+        (
+            multi and (not isinstance(multi, dict) or multi.get("comparator") != "max_sim"),
+            "a multivector comparator other than max_sim",
+            f"{param}.multivector_config",
+        ),
         (vp.datatype not in (None, "float32"), f"the vector datatype {vp.datatype!r}", f"{param}.datatype"),
-    ):  # fmt: skip
+    ):
         if given:
             raise unsupported(what, at)
     if vp.distance not in METRICS:
@@ -128,8 +131,13 @@ def shown(point: dict[str, Any] | None, sel: Any, cfg: VectorsConfig) -> Any:
 def params_of(info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``(vectors, sparse_vectors)`` of Qdrant's ``CollectionParams`` from a collection's native info."""
     vectors = info.get("vectors") or {"dense": {"": {"dimension": info["dimension"], "metric": info["metric"]}}}
-    dense = {n: {"size": v["dimension"], "distance": DISTANCES[v["metric"]],
-                 **({"multivector_config": {"comparator": "max_sim"}} if v.get("multivector") else {})}
-             for n, v in vectors["dense"].items()}  # fmt: skip
+    dense = {
+        n: {
+            "size": v["dimension"],
+            "distance": DISTANCES[v["metric"]],
+            **({"multivector_config": {"comparator": "max_sim"}} if v.get("multivector") else {}),
+        }
+        for n, v in vectors["dense"].items()
+    }
     sparse = {n: ({"modifier": "idf"} if v["modifier"] == "idf" else {}) for n, v in vectors.get("sparse", {}).items()}
     return (dense[""] if set(dense) == {""} else dense), sparse

@@ -119,9 +119,13 @@ async def tei_rerank(body: TeiRerankRequest, request: Request) -> Response:
     refuse_prompt_name(body.prompt_name)
     check_client_batch(len(body.texts), request.app.state.settings, "texts")
     res = await reranker_of(request).rerank(
-        body.query, body.texts, model=body.model, truncate=body.truncate is not False,
-        truncation_direction=body.truncation_direction, param="texts",
-    )  # fmt: skip
+        body.query,
+        body.texts,
+        model=body.model,
+        truncate=body.truncate is not False,
+        truncation_direction=body.truncation_direction,
+        param="texts",
+    )
     scores = res.scores.astype(np.float64) if body.raw_scores else sigmoid(res.scores)
     order = np.argsort(-scores, kind="stable")
     out = [{"index": int(i), "score": float(scores[i])} for i in order]

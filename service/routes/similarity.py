@@ -34,9 +34,13 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     opts = body.parameters or TeiOptions()
     truncate = body.truncate if opts.truncate is None else opts.truncate
     res = await embedder_of(request).encode(
-        uniq, model=body.model, truncate=truncate, truncation_direction=opts.truncation_direction, param=param,
+        uniq,
+        model=body.model,
+        truncate=truncate,
+        truncation_direction=opts.truncation_direction,
+        param=param,
         prompt_name=opts.prompt_name,
-    )  # fmt: skip
+    )
     e = res.embeddings
     a = e[[pos[t] for t in left]]
     b = e[[pos[t] for t in right]]

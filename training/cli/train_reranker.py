@@ -53,8 +53,11 @@ def main(argv: list[str]) -> int:
             continue
         flag = "--model" if f.name == "model_dir" else "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        choices = {"quantize": ["int8"], "loss": ["bce", "mnrl", "lambda"],  # int8: also publish <name>-int8
-                   "negatives": ["bm25", "dense", "bm25+dense"]}.get(f.name)  # fmt: skip
+        choices = {
+            "quantize": ["int8"],
+            "loss": ["bce", "mnrl", "lambda"],  # int8: also publish <name>-int8
+            "negatives": ["bm25", "dense", "bm25+dense"],
+        }.get(f.name)
         help_ = f"{HELP[f.name]} (default: {f.default})"
         p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=help_)
     p.add_argument("--no-resume", dest="resume", action="store_false", help="retrain from scratch")

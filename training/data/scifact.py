@@ -49,8 +49,13 @@ def scifact_dir() -> Path:
     return d
 
 
-def load_scifact(max_queries: int | None = None, max_corpus: int | None = None, seed: int = 0, split: str = "train",
-                 directory: str | Path | None = None) -> SciFact:  # fmt: skip
+def load_scifact(
+    max_queries: int | None = None,
+    max_corpus: int | None = None,
+    seed: int = 0,
+    split: str = "train",
+    directory: str | Path | None = None,
+) -> SciFact:
     """SciFact's (or any BEIR dataset's) corpus, queries and ``split`` qrels; optionally a small slice (tests, smoke
     runs).
 
@@ -108,8 +113,9 @@ def mine_negatives(data: SciFact, query_ids: list[str], depth: int) -> dict[str,
 
     ids = list(data.corpus)
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize([data.corpus[i] for i in ids], stopwords="en", show_progress=False),
-                    show_progress=False)  # fmt: skip
+    retriever.index(
+        bm25s.tokenize([data.corpus[i] for i in ids], stopwords="en", show_progress=False), show_progress=False
+    )
     k = min(len(ids), depth + max(len(data.qrels[q]) for q in query_ids))
     tokens = bm25s.tokenize([data.queries[q] for q in query_ids], stopwords="en", show_progress=False)
     hits, _ = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
@@ -119,8 +125,9 @@ def mine_negatives(data: SciFact, query_ids: list[str], depth: int) -> dict[str,
     return out
 
 
-def mine_dense_negatives(data: SciFact, query_ids: list[str], depth: int, model_dir: str | Path,
-                         max_seq_length: int = 256) -> dict[str, list[str]]:  # fmt: skip
+def mine_dense_negatives(
+    data: SciFact, query_ids: list[str], depth: int, model_dir: str | Path, max_seq_length: int = 256
+) -> dict[str, list[str]]:
     """Per query, the ids of its top-``depth`` documents by cosine similarity under the bi-encoder in ``model_dir``
     (a sentence-transformers directory, e.g. the default encoder) that are not among its positives (best first).
 
@@ -156,8 +163,9 @@ def merge_negatives(*sources: dict[str, list[str]], depth: int) -> dict[str, lis
     return out
 
 
-def mine(data: SciFact, query_ids: list[str], sources: str, depth: int, model_dir: str | Path,
-         max_seq_length: int = 256) -> dict[str, list[str]]:  # fmt: skip
+def mine(
+    data: SciFact, query_ids: list[str], sources: str, depth: int, model_dir: str | Path, max_seq_length: int = 256
+) -> dict[str, list[str]]:
     """Per query, up to ``depth`` hard negatives from ``sources``: ``bm25`` (:func:`mine_negatives`), ``dense`` (the
     bi-encoder in ``model_dir``, :func:`mine_dense_negatives`), ``bm25+dense`` (interleaved, :func:`merge_negatives`)
     or ``none`` (no negative: every list empty).

@@ -146,8 +146,15 @@ class TrainingData:
         ValueError: fewer examples than ``batch_size``, or a malformed file. FileNotFoundError: no such file.
     """
 
-    def __init__(self, mode: Mode, train_file: str | Path, max_samples: int | None, batch_size: int, seed: int,
-                 examples: list | None = None):  # fmt: skip
+    def __init__(
+        self,
+        mode: Mode,
+        train_file: str | Path,
+        max_samples: int | None,
+        batch_size: int,
+        seed: int,
+        examples: list | None = None,
+    ):
         self.mode, self.batch_size, self.seed = mode, batch_size, seed
         if mode == "retrieval":
             self.examples = list(examples or [])[: max_samples or None]

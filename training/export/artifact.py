@@ -215,6 +215,14 @@ def export_artifact(
         export_module(module, tokenizer, tmp, spec, scores=scores, evaluate="dev")
         if fuse:
             cfg = module.encoder.config
-            return fused_artifact(tmp, output_dir, name=name, version=version, num_heads=cfg.num_attention_heads,
-                                  hidden_size=cfg.hidden_size, num_layers=cfg.num_hidden_layers, dtype=dtype)  # fmt: skip
+            return fused_artifact(
+                tmp,
+                output_dir,
+                name=name,
+                version=version,
+                num_heads=cfg.num_attention_heads,
+                hidden_size=cfg.hidden_size,
+                num_layers=cfg.num_hidden_layers,
+                dtype=dtype,
+            )
         return CONVERSIONS[convert](tmp, output_dir, name=name, version=version)

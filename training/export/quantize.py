@@ -226,8 +226,15 @@ def _fuse(src: Path, dst: Path, *, num_heads: int, hidden_size: int, num_layers:
 
     options = FusionOptions("bert")
     options.use_raw_attention_mask(True)
-    opt = optimize_model(str(src), model_type="bert", num_heads=num_heads, hidden_size=hidden_size, opt_level=0,
-                         use_gpu=True, optimization_options=options)  # fmt: skip
+    opt = optimize_model(
+        str(src),
+        model_type="bert",
+        num_heads=num_heads,
+        hidden_size=hidden_size,
+        opt_level=0,
+        use_gpu=True,
+        optimization_options=options,
+    )
     fused = opt.get_fused_operator_statistics()
     if fused.get("Attention", 0) < num_layers or fused.get("SkipLayerNormalization", 0) < 2 * num_layers:
         raise ExportError(

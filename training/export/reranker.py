@@ -73,8 +73,9 @@ class PairScorer(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=segment).logits.float()
 
 
-def onnx_pair_scores(artifact_dir: Path, pairs: Sequence[tuple[str, str]], model_file: Path | None = None,
-                     batch_size: int = 16) -> np.ndarray:  # fmt: skip
+def onnx_pair_scores(
+    artifact_dir: Path, pairs: Sequence[tuple[str, str]], model_file: Path | None = None, batch_size: int = 16
+) -> np.ndarray:
     """Raw scores ``(n,)`` of ``pairs`` by the artifact's graph on ONNX Runtime's CPU provider, each pair tokenized
     by ``tokenizer.json`` (longest-first truncation to its ``max_seq_length``, right padding), as the service does."""
     import onnxruntime as ort
@@ -85,22 +86,36 @@ def onnx_pair_scores(artifact_dir: Path, pairs: Sequence[tuple[str, str]], model
     out = []
     for i in range(0, len(pairs), batch_size):
         encs = tok.encode_batch([tuple(p) for p in pairs[i : i + batch_size]])
-        feed = {"input_ids": np.array([e.ids for e in encs], np.int64),
-                "attention_mask": np.array([e.attention_mask for e in encs], np.int64)}  # fmt: skip
+        feed = {
+            "input_ids": np.array([e.ids for e in encs], np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encs], np.int64),
+        }
         out.append(sess.run([RERANK_OUTPUT_NAME], feed)[0][:, 0])
     return np.concatenate(out).astype(np.float32)
 
 
 def _export_graph(module: PairScorer, tokenizer, path: Path, max_len: int) -> None:
-    sample = tokenizer(["a short query", "another query"], ["a passage", "a slightly longer passage for tracing"],
-                       padding=True, truncation=True, max_length=max_len, return_tensors="pt")  # fmt: skip
+    sample = tokenizer(
+        ["a short query", "another query"],
+        ["a passage", "a slightly longer passage for tracing"],
+        padding=True,
+        truncation=True,
+        max_length=max_len,
+        return_tensors="pt",
+    )
     axes = {n: {0: "batch", 1: "seq"} for n in INPUT_NAMES}
     with torch.inference_mode():
         torch.onnx.export(
-            module, (sample["input_ids"], sample["attention_mask"]), str(path), input_names=list(INPUT_NAMES),
-            output_names=[RERANK_OUTPUT_NAME], dynamic_axes={**axes, RERANK_OUTPUT_NAME: {0: "batch"}},
-            opset_version=17, dynamo=False, do_constant_folding=True,
-        )  # fmt: skip
+            module,
+            (sample["input_ids"], sample["attention_mask"]),
+            str(path),
+            input_names=list(INPUT_NAMES),
+            output_names=[RERANK_OUTPUT_NAME],
+            dynamic_axes={**axes, RERANK_OUTPUT_NAME: {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+            do_constant_folding=True,
+        )
 
 
 def export_reranker(
@@ -151,15 +166,32 @@ def export_reranker(
     os.replace(tmp, out / MODEL_FILE)
     canary = onnx_pair_scores(out, CANARY_PAIRS)
     manifest = Manifest(
-        task="reranker", name=name, version=version, created_at=now_utc(), base_model=base_model or str(model_dir),
-        training=training, pooling="cls", normalize=False, max_seq_length=max_len, dimension=1,
-        onnx_opset=opset_of(out / MODEL_FILE), sha256=sha256_file(out / MODEL_FILE), scores=scores or {},
-        parity=Parity(n_sentences=len(pairs), max_abs_diff=max_abs, provider="CPUExecutionProvider",
-                      source=f"{parity_source}: raw scores, ONNX vs CrossEncoder.predict"),
-        canary=Canary(queries=[q for q, _ in CANARY_PAIRS], sentences=[p for _, p in CANARY_PAIRS],
-                      embeddings=[[float(s)] for s in canary]),
+        task="reranker",
+        name=name,
+        version=version,
+        created_at=now_utc(),
+        base_model=base_model or str(model_dir),
+        training=training,
+        pooling="cls",
+        normalize=False,
+        max_seq_length=max_len,
+        dimension=1,
+        onnx_opset=opset_of(out / MODEL_FILE),
+        sha256=sha256_file(out / MODEL_FILE),
+        scores=scores or {},
+        parity=Parity(
+            n_sentences=len(pairs),
+            max_abs_diff=max_abs,
+            provider="CPUExecutionProvider",
+            source=f"{parity_source}: raw scores, ONNX vs CrossEncoder.predict",
+        ),
+        canary=Canary(
+            queries=[q for q, _ in CANARY_PAIRS],
+            sentences=[p for _, p in CANARY_PAIRS],
+            embeddings=[[float(s)] for s in canary],
+        ),
         files=sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
-    )  # fmt: skip
+    )
     write_manifest(out, manifest)
     return manifest
 
@@ -203,13 +235,22 @@ def quantize_reranker(
     pairs = list(parity_pairs or CANARY_PAIRS)
     diff = np.abs(onnx_pair_scores(src, pairs) - onnx_pair_scores(out, pairs))
     canary = onnx_pair_scores(out, CANARY_PAIRS)
-    manifest = fp32.model_copy(update={
-        "name": name, "version": version, "created_at": now_utc(), "quantization": "int8",
-        "sha256": sha256_file(out / MODEL_FILE),
-        "parity": Parity(n_sentences=len(pairs), max_abs_diff=float(diff.max()), provider="CPUExecutionProvider",
-                         source=f"{parity_source}: raw scores, int8 vs fp32 ONNX (informational)"),
-        "canary": fp32.canary.model_copy(update={"embeddings": [[float(s)] for s in canary]}),
-        "files": sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
-    })  # fmt: skip
+    manifest = fp32.model_copy(
+        update={
+            "name": name,
+            "version": version,
+            "created_at": now_utc(),
+            "quantization": "int8",
+            "sha256": sha256_file(out / MODEL_FILE),
+            "parity": Parity(
+                n_sentences=len(pairs),
+                max_abs_diff=float(diff.max()),
+                provider="CPUExecutionProvider",
+                source=f"{parity_source}: raw scores, int8 vs fp32 ONNX (informational)",
+            ),
+            "canary": fp32.canary.model_copy(update={"embeddings": [[float(s)] for s in canary]}),
+            "files": sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
+        }
+    )
     write_manifest(out, Manifest.model_validate(manifest.model_dump()))
     return manifest

@@ -49,9 +49,12 @@ class Pretrainer:
         sentences = load_sentences(cfg.corpus_file, cfg.max_corpus_sentences)
         self.train_sentences, heldout = split_heldout(sentences, cfg.heldout_fraction, cfg.seed)
         self.tokenizer = load_or_build_tokenizer(
-            cfg.tokenizer, cfg.init_from, self.train_sentences, cfg.vocab_size,
+            cfg.tokenizer,
+            cfg.init_from,
+            self.train_sentences,
+            cfg.vocab_size,
             self.out / "tokenizer",
-        )  # fmt: skip
+        )
         self.batches = MaskedBatches(
             self.train_sentences, self.tokenizer, cfg.batch_size, cfg.max_seq_length, cfg.mlm_probability, cfg.seed
         )
@@ -250,14 +253,17 @@ class Pretrainer:
         rec = {
             "objective": "masked language modelling (BERT, arXiv:1810.04805 §3.1: 15% chosen, 80/10/10)",
             "config": self.cfg.recipe(),
-            "corpus": {"file": self.cfg.corpus_file, "train_sentences": len(self.train_sentences),
-                       "heldout_sentences_scored": self.n_heldout},
+            "corpus": {
+                "file": self.cfg.corpus_file,
+                "train_sentences": len(self.train_sentences),
+                "heldout_sentences_scored": self.n_heldout,
+            },
             "steps": self.step,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "final": final,
             "last_session_seconds": round(seconds, 1),
             "last_session_tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
             "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in recs])) if recs else None,
-        }  # fmt: skip
+        }
         atomic_write_json(enc / RECIPE_FILE, rec)
         return rec

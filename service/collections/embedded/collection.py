@@ -106,8 +106,11 @@ class Collection(Reembedding, Reconfiguring, Ordering):
         meta: dict[str, Any] = {"vectors": vectors.to_json()}
         if (b := vectors.bound) is not None:
             spec = b.spec
-            meta.update(config={"index": spec.kind, "metric": spec.metric, "params": spec.params},
-                        dimension=spec.dimension, model=b.model)  # fmt: skip
+            meta.update(
+                config={"index": spec.kind, "metric": spec.metric, "params": spec.params},
+                dimension=spec.dimension,
+                model=b.model,
+            )
         Store.create_directory(Path(path), meta)
         return cls.open(path, **kw)
 
@@ -335,8 +338,10 @@ class Collection(Reembedding, Reconfiguring, Ordering):
         want_bound, others = self.named.wanted(with_vector)
         named = self.named.vectors_of([r[1] for r in rows], others) if others else {}
         has_named = bool(self.named.dense or self.vectors.sparse)  # then "vectors" is always answered, maybe empty
-        return [point_dict(pid, t, p, v if want_bound else None, named.get(iid, {}) if has_named else None)
-                for pid, iid, t, p, v in rows]  # fmt: skip
+        return [
+            point_dict(pid, t, p, v if want_bound else None, named.get(iid, {}) if has_named else None)
+            for pid, iid, t, p, v in rows
+        ]
 
     def get(self, point_id: int | str, with_vector: Any = False, consistency: Any = None) -> dict[str, Any] | None:
         """The stored point ``{id, text, payload[, vector][, vectors]}`` or None (always strong)."""
@@ -383,18 +388,31 @@ class Collection(Reembedding, Reconfiguring, Ordering):
         and ``model`` are the model-bound vector's (None / empty without one); ``vectors`` describes them all."""
         with self._rw.read():
             idx, spec = self.index, self.spec
-            index = {"type": spec.kind if spec else None, "params": spec.params if spec else {},
-                     "trained": idx.trained if idx else True, "vectors": idx.ntotal if idx else 0,
-                     "in_use": (spec.kind if idx.trained else "flat (until trained)") if idx else None,
-                     "tombstones": idx.n_tombstones if idx else 0}  # fmt: skip
+            index = {
+                "type": spec.kind if spec else None,
+                "params": spec.params if spec else {},
+                "trained": idx.trained if idx else True,
+                "vectors": idx.ntotal if idx else 0,
+                "in_use": (spec.kind if idx.trained else "flat (until trained)") if idx else None,
+                "tombstones": idx.n_tombstones if idx else 0,
+            }
             vectors, named = self.vectors.to_json(), self.named.info()
             for kind in ("dense", "sparse"):
                 for n, v in vectors[kind].items():
                     v.update(named.get(n, {"points": self._count}))  # the model-bound one: every point
             return {
-                "name": self.name, "status": "ok" if not self._closed else "closed", "count": self._count,
-                "dimension": spec.dimension if spec else None, "metric": spec.metric if spec else None,
-                "index": index, "trained": index["trained"], "model": self.model, "vectors": vectors,
-                "reembedding": self.reembed_status, "sequence": self._seq, "snapshot_sequence": self._snapshot_seq,
-                "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3), "created_at": self.created_at,
-            }  # fmt: skip
+                "name": self.name,
+                "status": "ok" if not self._closed else "closed",
+                "count": self._count,
+                "dimension": spec.dimension if spec else None,
+                "metric": spec.metric if spec else None,
+                "index": index,
+                "trained": index["trained"],
+                "model": self.model,
+                "vectors": vectors,
+                "reembedding": self.reembed_status,
+                "sequence": self._seq,
+                "snapshot_sequence": self._snapshot_seq,
+                "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),
+                "created_at": self.created_at,
+            }

@@ -20,9 +20,11 @@ def ordered_rows(conn: Any, where: Filter | None, key: str, descending: bool, st
     ``key``, read on the SQLite connection ``conn`` (its ``points`` table)."""
     sql_w, params = to_sql(where) if where is not None else ("1", [])
     path = '$."' + key + '"'
-    base = (f"WITH m AS (SELECT key AS pkey, {ORDER_KEY} AS okey, payload FROM points WHERE {sql_w}) "
-            "SELECT DISTINCT m.pkey, m.okey, j.value FROM m, json_each(m.payload, ?) j "
-            "WHERE json_type(m.payload, ?) != 'object' AND j.type ")  # fmt: skip
+    base = (
+        f"WITH m AS (SELECT key AS pkey, {ORDER_KEY} AS okey, payload FROM points WHERE {sql_w}) "
+        "SELECT DISTINCT m.pkey, m.okey, j.value FROM m, json_each(m.payload, ?) j "
+        "WHERE json_type(m.payload, ?) != 'object' AND j.type "
+    )
     direction, cmp = ("DESC", "<=") if descending else ("ASC", ">=")
     bound = "" if start is None else f" AND j.value {cmp} ?"
     q = f"{base}IN ('integer', 'real'){bound} ORDER BY j.value {direction}, m.okey LIMIT ?"

@@ -85,8 +85,12 @@ class Reembedding:
                 self._snapshot_seq, self._snapshot_time = 0, time.monotonic()
         log.info(
             "collection %s: switched to %s (%d points, dimension %d; index built in %.2fs)",
-            self.name, model_id(target.model), self._count, spec.dimension, built,
-        )  # fmt: skip
+            self.name,
+            model_id(target.model),
+            self._count,
+            spec.dimension,
+            built,
+        )
         try:
             self.snapshot()
         except Exception:

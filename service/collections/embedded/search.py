@@ -78,9 +78,15 @@ def exact_scan(
 
 
 def dense_search(
-    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, k: int, allowed: np.ndarray | None, cap: int,
+    index: VectorIndex,
+    fetch: Fetch,
+    q: np.ndarray,
+    top_k: int,
+    k: int,
+    allowed: np.ndarray | None,
+    cap: int,
     scan: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
     (None: all). Exact over the stored vectors when at most ``cap`` points are allowed (``top_k`` of them); exact
     when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index holds at most
@@ -137,14 +143,20 @@ def assemble_hits(
 
 
 def point_dict(
-    point_id: int | str, text: str | None, payload_json: str | None, vector: bytes | None,
+    point_id: int | str,
+    text: str | None,
+    payload_json: str | None,
+    vector: bytes | None,
     named: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A stored row as the API's point ``{id, text, payload[, vector][, vectors]}``: ``vector`` the model-bound
     vector when its bytes are given (and not empty: a collection without one stores none), ``vectors`` the point's
     named vectors asked for (``{name: list | {indices, values}}``) when ``named`` is given."""
-    out: dict[str, Any] = {"id": point_id, "text": text,
-                           "payload": json.loads(payload_json) if payload_json is not None else None}  # fmt: skip
+    out: dict[str, Any] = {
+        "id": point_id,
+        "text": text,
+        "payload": json.loads(payload_json) if payload_json is not None else None,
+    }
     if vector:
         out["vector"] = np.frombuffer(vector, dtype=np.float32).tolist()
     if named is not None:
@@ -153,9 +165,15 @@ def point_dict(
 
 
 def budgeted_page(
-    store: Store, named: Any, rows: list[tuple], bound: int, others: list[str], budget: ResponseBudget, text: bool,
+    store: Store,
+    named: Any,
+    rows: list[tuple],
+    bound: int,
+    others: list[str],
+    budget: ResponseBudget,
+    text: bool,
     payload: bool,
-) -> list[tuple]:  # fmt: skip
+) -> list[tuple]:
     """The rows ``(key, iid, text, payload_json, vector_bytes)`` of a scroll page given as ``(key, iid, ...)``, read
     once their bytes are spent from ``budget``: first the vectors asked for (``bound``: the model-bound vector's
     dimension, 0 when not asked; ``others``: the named vectors asked for, counted by ``named.value_counts``), then the

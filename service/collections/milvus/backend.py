@@ -367,8 +367,9 @@ class MilvusBackend:
             raise InvalidCollectionRequest(
                 "the milvus backend holds one vector per collection: Milvus 2.3 has one vector field per collection "
                 "and no sparse vectors (use the embedded backend to add or delete named vectors)",
-                param="vector_name", code="unsupported",
-            )  # fmt: skip
+                param="vector_name",
+                code="unsupported",
+            )
 
     async def update_aliases(self, actions: list[dict[str, Any]]) -> None:
         """Apply Qdrant's alias ``actions``, all or none (:meth:`..aliases.Aliases.update`)."""

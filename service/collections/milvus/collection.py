@@ -246,9 +246,12 @@ class MilvusCollection:
         with_vector = wants_vector(with_vector, rec.get("vector_name", ""))
         fields = _FIELDS + (["vector"] if with_vector else [])
         rows = self._call(
-            self.backend.client.query, rec["physical"], filter=keys_expr([encode_id(point_id)]), output_fields=fields,
+            self.backend.client.query,
+            rec["physical"],
+            filter=keys_expr([encode_id(point_id)]),
+            output_fields=fields,
             **read_kw(consistency),
-        )  # fmt: skip
+        )
         if not rows:
             return None
         out = {"id": point_id, "text": rows[0]["text"], "payload": rows[0]["payload"]}
@@ -306,8 +309,9 @@ class MilvusCollection:
             CollectionClosed, ModelChanged; InvalidCollectionRequest: a multi-example query (not on Milvus).
         """
         if isinstance(queries, Scorer):
-            raise InvalidCollectionRequest(f"a {queries.kind} query is not supported by the milvus backend", "query",
-                                           "unsupported")  # fmt: skip
+            raise InvalidCollectionRequest(
+                f"a {queries.kind} query is not supported by the milvus backend", "query", "unsupported"
+            )
         rec = self.fresh()
         if model is not None and not same_model(model, rec["model"]):
             raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")
@@ -316,10 +320,15 @@ class MilvusCollection:
         q = unit_rows(q) if spec.metric == "cosine" else q
         fields = (["text"] if with_text else []) + (["payload"] if with_payload else [])
         res = self._call(
-            self.backend.client.search, rec["physical"], data=[row.tolist() for row in q], limit=top_k,
-            filter=to_expr(where), output_fields=fields, search_params=search_params(spec, top_k),
+            self.backend.client.search,
+            rec["physical"],
+            data=[row.tolist() for row in q],
+            limit=top_k,
+            filter=to_expr(where),
+            output_fields=fields,
+            search_params=search_params(spec, top_k),
             **read_kw(consistency),
-        )  # fmt: skip
+        )
         hib = spec.metric != "l2"
         out: list[list[Hit]] = []
         for hits in res:
@@ -354,13 +363,13 @@ class MilvusCollection:
                 "in_use": spec.kind,
                 "vectors": count,
                 "tombstones": 0,
-            },  # fmt: skip
+            },
             "trained": True,
             "model": dict(rec["model"]),
             "vectors": {
                 "dense": {"": {**VectorsConfig.single(spec, rec["model"]).to_json()["dense"][""], "points": count}},
                 "sparse": {},
-            },  # fmt: skip
+            },
             "reembedding": self.reembed_status,
             "sequence": None,
             "snapshot_sequence": None,

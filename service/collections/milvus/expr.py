@@ -93,8 +93,13 @@ def key_parts(key: str) -> list[str]:
     parts = list(key_names(key) or ())
     for p in parts:
         if "/" in p or not p or any(ch < " " for ch in p):
-            what = ("a payload key holding '/' (Milvus reads it as a path separator)" if "/" in p
-                    else "a payload key holding a control character" if p else "the empty key")  # fmt: skip
+            what = (
+                "a payload key holding '/' (Milvus reads it as a path separator)"
+                if "/" in p
+                else "a payload key holding a control character"
+                if p
+                else "the empty key"
+            )
             raise InvalidCollectionRequest(
                 f"filter key {key!r}: the milvus backend cannot address {what}",
                 param="filter",
@@ -118,8 +123,9 @@ def _mark(key: str) -> str:
     if any("." in n for n in names):
         raise InvalidCollectionRequest(
             f"filter key {key!r}: a null or empty test of a key holding a dot is not supported by the milvus backend",
-            param="filter", code="unsupported",
-        )  # fmt: skip
+            param="filter",
+            code="unsupported",
+        )
     return _literal(".".join(names))
 
 
@@ -170,8 +176,9 @@ def _element_literals(v: Any) -> list[Any]:
 def _bound(op: str, v: int | float) -> tuple[str, int | float]:
     """A bound Milvus can parse: the int64 minimum as an equivalent bound on its neighbour."""
     if v == INT64[0] and not isinstance(v, float):
-        return {"gt": (">=", INT64[0] + 1), "gte": (">=", float(v)), "lt": ("<", float(v)),
-                "lte": ("<", INT64[0] + 1)}[op]  # fmt: skip
+        return {"gt": (">=", INT64[0] + 1), "gte": (">=", float(v)), "lt": ("<", float(v)), "lte": ("<", INT64[0] + 1)}[
+            op
+        ]
     return _RANGE_OPS[op], v
 
 
@@ -186,8 +193,14 @@ def _range(r: Range) -> str:
     return balanced(conds, lambda a, b: f"({a} and {b})")
 
 
-_NOT_IN_MILVUS = {MinShould: "$min_should", Nested: "$nested", Text: "full-text match", DateRange: "a datetime range",
-                  Count: "$count (values count)", Geo: "a geo condition"}  # fmt: skip
+_NOT_IN_MILVUS = {
+    MinShould: "$min_should",
+    Nested: "$nested",
+    Text: "full-text match",
+    DateRange: "a datetime range",
+    Count: "$count (values count)",
+    Geo: "a geo condition",
+}
 
 
 def filter_expr(f: Filter) -> str:

@@ -89,9 +89,18 @@ def create(b: Any, name: str, spec: IndexSpec, model: dict[str, Any], vector_nam
         if aliased(b, name):
             raise RegistryIncomplete(name)
         physical = b.physical_name(name)
-        rec = {"name": name, "kind": spec.kind, "metric": spec.metric, "params": spec.params,
-               "dimension": spec.dimension, "model": dict(model), "physical": physical,
-               "created_at": time.time(), "reembed": None, "vector_name": vector_name}  # fmt: skip
+        rec = {
+            "name": name,
+            "kind": spec.kind,
+            "metric": spec.metric,
+            "params": spec.params,
+            "dimension": spec.dimension,
+            "model": dict(model),
+            "physical": physical,
+            "created_at": time.time(),
+            "reembed": None,
+            "vector_name": vector_name,
+        }
         b.registry.intend(physical, key)
         try:
             create_physical(b.client, physical, spec, "Strong")

@@ -65,8 +65,9 @@ def supported_vector(vectors: VectorsConfig) -> DenseVector:
             "the milvus backend holds one vector per collection, embedded by the service's model: Milvus "
             "2.3 has one vector field per collection and no sparse vectors (use the embedded backend for named, "
             "client-supplied or sparse vectors)",
-            param="vectors", code="unsupported",
-        )  # fmt: skip
+            param="vectors",
+            code="unsupported",
+        )
     check_supported(b.spec.kind)
     return b
 

@@ -97,8 +97,13 @@ def _announce(c: Any, model: dict[str, Any], dimension: int, owner: str, params:
         physical = b.physical_name(c.name)
         b.registry.intend(physical, c.name)  # under this claim: a crash before the record names it, the sweep drops it
         create_physical(b.client, physical, IndexSpec(spec.kind, spec.metric, params, dimension), "Strong")
-        rb = {"model": dict(model), "dimension": dimension, "params": params, "physical": physical,
-              "announced_at": time.time()}  # fmt: skip
+        rb = {
+            "model": dict(model),
+            "dimension": dimension,
+            "params": params,
+            "physical": physical,
+            "announced_at": time.time(),
+        }
         rec["reembed"] = rb
         b.registry.put_record(c.name, rec)
         b.registry.remove([f"p:{physical}"])
@@ -119,10 +124,17 @@ class MilvusTarget:
         self.model, self.dimension, self.params = dict(rb["model"]), int(rb["dimension"]), rb["params"]
         self.old, self.new, self.announced_at = rec["physical"], rb["physical"], float(rb["announced_at"])
         self.status: dict[str, Any] = {
-            "state": "running", "target_model": dict(self.model), "dimension": self.dimension, "done": 0,
-            "total": None, "rate_per_s": None, "started_at": time.time(), "finished_at": None, "error": None,
+            "state": "running",
+            "target_model": dict(self.model),
+            "dimension": self.dimension,
+            "done": 0,
+            "total": None,
+            "rate_per_s": None,
+            "started_at": time.time(),
+            "finished_at": None,
+            "error": None,
             "owner": owner,
-        }  # fmt: skip
+        }
         self.status["done"] = self.b.count(self.new)
         self.status["total"] = self.b.count(self.old)
 
@@ -145,9 +157,14 @@ class MilvusTarget:
     def write(self, refs: Sequence[dict[str, Any]], vectors: Any) -> None:
         """Write the re-embedded points (their texts, payloads and write versions) to the new collection."""
         rows = self.c.to_rows(
-            [r["key"] for r in refs], [r["text"] for r in refs], [r["payload"] for r in refs], vectors, 0,
-            self.c.spec.metric, self.dimension,
-        )  # fmt: skip
+            [r["key"] for r in refs],
+            [r["text"] for r in refs],
+            [r["payload"] for r in refs],
+            vectors,
+            0,
+            self.c.spec.metric,
+            self.dimension,
+        )
         for row, r in zip(rows, refs):
             row["updated"] = r["updated"]
         self.b.client.upsert(self.new, rows)

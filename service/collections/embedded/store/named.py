@@ -77,8 +77,9 @@ def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: lis
             out[name] += cur.rowcount
         for name in sparse:
             q = f"SELECT iid, indices FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
-            rows = [(name, int(t), iid) for iid, idx in w.execute(q, [name, *part])
-                    for t in np.frombuffer(idx, dtype="<u4")]  # fmt: skip
+            rows = [
+                (name, int(t), iid) for iid, idx in w.execute(q, [name, *part]) for t in np.frombuffer(idx, dtype="<u4")
+            ]
             w.executemany("DELETE FROM sparse_postings WHERE field=? AND term=? AND iid=?", rows)
             q = f"DELETE FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
             out[name] += w.execute(q, [name, *part]).rowcount

@@ -188,9 +188,14 @@ class Store:
 
     # --- writes (caller serialises) -----------------------------------------------------------------
     def upsert(
-        self, keys: list[str], texts: list[str], payloads: list[str], vectors: np.ndarray | None, named_vecs=None,
+        self,
+        keys: list[str],
+        texts: list[str],
+        payloads: list[str],
+        vectors: np.ndarray | None,
+        named_vecs=None,
         fields: tuple[list[str], list[str]] = ([], []),
-    ) -> tuple[int, np.ndarray, np.ndarray, dict[str, int]]:  # fmt: skip
+    ) -> tuple[int, np.ndarray, np.ndarray, dict[str, int]]:
         """Store points (replacing existing keys) as one durable write.
 
         Args:
@@ -374,9 +379,14 @@ class Store:
         return out
 
     def scroll(
-        self, start_key: str | None, limit: int, where: Filter | None, with_vector: bool, text: bool = True,
+        self,
+        start_key: str | None,
+        limit: int,
+        where: Filter | None,
+        with_vector: bool,
+        text: bool = True,
         payload: bool = True,
-    ) -> list[tuple[str, int, str | None, str | None, bytes | None]]:  # fmt: skip
+    ) -> list[tuple[str, int, str | None, str | None, bytes | None]]:
         """``(key, iid, text, payload_json, vector_bytes)`` of up to ``limit`` rows matching ``where``, in id order
         (:data:`ORDER_KEY`, Qdrant's: integers numerically, then strings), from ``start_key`` (inclusive; None: the
         first); the text, payload and vector None where ``text``, ``payload``, ``with_vector`` are False."""

@@ -111,9 +111,11 @@ def _match(col: str, m: Match) -> Sql:
     if elems:  # an array matches when one of its elements does
         es, ep = _or(elems)
         alts.append(
-            (f"(json_type({col}, ?) = 'array' AND EXISTS (SELECT 1 FROM json_each({col}, ?) AS e WHERE {es}))",
-             [path, path, *ep])
-        )  # fmt: skip
+            (
+                f"(json_type({col}, ?) = 'array' AND EXISTS (SELECT 1 FROM json_each({col}, ?) AS e WHERE {es}))",
+                [path, path, *ep],
+            )
+        )
     s, p = _or(alts)
     return f"IFNULL({s}, 0)", p
 
