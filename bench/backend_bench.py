@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.search_bench import corpus_embeddings  # noqa: E402
 from service.collections import open_backend  # noqa: E402
-from service.collections.backend import ReadConsistency, single_config  # noqa: E402
+from service.collections.vector_backend import ReadConsistency, single_config  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.milvus_utils import milvus_server  # noqa: E402
 from tests.server_utils import free_port, run_server  # noqa: E402

@@ -4,7 +4,7 @@ What ``max_batch_tokens`` trades, and which ONNX Runtime run mode a GPU wants. T
 batches of ``n`` inputs of ``L`` tokens (ids of one ordinary word piece between ``[CLS]`` and ``[SEP]``, mask all
 ones), the shapes interleaved round after round so that load drift hits them alike, in up to three modes:
 
-* ``run``: ``InferenceSession.run`` with numpy feeds and a numpy answer, what ``service.backend.OnnxModel.run``
+* ``run``: ``InferenceSession.run`` with numpy feeds and a numpy answer, what ``service.inference.onnx_encoder.OnnxModel.run``
   does (ONNX Runtime copies the inputs to the device and the output back on every call).
 * ``iobinding``: I/O binding (ONNX Runtime Python API, "Data on device"): the inputs and the output are
   ``OrtValue`` buffers on the provider's device, allocated once per shape; a batch is one host-to-device copy of
@@ -47,8 +47,8 @@ sys.path.insert(0, str(REPO))
 
 from artifact_contract import INPUT_NAMES, MODEL_FILE, OUTPUT_NAME  # noqa: E402
 from bench.machine import cpu_model  # noqa: E402
-from service.backend import OnnxModel, session_options  # noqa: E402
-from service.providers import CUDA, choose_providers, preload_cuda_libraries  # noqa: E402
+from service.inference.onnx_encoder import OnnxModel, session_options  # noqa: E402
+from service.inference.providers import CUDA, choose_providers, preload_cuda_libraries  # noqa: E402
 
 CPU_SHAPES = "2x256,4x256,8x256,16x256,16x128,16x64,16x32"
 GPU_SHAPES = "32x16,32x32,128x32,256x32,32x128,128x128,256x128,64x256,256x256"

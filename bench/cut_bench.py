@@ -1,9 +1,9 @@
-"""Time of the batcher's window cut (``service.fair_queue.cut_window``), which runs on the event loop.
+"""Time of the batcher's window cut (``service.inference.fair_queue.cut_window``), which runs on the event loop.
 
 Windows of real STS-B test sentence lengths (the default artifact's tokenizer, a fixed random draw) and of equal
 128-token lengths, at the CPU defaults' window (256 inputs, batches of 16, 2,048 padded tokens) and at GPU-sized
 ones (1,024 inputs, batches of 256). Per case: the best of ``--repeat`` cuts in milliseconds and the batches made.
-Run it alone; to compare with another version of ``service/fair_queue.py``, run it in a checkout of that version.
+Run it alone; to compare with another version of ``service/inference/fair_queue.py``, run it in a checkout of that version.
 
 Usage::
 
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import cpu_model  # noqa: E402
-from service.backend import Tokenized  # noqa: E402
-from service.fair_queue import Job, cut_window  # noqa: E402
+from service.inference.fair_queue import Job, cut_window  # noqa: E402
+from service.inference.onnx_encoder import Tokenized  # noqa: E402
 from training.data.sts import load_stsb  # noqa: E402
 
 #: (window inputs, max_batch_size, max_batch_tokens); overhead 16 (the batch_overhead_tokens default)

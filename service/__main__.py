@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from .settings import Settings
+from service.settings import Settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse settings and serve until SIGINT/SIGTERM."""
     import uvicorn
 
-    from .app import create_app
-    from .http_protocol import protocol_class
+    from service.app import create_app
+    from service.http.protocol import protocol_class
 
     settings = settings_from_args(argv)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=settings.log_level,
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=settings.graceful_timeout_s,
-        http=protocol_class(),  # the HTTP parser's own 400s in the JSON envelope (service.http_protocol)
+        http=protocol_class(),  # the HTTP parser's own 400s in the JSON envelope (service.http.protocol)
     )
     draining_server(config, app, settings.drain_s).run()
 

@@ -1,19 +1,19 @@
 """FastAPI application factory: :func:`create_app`.
 
 Lifespan: load and warm up the persisted active model (``<data_dir>/active_model.json``,
-see ``service.model_control``) or else ``settings.default_model`` (a failure aborts start-up
+see ``service.inference.model_control``) or else ``settings.default_model`` (a failure aborts start-up
 with the loader's message), then open the collections backend (``collections_backend``; the routes are mounted here, so a broken
 faiss install is an import error at start, not silently missing routes), then mark the app ready. A backend that
 is unavailable at start (Milvus not up yet, or still recovering: ``BackendUnavailable``) does not fail the start: the
 service serves (``/health``, embeddings; collection routes 503 ``not_ready``), ``/ready`` answers 503 and the
 backend is opened again in the background until it answers; any other error still aborts the start. At
 shutdown: not ready, collections closed, batchers drained. The web console's static files
-(``service/console/``) are served at ``/console/``.
+(``service/http/console/``) are served at ``/console/``.
 
 ``app.state`` holds ``settings`` (:class:`Settings`), ``metrics`` (:class:`Metrics`),
 ``registry`` (:class:`ModelRegistry`), ``model_control`` (:class:`ModelControl`),
 ``reembedder`` (``service.collections.reembed.Reembedder`` or None), ``embedder`` (:class:`Embedder`, see
-``service.embedder`` for its stable interface), ``collection_service``
+``service.inference.embedder`` for its stable interface), ``collection_service``
 (``service.collections.CollectionService`` once started, else None) and ``ready`` (bool).
 """
 
@@ -31,29 +31,33 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from .collections import CollectionService, alias_api, open_backend, snapshot_api, vector_api
-from .collections import api as collections_api
-from .collections.errors import BackendUnavailable
-from .collections.reembed import Reembedder
-from .embedder import Embedder
-from .errors import install_error_handlers
-from .metrics import Metrics, open_collections
-from .middleware import ServiceMiddleware
-from .model_control import ModelControl
-from .openapi import document
-from .openapi_qdrant import QdrantError
-from .qdrant import PREFIX as QDRANT_PREFIX
-from .qdrant import ROUTERS as QDRANT_ROUTERS
-from .qdrant import error_body as qdrant_error
-from .registry import ModelRegistry
-from .reranker import Reranker
-from .routes import admin, embeddings, meta, rerank, similarity
-from .settings import Settings
-from .sparse import open_sparse_models
-from .tasks import cancel_and_wait
+from service.collections import CollectionService, open_backend
+from service.collections.errors import BackendUnavailable
+from service.collections.reembed import Reembedder
+from service.http import meta
+from service.http.errors import install_error_handlers
+from service.http.inference import admin, embeddings, rerank, similarity
+from service.http.middleware import ServiceMiddleware
+from service.http.native import aliases as alias_api
+from service.http.native import collections as collections_api
+from service.http.native import snapshots as snapshot_api
+from service.http.native import vectors as vector_api
+from service.http.openapi import document
+from service.http.qdrant import PREFIX as QDRANT_PREFIX
+from service.http.qdrant import ROUTERS as QDRANT_ROUTERS
+from service.http.qdrant import error_body as qdrant_error
+from service.http.qdrant.openapi import QdrantError
+from service.inference.embedder import Embedder
+from service.inference.model_control import ModelControl
+from service.inference.model_registry import ModelRegistry
+from service.inference.reranker import Reranker
+from service.inference.sparse import open_sparse_models
+from service.metrics import Metrics, open_collections
+from service.settings import Settings
+from service.tasks import cancel_and_wait
 
 log = logging.getLogger("service")
-CONSOLE_DIR = Path(__file__).resolve().parent / "console"  # static HTML + JS + CSS (package data)
+CONSOLE_DIR = Path(__file__).resolve().parent / "http" / "console"  # static HTML + JS + CSS (package data)
 
 
 async def _close_quietly(backend: Any) -> None:
@@ -67,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service app (nothing is loaded until the lifespan starts).
 
     Raises (at start-up, from the lifespan):
-        service.backend.ModelLoadError: the default model is missing, invalid or fails its canary.
+        service.inference.onnx_encoder.ModelLoadError: the default model is missing, invalid or fails its canary.
     """
     settings = settings or Settings()
     metrics = Metrics()
@@ -131,7 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 log.warning("collections: the vector store is unavailable (%s); not ready until it answers", e)
                 later = asyncio.create_task(open_collections_later(app), name="collections-open")
             if settings.qdrant_grpc_port:  # Qdrant's gRPC API, translated onto the /qdrant routes of this app
-                from .qdrant.grpc_server import start_server
+                from service.http.qdrant.grpc_server import start_server
 
                 grpc = await start_server(app, settings.host, settings.qdrant_grpc_port)
             yield
@@ -178,11 +182,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         vector_api.router,
     ):
         app.include_router(document(router))
-    for router in QDRANT_ROUTERS:  # the Qdrant-compatible surface over the same collections (service.qdrant)
+    for router in QDRANT_ROUTERS:  # the Qdrant-compatible surface over the same collections (service.http.qdrant)
         app.include_router(document(router, QdrantError))
     # the web console at /console/: static files calling the JSON API above (no build step, no CDN)
     app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
-    # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.routes.admin)
+    # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.http.inference.admin)
     keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
     app.add_middleware(
         ServiceMiddleware,

@@ -47,7 +47,7 @@ def sliced_artifact(src: Path, models_dir: Path, name: str, version: str, dim: i
     import onnx
     from onnx import TensorProto, helper
 
-    from service.backend import OnnxModel
+    from service.inference.onnx_encoder import OnnxModel
 
     dst = Path(models_dir) / name / version
     dst.mkdir(parents=True, exist_ok=True)

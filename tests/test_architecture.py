@@ -156,8 +156,8 @@ def test_no_file_over_400_lines(pkg):
 
 def test_the_checks_see_the_code():
     """The rules above would catch a violation: the graph has the known edges."""
-    assert "service.collections.backend" in GRAPH["service.collections.service"]
-    assert "artifact_contract" in GRAPH["service.backend"] or any(
-        d.startswith("artifact_contract") for d in GRAPH["service.backend"]
+    assert "service.collections.vector_backend" in GRAPH["service.collections.service"]
+    assert "artifact_contract" in GRAPH["service.inference.onnx_encoder"] or any(
+        d.startswith("artifact_contract") for d in GRAPH["service.inference.onnx_encoder"]
     )
     assert len(MODULES) > 50

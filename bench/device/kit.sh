@@ -77,7 +77,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.
     [ -z "$need" ] || [ "${need##*.}" = "$driver" ] || { echo "CUDA majors differ" >&2; exit 1; }
     # the real check: the service's own loader opens the default artifact on CUDA (it fails unless CUDA is used)
     python3 -c "
-from service.backend import OnnxModel
+from service.inference.onnx_encoder import OnnxModel
 m = OnnxModel('models/all-minilm-l6-v2', providers=['cuda'])
 print('service loader: default artifact on', m.providers, 'warm-up', round(m.warm_up(), 2), 's')
 "

@@ -16,7 +16,7 @@ Layers, top down:
 * :mod:`.index`: the index types (flat, HNSW, IVF-PQ), one module each, their params and registry.
 * :mod:`.filters`: the payload filter grammar (``{"key": value}``, ``{"key": {"$in": [...]}}``, nested keys).
 * :mod:`.vectors`: query and point vector checks and normalisation.
-* :mod:`.errors`: the domain exceptions (mapped to HTTP once, in ``service.errors``).
+* :mod:`.errors`: the domain exceptions (mapped to HTTP once, in ``service.http.errors``).
 
 The service mounts :data:`.api.router` in ``create_app``; its lifespan opens the backend with
 :func:`open_backend`, starts it and puts a :class:`CollectionService` on ``app.state.collection_service``.
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backend import CollectionHandle, CollectionSettings, Hit, VectorBackend
-from .filters import FilterError, parse_filter
-from .index import IndexSpec
-from .service import CollectionService
+from service.collections.filters import FilterError, parse_filter
+from service.collections.index import IndexSpec
+from service.collections.service import CollectionService
+from service.collections.vector_backend import CollectionHandle, CollectionSettings, Hit, VectorBackend
 
 __all__ = [
     "CollectionHandle",
@@ -56,11 +56,11 @@ def open_backend(settings: Any) -> VectorBackend:
     """
     name = settings.collections_backend
     if name == "embedded":
-        from .embedded import EmbeddedBackend
+        from service.collections.embedded import EmbeddedBackend
 
         return EmbeddedBackend.from_settings(settings)
     if name == "milvus":
-        from .milvus import MilvusBackend
+        from service.collections.milvus import MilvusBackend
 
         return MilvusBackend.from_settings(settings)
     raise ValueError(f"collections_backend must be one of {BACKENDS}, got {name!r}")

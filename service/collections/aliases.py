@@ -20,8 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .backend import NAME_RE
-from .errors import AliasNotFound, CollectionExists, CollectionNotFound, InvalidCollectionRequest
+from service.collections.errors import AliasNotFound, CollectionExists, CollectionNotFound, InvalidCollectionRequest
+from service.collections.vector_backend import NAME_RE
 
 
 def _check(alias: str, param: str) -> None:

@@ -1,4 +1,4 @@
-"""Domain exceptions of the collections. ``service.errors.ERROR_TABLE`` maps each to its HTTP answer; nothing in
+"""Domain exceptions of the collections. ``service.http.errors.ERROR_TABLE`` maps each to its HTTP answer; nothing in
 this package builds an HTTP error itself."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .conditions import Count, DateRange, Geo, Text
+from service.collections.conditions import Count, DateRange, Geo, Text
 
 
 @dataclass(frozen=True)

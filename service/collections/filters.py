@@ -2,7 +2,7 @@
 
 The grammar is MongoDB's query-operator subset that Pinecone and Chroma also use for metadata filters (``$eq``,
 ``$ne``, ``$in``, ``$nin``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$and``, ``$or``, ``$not``), plus
-``$empty`` and ``$ids`` for what Qdrant's filters can say (``is_empty``, ``has_id``; ``service.qdrant`` translates
+``$empty`` and ``$ids`` for what Qdrant's filters can say (``is_empty``, ``has_id``; ``service.http.qdrant`` translates
 Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
 
     filter    := { CLAUSE, ... }                        # every clause must hold (AND); at least one
@@ -58,7 +58,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .conditions import (
+from service.collections.conditions import (
     LEAVES,
     ConditionError,
     bounds,
@@ -71,7 +71,7 @@ from .conditions import (
     tokens,
     values_at,
 )
-from .filter_tree import (  # noqa: F401 (the tree's types are part of this module's API)
+from service.collections.filter_tree import (  # noqa: F401 (the tree's types are part of this module's API)
     And,
     Count,
     DateRange,

@@ -48,10 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Hit
-from .conditions import geo_distance, parse_datetime, parse_path, values_at
-from .errors import InvalidCollectionRequest
-from .filters import And, Filter, HasVector, Ids, MinShould, Nested, Not, Or, matches
+from service.collections.conditions import geo_distance, parse_datetime, parse_path, values_at
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.filters import And, Filter, HasVector, Ids, MinShould, Nested, Not, Or, matches
+from service.collections.vector_backend import Hit
 
 MAX_DEPTH = 32  # nesting of an expression
 MAX_NODES = 1024  # operators, operands and conditions of one expression

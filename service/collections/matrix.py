@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InvalidCollectionRequest
-from .ordering import sample_ids
-from .searching import Search
-from .vectors import stored_vector
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.ordering import sample_ids
+from service.collections.searching import Search
+from service.collections.vectors import stored_vector
 
 
 def _point_order(i: int | str) -> tuple[int, int | str]:

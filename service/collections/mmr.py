@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidCollectionRequest
-from .vectors import stored_vector, unit_rows
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.vectors import stored_vector, unit_rows
 
 
 def _dense_sim(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .conditions import parse_datetime, parse_path, values_at
-from .errors import InvalidCollectionRequest
+from service.collections.conditions import parse_datetime, parse_path, values_at
+from service.collections.errors import InvalidCollectionRequest
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROS_PER_DAY = 86_400_000_000

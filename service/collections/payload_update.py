@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .conditions import parse_path, payload_names
-from .errors import RETRIES, InvalidCollectionRequest, ModelChanged
+from service.collections.conditions import parse_path, payload_names
+from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged
 
 
 def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: list[str] | None = None) -> None:

@@ -29,9 +29,9 @@ import socket
 import time
 from typing import Any
 
-from ..batcher import QueueFull
-from .backend import CollectionHandle, ReembedTarget, VectorBackend, model_id, same_model
-from .errors import BackendUnavailable
+from service.collections.errors import BackendUnavailable
+from service.collections.vector_backend import CollectionHandle, ReembedTarget, VectorBackend, model_id, same_model
+from service.inference.batcher import QueueFull
 
 log = logging.getLogger("service.collections.reembed")
 
@@ -61,7 +61,7 @@ class Reembedder:
         embedder: returns the service's embedder (``resolve(model_id)``, ``encode(texts, model=, param=)``).
         registry: the model registry (``active``: the active model or None).
         backend: the :class:`~.backend.VectorBackend`.
-        control: the :class:`~service.model_control.ModelControl`; this registers itself as an activation listener
+        control: the :class:`~service.inference.model_control.ModelControl`; this registers itself as an activation listener
             and as a user of the models collections are on.
         owner: this process's name in claims on shared backends (default ``host:pid``).
     """
@@ -145,7 +145,7 @@ class Reembedder:
 
     async def _encode(self, texts: list[str], lm: Any) -> Any:
         """Embed points' texts with the target model and its document prompt (as upserts do: ``passage``, else
-        ``document``; :mod:`service.prompts`); a full queue (live traffic first) is waited out, not a failure."""
+        ``document``; :mod:`service.inference.prompts`); a full queue (live traffic first) is waited out, not a failure."""
         delay = 0.05
         while True:
             try:

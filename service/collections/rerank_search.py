@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from ..reranker import NoRerankerLoaded, Reranker
-from .backend import Hit, ReadConsistency
-from .errors import InvalidCollectionRequest, ModelUnavailable
+from service.collections.errors import InvalidCollectionRequest, ModelUnavailable
+from service.collections.vector_backend import Hit, ReadConsistency
+from service.inference.reranker import NoRerankerLoaded, Reranker
 
 
 class RerankOptions(BaseModel):
@@ -48,7 +48,7 @@ async def search(svc: Any, name: str, searches: Sequence[Any], param: str, rc: R
     Raises:
         as :meth:`~.service.CollectionService.search`; InvalidCollectionRequest (a vector query, too many candidates),
         ModelUnavailable (no reranker loaded), ModelNotFound, WrongModelTask, ModelNotReady (starting), and
-        :meth:`~service.reranker.Reranker.rerank`'s errors (413, 429, 500, 503).
+        :meth:`~service.inference.reranker.Reranker.rerank`'s errors (413, 429, 500, 503).
     """
     if all(getattr(s, "rerank", None) is None for s in searches):
         return await svc.search(name, searches, param, rc)

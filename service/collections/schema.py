@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidCollectionRequest
-from .index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
-from .vectors import query_problem
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.index import IndexConfigError, IndexSpec, faiss_metric, normalize_params
+from service.collections.vectors import query_problem
 
 MAX_VECTORS = 16  # named dense vectors, and named sparse vectors, per collection (each)
 MAX_SPARSE_INDEX = 2**32 - 1  # Qdrant's sparse indices are u32

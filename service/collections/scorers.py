@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidCollectionRequest
-from .schema import sparse_vec
-from .vectors import unit_rows
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.schema import sparse_vec
+from service.collections.vectors import unit_rows
 
 EPSILON = np.float32(1.1920929e-7)
 KINDS = ("best_score", "sum_scores", "discover", "context", "relevance_feedback")

@@ -17,15 +17,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import formula
-from .backend import Hit, ReadConsistency, ResponseBudget
-from .errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
-from .filters import Filter
-from .formula import FormulaSpec
-from .fusion import fuse
-from .schema import SparseVec, dense_value, sparse_vec
-from .scorers import Scorer, scorer_of
-from .vectors import query_problem
+from service.collections import formula
+from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
+from service.collections.filters import Filter
+from service.collections.formula import FormulaSpec
+from service.collections.fusion import fuse
+from service.collections.schema import SparseVec, dense_value, sparse_vec
+from service.collections.scorers import Scorer, scorer_of
+from service.collections.vector_backend import Hit, ReadConsistency, ResponseBudget
+from service.collections.vectors import query_problem
 
 HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
 

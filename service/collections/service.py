@@ -12,7 +12,7 @@
   filters parsed; searches that differ only in their query run as multi-query backend calls of at most
   :data:`HITS_PER_CALL` hits each.
 
-Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP in ``service.errors``).
+Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP in ``service.http.errors``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..embedder import ModelNotReady
-from ..registry import ModelNotFound
-from . import searching
-from .backend import CollectionHandle, Hit, ReadConsistency, ResponseBudget, VectorBackend, check_name, single_config
-from .errors import (
+from service.collections import searching
+from service.collections.errors import (
     RETRIES,
     CollectionNotFound,
     InvalidCollectionRequest,
@@ -37,12 +34,29 @@ from .errors import (
     ReembeddingInProgress,
     TooManyItems,
 )
-from .filters import Filter, FilterError, parse_filter
-from .payload_update import check_payload_sizes, delete_payload_keys, delete_vectors, set_payload, update_vectors
-from .schema import VectorsConfig, new_vectors_config, point_vectors
-from .searching import SearchSpec
-from .sparse_inputs import sparse_from_texts, sparse_model
-from .vectors import given_vectors
+from service.collections.filters import Filter, FilterError, parse_filter
+from service.collections.payload_update import (
+    check_payload_sizes,
+    delete_payload_keys,
+    delete_vectors,
+    set_payload,
+    update_vectors,
+)
+from service.collections.schema import VectorsConfig, new_vectors_config, point_vectors
+from service.collections.searching import SearchSpec
+from service.collections.sparse_inputs import sparse_from_texts, sparse_model
+from service.collections.vector_backend import (
+    CollectionHandle,
+    Hit,
+    ReadConsistency,
+    ResponseBudget,
+    VectorBackend,
+    check_name,
+    single_config,
+)
+from service.collections.vectors import given_vectors
+from service.inference.embedder import ModelNotReady
+from service.inference.model_registry import ModelNotFound
 
 
 class CollectionService:
@@ -50,7 +64,7 @@ class CollectionService:
 
     Args:
         backend: where the collections live (:mod:`.backend`).
-        embedder: returns the service's :class:`~service.embedder.Embedder` (None while starting).
+        embedder: returns the service's :class:`~service.inference.embedder.Embedder` (None while starting).
     """
 
     def __init__(
@@ -58,7 +72,7 @@ class CollectionService:
     ) -> None:
         self.backend = backend
         self._embedder = embedder
-        #: the server-side sparse models by name (:mod:`service.sparse`): ``documents(texts)``, ``query(text)``
+        #: the server-side sparse models by name (:mod:`service.inference.sparse`): ``documents(texts)``, ``query(text)``
         self.sparse_models = sparse_models or {}
         #: awaited with each collection recovered from a snapshot (:func:`.snapshots.recover`)
         self.on_recover: list[Callable[[CollectionHandle], Awaitable[None]]] = []
@@ -139,7 +153,7 @@ class CollectionService:
 
     async def embed(self, c: CollectionHandle, texts: list[str], model: dict | None = None, *, role: str) -> np.ndarray:
         """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``, with its prompt for ``role``:
-        ``"document"`` (points' texts) or ``"query"`` (search texts), if any (:func:`service.prompts.prompt_prefix`).
+        ``"document"`` (points' texts) or ``"query"`` (search texts), if any (:func:`service.inference.prompts.prompt_prefix`).
 
         Raises:
             ModelUnavailable: that exact model (name, version, sha256) is not loaded.

@@ -27,8 +27,8 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from .backend import NAME_RE, CollectionHandle, VectorBackend
-from .errors import InvalidCollectionRequest
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.vector_backend import NAME_RE, CollectionHandle, VectorBackend
 
 T = TypeVar("T")
 log = logging.getLogger("service.collections")

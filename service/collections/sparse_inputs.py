@@ -1,4 +1,4 @@
-"""Sparse vectors a request gives as text (:mod:`service.sparse`'s server-side models, e.g. ``qdrant/bm25``): made
+"""Sparse vectors a request gives as text (:mod:`service.inference.sparse`'s server-side models, e.g. ``qdrant/bm25``): made
 here before the write, on worker threads (tokenising and stemming is CPU work, off the event loop)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .errors import InvalidCollectionRequest
+from service.collections.errors import InvalidCollectionRequest
 
 
 def sparse_model(models: dict[str, Any], name: str, param: str) -> Any:

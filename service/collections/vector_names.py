@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InvalidCollectionRequest
-from .schema import MAX_VECTORS, DenseVector, SparseVector, VectorsConfig, new_vectors_config
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.schema import MAX_VECTORS, DenseVector, SparseVector, VectorsConfig, new_vectors_config
 
 
 def _same(a: DenseVector | SparseVector, b: DenseVector | SparseVector) -> bool:

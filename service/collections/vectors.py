@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidCollectionRequest
+from service.collections.errors import InvalidCollectionRequest
 
 #: largest query-vector norm for ``dot`` and ``l2``: scores and squared distances then stay finite in float32
 #: against unit-scale points (``MAX_NORM**2`` is below float32's 3.4e38)

@@ -1,4 +1,4 @@
-"""Fairness of batch formation (service.fair_queue), on the real ONNX artifact and real STS-B sentences.
+"""Fairness of batch formation (service.inference.fair_queue), on the real ONNX artifact and real STS-B sentences.
 
 A small request that arrives while a big one is being embedded is answered before the big one finishes (the
 batcher used to run every batch already formed from a window first); no request starves; every input is placed
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.backend import OnnxModel
-from service.batcher import Batcher
-from service.fair_queue import FairQueue, Job
+from service.inference.batcher import Batcher
+from service.inference.fair_queue import FairQueue, Job
+from service.inference.onnx_encoder import OnnxModel
 from service.metrics import Metrics
 from training.data.sts import load_task
 
@@ -138,8 +138,8 @@ def _padded_cost_reference(lengths: np.ndarray, max_batch_size: int, max_batch_t
 def test_cut_window_is_optimal_and_within_limits():
     """The cut over the few candidate points costs what the exhaustive programme over every position does, on
     random windows and on real STS-B lengths at GPU-sized limits."""
-    from service.backend import Tokenized
-    from service.fair_queue import cut_window
+    from service.inference.fair_queue import cut_window
+    from service.inference.onnx_encoder import Tokenized
 
     rng = np.random.default_rng(0)
     s = load_task("STSBenchmark")

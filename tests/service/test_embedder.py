@@ -1,4 +1,4 @@
-"""``service.embedder.Embedder`` in-process over a real registry and the real default artifact, on STS-B sentences.
+"""``service.inference.embedder.Embedder`` in-process over a real registry and the real default artifact, on STS-B sentences.
 
 The reference is the artifact's ONNX graph run directly with ONNX Runtime and its tokenizer (one sentence at a time,
 so no padding), followed by ``artifact_contract.postprocess``: what the embedder returns must equal it within 1e-5.
@@ -18,10 +18,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from artifact_contract import MODEL_FILE, OUTPUT_NAME, TOKENIZER_FILE, load_manifest, postprocess
-from service.batcher import InputTooLong, RequestTooLarge
-from service.embedder import Embedder, InvalidInput, ModelNotReady
+from service.inference.batcher import InputTooLong, RequestTooLarge
+from service.inference.embedder import Embedder, InvalidInput, ModelNotReady
+from service.inference.model_registry import ModelNotFound, ModelRegistry, load_model
 from service.metrics import Metrics
-from service.registry import ModelNotFound, ModelRegistry, load_model
 from service.settings import Settings
 from tests.artifact_utils import NAME, versioned_copy
 from training.data.sts import load_task

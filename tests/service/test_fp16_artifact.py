@@ -34,9 +34,9 @@ def models(default_artifact, fp16_artifact, tmp_path_factory) -> Path:
 
 
 def test_registry_refuses_fp16_on_cpu(models):
-    from service.backend import ModelLoadError, PrecisionUnsupported
+    from service.inference.model_registry import load_model
+    from service.inference.onnx_encoder import ModelLoadError, PrecisionUnsupported
     from service.metrics import Metrics
-    from service.registry import load_model
     from service.settings import Settings
 
     settings = Settings(models_dir=str(models), providers=["auto"], intra_op_threads=1)

@@ -134,7 +134,7 @@ def test_failed_load_keeps_the_old_model_serving(client, env, builder, version, 
 
 
 def _references(artifact_dir: Path, texts: list[str]) -> dict[str, np.ndarray]:
-    from service.backend import OnnxModel
+    from service.inference.onnx_encoder import OnnxModel
 
     m = OnnxModel(artifact_dir, providers=["CPUExecutionProvider"], intra_op_threads=1)
     emb = np.concatenate([m.embed_sync(texts[i : i + 32]) for i in range(0, len(texts), 32)])

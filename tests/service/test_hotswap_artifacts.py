@@ -32,7 +32,7 @@ def test_versioned_copy_validates(int8_artifact, tmp_path):
 
 
 def test_sliced_artifact_is_a_different_loadable_model(int8_artifact, tmp_path):
-    from service.backend import OnnxModel
+    from service.inference.onnx_encoder import OnnxModel
 
     full = OnnxModel(versioned_copy(int8_artifact, tmp_path, NAME, "1"), providers=["CPUExecutionProvider"])
     cut = OnnxModel(sliced_artifact(int8_artifact, tmp_path, NAME, "2", 256), providers=["CPUExecutionProvider"])
@@ -49,7 +49,7 @@ def test_sliced_artifact_is_a_different_loadable_model(int8_artifact, tmp_path):
     "builder,needle", [(corrupt_artifact, "cannot open model.onnx"), (wrong_dimension_artifact, "256")]
 )
 def test_broken_artifacts_fail_to_load(int8_artifact, tmp_path, builder, needle):
-    from service.backend import ModelLoadError, OnnxModel
+    from service.inference.onnx_encoder import ModelLoadError, OnnxModel
 
     d = builder(int8_artifact, tmp_path, NAME, "9")
     with pytest.raises(ModelLoadError, match=needle):

@@ -1,4 +1,4 @@
-"""``service.middleware.ServiceMiddleware`` as pure ASGI, in-process (``httpx.ASGITransport``, no network).
+"""``service.http.middleware.ServiceMiddleware`` as pure ASGI, in-process (``httpx.ASGITransport``, no network).
 
 Two apps sit behind it:
 
@@ -21,8 +21,8 @@ from starlette.routing import Route
 
 from artifact_contract import load_manifest
 from service.app import create_app
+from service.http.middleware import ServiceMiddleware
 from service.metrics import Metrics
-from service.middleware import ServiceMiddleware
 from service.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""``service.model_control.ModelControl`` in-process: start-up, load/activate/unload rules, listeners, failed loads,
+"""``service.inference.model_control.ModelControl`` in-process: start-up, load/activate/unload rules, listeners, failed loads,
 persistence, rescan and the poll watcher, on real artifacts built from the default fp32 one.
 
 Each test runs its own event loop (``asyncio.run``) over a fresh models dir and data dir:
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from artifact_contract import load_manifest, write_manifest
-from service.backend import ModelInfo, ModelLoadError
+from service.inference.model_control import ACTIVE_FILE, ModelControl, ModelInUse
+from service.inference.model_registry import ModelNotFound, ModelRegistry
+from service.inference.onnx_encoder import ModelInfo, ModelLoadError
 from service.metrics import Metrics
-from service.model_control import ACTIVE_FILE, ModelControl, ModelInUse
-from service.registry import ModelNotFound, ModelRegistry
 from service.settings import Settings
 from tests.artifact_utils import NAME, corrupt_artifact, sliced_artifact, versioned_copy, wrong_dimension_artifact
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from artifact_contract import load_manifest, write_manifest
-from service.prompts import PromptNotFound, prompt_prefix
+from service.inference.prompts import PromptNotFound, prompt_prefix
 from tests.artifact_utils import versioned_copy
 from tests.server_utils import run_server
 

@@ -188,11 +188,11 @@ def test_concurrent_requests_get_their_own_scores(server, client, claim):
 def test_pairs_go_through_the_batcher_with_its_limits(reranker_artifact, claim):
     """In process: a reranker's pairs are the batcher's inputs: batched scores equal one-batch scores, and the
     batcher's queue bound, truncate=false and max_request_tokens hold for pairs as for texts."""
-    from service.batcher import Batcher, InputTooLong, QueueFull, RequestTooLarge
+    from service.inference.batcher import Batcher, InputTooLong, QueueFull, RequestTooLarge
+    from service.inference.model_registry import LoadedModel
+    from service.inference.onnx_reranker import OnnxReranker, open_model
+    from service.inference.reranker import Reranker
     from service.metrics import Metrics
-    from service.registry import LoadedModel
-    from service.rerank_model import OnnxReranker, open_model
-    from service.reranker import Reranker
 
     model = open_model(reranker_artifact, providers=["cpu"], intra_op_threads=1)
     assert isinstance(model, OnnxReranker)

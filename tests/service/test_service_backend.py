@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.backend import ModelLoadError, OnnxModel
-from service.batcher import Batcher, BatcherClosed, BatchFailed, InputTooLong, QueueFull, _Job
+from service.inference.batcher import Batcher, BatcherClosed, BatchFailed, InputTooLong, QueueFull, _Job
+from service.inference.onnx_encoder import ModelLoadError, OnnxModel
 from service.metrics import Metrics
 from tests.server_utils import REPO_ROOT
 
@@ -93,7 +93,7 @@ def cuda_reported_but_unusable(monkeypatch):
     Only the availability report is changed: the real (CPU) onnxruntime then drops the CUDA provider when the
     session is created, as onnxruntime-gpu does when the driver or a CUDA library is missing.
     """
-    import service.providers as providers
+    import service.inference.providers as providers
 
     monkeypatch.setattr(providers.ort, "get_available_providers", lambda: [providers.CUDA, providers.CPU])
     return providers
@@ -116,7 +116,7 @@ def test_auto_falls_back_to_the_cpu_when_cuda_cannot_be_used(default_artifact, c
                                                                providers):  # fmt: skip
     pv = cuda_reported_but_unusable
     assert pv.choose_providers(providers) == [pv.CUDA, pv.CPU]
-    with caplog.at_level("WARNING", logger="service.providers"):
+    with caplog.at_level("WARNING", logger="service.inference.providers"):
         m = OnnxModel(default_artifact, providers=providers, intra_op_threads=1)
     assert m.providers == [pv.CPU]
     assert any("could not be used" in r.getMessage() for r in caplog.records), caplog.text

@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.middleware import unpaired_surrogate
+from service.http.middleware import unpaired_surrogate
 from tests.server_utils import REPO_ROOT, run_server
 from training.data.sts import load_task
 
@@ -236,7 +236,7 @@ def test_request_over_max_request_tokens_is_413(client, sts_sentences):
 _ARENA_PROBE = """
 import json, sys
 from pathlib import Path
-from service.backend import OnnxModel
+from service.inference.onnx_encoder import OnnxModel
 
 def rss():
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS:"))

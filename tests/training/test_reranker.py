@@ -106,7 +106,7 @@ def test_finished_run_is_neither_trained_nor_exported_again(reranker_artifact, t
 
 
 def test_int8_reranker_loads_and_scores_close_to_fp32(reranker_artifact, tmp_path):
-    from service.rerank_model import OnnxReranker, open_model
+    from service.inference.onnx_reranker import OnnxReranker, open_model
     from training.export.reranker import CANARY_PAIRS, quantize_reranker
 
     m = quantize_reranker(reranker_artifact, tmp_path / "rr-int8", name="rr-int8")

@@ -7,7 +7,7 @@
 * :mod:`.backend`: every collection under ``<data_dir>/collections/`` and background upkeep.
 """
 
-from .backend import EmbeddedBackend
-from .collection import Collection
+from service.collections.embedded.backend import EmbeddedBackend
+from service.collections.embedded.collection import Collection
 
 __all__ = ["Collection", "EmbeddedBackend"]

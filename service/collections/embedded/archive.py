@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from artifact_contract.fsio import fsync_dir
-
-from ..errors import InvalidCollectionRequest
-from .snapshots import SNAPSHOT_RE, list_snapshots
-from .store.points import DB_FILE
+from service.collections.embedded.snapshots import SNAPSHOT_RE, list_snapshots
+from service.collections.embedded.store.points import DB_FILE
+from service.collections.errors import InvalidCollectionRequest
 
 FORMAT = 1
 MANIFEST = "manifest.json"

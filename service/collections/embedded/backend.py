@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from artifact_contract.fsio import atomic_write_bytes, fsync_dir
-
-from ...tasks import cancel_and_wait
-from ..aliases import Aliases
-from ..backend import NAME_RE, CollectionSettings, check_name
-from ..errors import CollectionClosed, CollectionExists, CollectionNotFound
-from ..schema import VectorsConfig
-from .collection import Collection
-from .snapshot_store import EmbeddedSnapshots, finish_swaps
+from service.collections.aliases import Aliases
+from service.collections.embedded.collection import Collection
+from service.collections.embedded.snapshot_store import EmbeddedSnapshots, finish_swaps
+from service.collections.errors import CollectionClosed, CollectionExists, CollectionNotFound
+from service.collections.schema import VectorsConfig
+from service.collections.vector_backend import NAME_RE, CollectionSettings, check_name
+from service.tasks import cancel_and_wait
 
 log = logging.getLogger("service.collections")
 T = TypeVar("T")

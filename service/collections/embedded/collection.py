@@ -23,21 +23,21 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Hit, same_model
-from ..errors import CollectionClosed, ModelChanged
-from ..filters import Filter
-from ..ids import decode_id, encode_id
-from ..index import IndexSpec, VectorIndex, higher_is_better
-from ..schema import VectorsConfig
-from ..scorers import Scorer
-from .locks import RWLock
-from .named import NamedIndexes, prepared
-from .ordering import Ordering
-from .reconfigure import Reconfiguring
-from .reembedding import Reembedding
-from .search import assemble_hits, budgeted_page, dense_search, left_out, point_dict
-from .snapshots import build_index, load_index, remove_snapshots, snapshot_path
-from .store import Store
+from service.collections.embedded.locks import RWLock
+from service.collections.embedded.named import NamedIndexes, prepared
+from service.collections.embedded.ordering import Ordering
+from service.collections.embedded.reconfigure import Reconfiguring
+from service.collections.embedded.reembedding import Reembedding
+from service.collections.embedded.search import assemble_hits, budgeted_page, dense_search, left_out, point_dict
+from service.collections.embedded.snapshots import build_index, load_index, remove_snapshots, snapshot_path
+from service.collections.embedded.store import Store
+from service.collections.errors import CollectionClosed, ModelChanged
+from service.collections.filters import Filter
+from service.collections.ids import decode_id, encode_id
+from service.collections.index import IndexSpec, VectorIndex, higher_is_better
+from service.collections.schema import VectorsConfig
+from service.collections.scorers import Scorer
+from service.collections.vector_backend import Hit, same_model
 
 log = logging.getLogger("service.collections")
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidCollectionRequest
-from ..index import VectorIndex
-from ..schema import SparseVec, VectorsConfig
-from ..scorers import Scorer
-from ..vectors import unit_rows
-from .store import Store
-from .store import named as tables
+from service.collections.embedded.store import Store
+from service.collections.embedded.store import named as tables
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.index import VectorIndex
+from service.collections.schema import SparseVec, VectorsConfig
+from service.collections.scorers import Scorer
+from service.collections.vectors import unit_rows
 
 
 def prepared(v: np.ndarray, metric: str) -> np.ndarray:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..conditions import parse_path
-from ..filters import Filter
-from ..ids import decode_id
-from ..ordering import order_value
-from .store.order import ORDER_KEY
-from .store.where import to_sql
+from service.collections.conditions import parse_path
+from service.collections.embedded.store.order import ORDER_KEY
+from service.collections.embedded.store.where import to_sql
+from service.collections.filters import Filter
+from service.collections.ids import decode_id
+from service.collections.ordering import order_value
 
 
 def ordered_rows(conn: Any, where: Filter | None, key: str, descending: bool, start: Any, limit: int) -> list:

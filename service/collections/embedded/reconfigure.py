@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..schema import VectorsConfig
-from .store import named as tables
+from service.collections.embedded.store import named as tables
+from service.collections.schema import VectorsConfig
 
 
 class Reconfiguring:

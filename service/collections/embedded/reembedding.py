@@ -9,10 +9,10 @@ import logging
 import time
 from typing import Any
 
-from ..backend import model_id
-from ..index import VectorIndex, get_type
-from .snapshots import remove_snapshots
-from .target import EmbeddedTarget
+from service.collections.embedded.snapshots import remove_snapshots
+from service.collections.embedded.target import EmbeddedTarget
+from service.collections.index import VectorIndex, get_type
+from service.collections.vector_backend import model_id
 
 log = logging.getLogger("service.collections")
 

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from artifact_contract.fsio import fsync_dir
-
-from ..backend import NAME_RE
-from ..errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
-from ..snapshots import clean_downloads
-from .archive import NAME_RE as ARCHIVE_RE
-from .archive import extract_archive, list_archives, write_archive
+from service.collections.embedded.archive import NAME_RE as ARCHIVE_RE
+from service.collections.embedded.archive import extract_archive, list_archives, write_archive
+from service.collections.errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
+from service.collections.snapshots import clean_downloads
+from service.collections.vector_backend import NAME_RE
 
 RESTORED = ".restored-"
 

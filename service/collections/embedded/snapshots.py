@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 from artifact_contract.fsio import fsync_dir
-
-from ..index import IndexSpec, VectorIndex, get_type
-from .store import Store
+from service.collections.embedded.store import Store
+from service.collections.index import IndexSpec, VectorIndex, get_type
 
 log = logging.getLogger("service.collections")
 

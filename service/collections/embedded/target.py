@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidCollectionRequest
-from ..index import IndexConfigError, IndexSpec, get_type, normalize_params
-from ..vectors import unit_rows
-from .store import ShadowTable
+from service.collections.embedded.store import ShadowTable
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.index import IndexConfigError, IndexSpec, get_type, normalize_params
+from service.collections.vectors import unit_rows
 
 
 class EmbeddedTarget:

@@ -5,10 +5,17 @@ Types: ``flat`` (exact), ``hnsw`` (graph, tombstoned deletes), ``ivf_pq`` (train
 exact fallback until trained). See ``registry.py`` to add one.
 """
 
-from .base import METRICS, IndexConfigError, IndexSpec, IndexType, faiss_metric, higher_is_better
-from .exact import exact_search
-from .registry import get_type, index_kinds, normalize_params, register
-from .vector_index import VectorIndex
+from service.collections.index.base import (
+    METRICS,
+    IndexConfigError,
+    IndexSpec,
+    IndexType,
+    faiss_metric,
+    higher_is_better,
+)
+from service.collections.index.exact import exact_search
+from service.collections.index.registry import get_type, index_kinds, normalize_params, register
+from service.collections.index.vector_index import VectorIndex
 
 __all__ = [
     "METRICS",

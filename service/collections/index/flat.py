@@ -7,7 +7,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, flat_vectors, id_map
+from service.collections.index.base import IndexConfigError, IndexSpec, IndexType, faiss_metric, flat_vectors, id_map
 
 
 def flat_index(spec: IndexSpec) -> faiss.Index:

@@ -12,7 +12,16 @@ from typing import Any
 import faiss
 import numpy as np
 
-from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, flat_vectors, id_map, int_param, reject_unknown
+from service.collections.index.base import (
+    IndexConfigError,
+    IndexSpec,
+    IndexType,
+    faiss_metric,
+    flat_vectors,
+    id_map,
+    int_param,
+    reject_unknown,
+)
 
 HNSW_DEFAULTS = {"M": 32, "ef_construction": 100, "ef_search": 64, "rebuild_fraction": 0.2}
 

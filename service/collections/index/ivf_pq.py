@@ -12,8 +12,15 @@ from typing import Any
 import faiss
 import numpy as np
 
-from .base import IndexConfigError, IndexSpec, IndexType, faiss_metric, int_param, reject_unknown
-from .flat import flat_index
+from service.collections.index.base import (
+    IndexConfigError,
+    IndexSpec,
+    IndexType,
+    faiss_metric,
+    int_param,
+    reject_unknown,
+)
+from service.collections.index.flat import flat_index
 
 IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
 _DERIVED = ("min_train_points", "train_sample")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import IndexConfigError, IndexType
-from .flat import FlatType
-from .hnsw import HNSWType
-from .ivf_pq import IVFPQType
+from service.collections.index.base import IndexConfigError, IndexType
+from service.collections.index.flat import FlatType
+from service.collections.index.hnsw import HNSWType
+from service.collections.index.ivf_pq import IVFPQType
 
 _TYPES: dict[str, IndexType] = {t.name: t for t in (FlatType(), HNSWType(), IVFPQType())}
 

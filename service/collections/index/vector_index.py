@@ -20,10 +20,9 @@ import faiss
 import numpy as np
 
 from artifact_contract.fsio import fsync_dir
-
-from .base import IndexSpec
-from .exact import exact_search
-from .registry import get_type
+from service.collections.index.base import IndexSpec
+from service.collections.index.exact import exact_search
+from service.collections.index.registry import get_type
 
 _SNAP_MAGIC = b"EMBSNAP1"
 

@@ -8,6 +8,6 @@
 * :mod:`.backend`: the backend (connect, refresh, create, delete).
 """
 
-from .backend import MilvusBackend
+from service.collections.milvus.backend import MilvusBackend
 
 __all__ = ["MilvusBackend"]

@@ -22,14 +22,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ...tasks import cancel_and_wait
-from ..aliases import Aliases
-from ..backend import NAME_RE, CollectionSettings, ReadConsistency, check_name
-from ..errors import BackendUnavailable, CollectionNotFound, InvalidCollectionRequest, RegistryIncomplete
-from ..index import IndexSpec
-from ..schema import VectorsConfig
-from . import lifecycle
-from .client import (
+from service.collections.aliases import Aliases
+from service.collections.errors import (
+    BackendUnavailable,
+    CollectionNotFound,
+    InvalidCollectionRequest,
+    RegistryIncomplete,
+)
+from service.collections.index import IndexSpec
+from service.collections.milvus import lifecycle
+from service.collections.milvus.catalog import Registry
+from service.collections.milvus.client import (
     REACH_TIMEOUT_S,
     SUSPECT_S,
     BoundedClient,
@@ -41,10 +44,12 @@ from .client import (
     reachable,
     retry_later_error,
 )
-from .collection import MilvusCollection
-from .registry import Registry
-from .schema import supported_vector
-from .sweep import drop_retired, sweep
+from service.collections.milvus.collection import MilvusCollection
+from service.collections.milvus.schema import supported_vector
+from service.collections.milvus.sweep import drop_retired, sweep
+from service.collections.schema import VectorsConfig
+from service.collections.vector_backend import NAME_RE, CollectionSettings, ReadConsistency, check_name
+from service.tasks import cancel_and_wait
 
 log = logging.getLogger("service.collections.milvus")
 T = TypeVar("T")

@@ -36,7 +36,7 @@ import grpc
 from pymilvus import MilvusClient, MilvusException
 from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
 
-from ..errors import BackendUnavailable
+from service.collections.errors import BackendUnavailable
 
 #: MilvusClient methods that run locally (no RPC, no timeout argument)
 _LOCAL = frozenset({"prepare_index_params", "create_schema", "close"})

@@ -21,17 +21,17 @@ from typing import Any
 import numpy as np
 from pymilvus import MilvusException
 
-from ..backend import STRONG, Hit, ReadConsistency, same_model
-from ..errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
-from ..filters import Filter
-from ..ids import decode_id, encode_id
-from ..index import IndexSpec
-from ..schema import VectorsConfig
-from ..scorers import Scorer
-from ..vectors import unit_rows
-from .client import long_call
-from .expr import keys_expr, payload_marks, to_expr
-from .schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
+from service.collections.errors import CollectionClosed, InvalidCollectionRequest, ModelChanged
+from service.collections.filters import Filter
+from service.collections.ids import decode_id, encode_id
+from service.collections.index import IndexSpec
+from service.collections.milvus.client import long_call
+from service.collections.milvus.expr import keys_expr, payload_marks, to_expr
+from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
+from service.collections.schema import VectorsConfig
+from service.collections.scorers import Scorer
+from service.collections.vector_backend import STRONG, Hit, ReadConsistency, same_model
+from service.collections.vectors import unit_rows
 
 _PAGE = 16384  # Milvus's query window
 _FIELDS = ["text", "payload"]
@@ -382,7 +382,7 @@ class MilvusCollection:
     def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> Any:
         """Claim and attach the re-embedding towards ``model`` (see :mod:`.target`); None when another replica
         holds the claim."""
-        from .target import begin
+        from service.collections.milvus.target import begin
 
         return begin(self, model, dimension, owner)
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..conditions import key_names
-from ..errors import InvalidCollectionRequest
-from ..filters import (
+from service.collections.conditions import key_names
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.filters import (
     INT64,
     And,
     Count,

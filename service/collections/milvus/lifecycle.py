@@ -19,10 +19,10 @@ from typing import Any
 
 from pymilvus import MilvusException
 
-from ..errors import BackendUnavailable, CollectionExists, CollectionNotFound, RegistryIncomplete
-from ..index import IndexSpec
-from .registry import Lease
-from .schema import create_physical
+from service.collections.errors import BackendUnavailable, CollectionExists, CollectionNotFound, RegistryIncomplete
+from service.collections.index import IndexSpec
+from service.collections.milvus.catalog import Lease
+from service.collections.milvus.schema import create_physical
 
 
 def _missing(e: MilvusException) -> bool:

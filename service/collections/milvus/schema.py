@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from pymilvus import DataType, MilvusClient
 
-from ..errors import InvalidCollectionRequest
-from ..index import IndexSpec
-from ..schema import DenseVector, VectorsConfig
-from .client import LOAD_TIMEOUT_S
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.index import IndexSpec
+from service.collections.milvus.client import LOAD_TIMEOUT_S
+from service.collections.schema import DenseVector, VectorsConfig
 
 MAX_KEY_BYTES = 4096  # an encoded 512-character string id, escapes included
 MAX_TEXT_BYTES = 65535  # Milvus VARCHAR limit

@@ -24,12 +24,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend import same_model
-from ..errors import CollectionClosed, InvalidCollectionRequest
-from ..index import IndexConfigError, IndexSpec, get_type, normalize_params
-from .client import long_call
-from .registry import Lease
-from .schema import create_physical
+from service.collections.errors import CollectionClosed, InvalidCollectionRequest
+from service.collections.index import IndexConfigError, IndexSpec, get_type, normalize_params
+from service.collections.milvus.catalog import Lease
+from service.collections.milvus.client import long_call
+from service.collections.milvus.schema import create_physical
+from service.collections.vector_backend import same_model
 
 _PAGE = 16384
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from service.collections.aliases import Aliases, apply_actions
-from service.collections.backend import single_config
 from service.collections.embedded.backend import EmbeddedBackend
 from service.collections.errors import AliasNotFound, CollectionExists, CollectionNotFound, InvalidCollectionRequest
+from service.collections.vector_backend import single_config
 
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
 

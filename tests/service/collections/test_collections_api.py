@@ -464,7 +464,7 @@ def test_bm25_and_hybrid_search_on_a_scifact_slice(env):
     from qdrant_client.http import models as qm
     from qdrant_client.hybrid.fusion import reciprocal_rank_fusion
 
-    from service.sparse import BUNDLED_BM25
+    from service.inference.sparse import BUNDLED_BM25
     from training.data.sts import data_root
 
     c = env["client"]

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.collections.backend import single_config
 from service.collections.embedded import Collection
 from service.collections.embedded.store import Store
 from service.collections.embedded.store.order import ORDER_KEY
 from service.collections.filters import parse_filter
 from service.collections.index import IndexConfigError, IndexSpec, normalize_params
 from service.collections.schema import VectorsConfig
+from service.collections.vector_backend import single_config
 
 D = 32
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
@@ -385,9 +385,9 @@ def test_set_payload_never_writes_back_vectors_of_a_model_switched_away(tmp_path
     write makes it read the page again (the new model's vectors), not store the old ones under the new model."""
     import asyncio
 
-    from service.collections.backend import CollectionSettings
     from service.collections.embedded.backend import EmbeddedBackend
     from service.collections.service import CollectionService
+    from service.collections.vector_backend import CollectionSettings
     from service.settings import Settings
 
     async def run() -> tuple[list[float], dict]:
@@ -422,10 +422,10 @@ def test_a_set_payload_refused_for_size_changes_nothing(tmp_path):
     earlier pages updated behind a 422."""
     import asyncio
 
-    from service.collections.backend import CollectionSettings
     from service.collections.embedded.backend import EmbeddedBackend
     from service.collections.errors import InvalidCollectionRequest
     from service.collections.service import CollectionService
+    from service.collections.vector_backend import CollectionSettings
     from service.settings import Settings
 
     async def run() -> list:

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from service.collections import open_backend
-from service.collections.backend import single_config
 from service.collections.milvus.collection import MilvusCollection
+from service.collections.vector_backend import single_config
 from service.settings import Settings
 from training.data.sts import load_task
 

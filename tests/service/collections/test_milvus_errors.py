@@ -7,7 +7,7 @@ which the replica passed on as 134 x 500 within 1.38 s. Here every code of the b
 (:data:`service.collections.milvus.client.RETRY_LATER`, and the legacy codes of ``RETRY_LATER_LEGACY``) goes the way
 Milvus sends it: a status on the wire, from a gRPC server speaking Milvus's protocol, through pymilvus's
 ``MilvusClient`` (which raises ``MilvusException``), the backend's bounded client and ``run``, to the HTTP answer of
-``service.errors.ERROR_TABLE``. Other codes stay errors (a genuine bad request is not a 503).
+``service.http.errors.ERROR_TABLE``. Other codes stay errors (a genuine bad request is not a 503).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import pytest
 from pymilvus import MilvusClient, MilvusException
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
-from service.collections.backend import CollectionSettings
 from service.collections.errors import BackendUnavailable
 from service.collections.milvus import MilvusBackend
 from service.collections.milvus.client import RETRY_LATER, RETRY_LATER_LEGACY, BoundedClient, classify
-from service.errors import to_api_error
+from service.collections.vector_backend import CollectionSettings
+from service.http.errors import to_api_error
 from service.settings import Settings
 from tests.server_utils import free_port
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from service.collections import open_backend
-from service.collections.backend import single_config
 from service.collections.errors import BackendUnavailable, CollectionError, CollectionNotFound
+from service.collections.vector_backend import single_config
 from service.settings import Settings
 
 M1 = {"name": "m", "version": "1", "sha256": "1" * 64}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from service.collections.aliases import apply_actions
-from service.collections.backend import NAME_RE
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.vector_backend import NAME_RE
 from tests.server_utils import collections_server
 
 BAD = ["abc\n", "abc\r\n", "abc\n\n", "\nabc", "abc\nd"]

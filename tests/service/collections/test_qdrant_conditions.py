@@ -16,7 +16,7 @@ from service.collections.embedded import Collection
 from service.collections.filters import FilterError, parse_filter
 from service.collections.index import IndexSpec
 from service.collections.schema import VectorsConfig
-from service.qdrant.filters import translate
+from service.http.qdrant.filters import translate
 
 WORDS = ["ape", "wolf", "cat", "dog", "bee", "fox", "owl", "yak"]
 CITIES = [(55.75, 37.61), (51.5, -0.12), (48.85, 2.35), (40.71, -74.0), (-33.86, 151.2), (35.68, 139.69), (1.35, 103.8)]

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.collections.backend import single_config
 from service.collections.embedded import Collection
 from service.collections.embedded.archive import extract_archive, list_archives, sha256_of, write_archive
 from service.collections.embedded.backend import EmbeddedBackend
 from service.collections.errors import CollectionClosed, InvalidCollectionRequest
 from service.collections.index import IndexSpec, normalize_params
 from service.collections.schema import VectorsConfig
+from service.collections.vector_backend import single_config
 
 D = 32
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from service.collections.backend import CollectionSettings
 from service.collections.embedded import Collection
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.filters import parse_filter
 from service.collections.index import IndexSpec
 from service.collections.schema import MAX_VECTORS, DenseVector, SparseVec, SparseVector, VectorsConfig
+from service.collections.vector_backend import CollectionSettings
 from service.collections.vector_names import with_vector, without_vector
 from service.settings import Settings
 

@@ -1,7 +1,7 @@
 """Qdrant's score-boosting ``formula`` query (Qdrant documentation, "Hybrid and Multi-Stage Queries": "Score
 boosting"), held to qdrant-client's local mode (the oracle):
 
-* the core evaluator (:mod:`service.collections.formula`, the conditions translated by ``service.qdrant.filters``)
+* the core evaluator (:mod:`service.collections.formula`, the conditions translated by ``service.http.qdrant.filters``)
   against the local mode's ``evaluate_expression`` on random expressions (as qdrant-client's own
   ``one_random_expression_please`` makes them) over points with varied payloads: the same float32 score, or an error
   of the same kind;
@@ -28,7 +28,7 @@ import pytest
 
 from service.collections.filters import parse_filter
 from service.collections.formula import FormulaSpec, map_conditions, parse
-from service.qdrant.filters import translate
+from service.http.qdrant.filters import translate
 from tests.server_utils import free_port, run_server
 
 pytest.importorskip("qdrant_client")
@@ -154,7 +154,7 @@ def kind(e: BaseException) -> str:
 
 
 def core_formula(expr: models.Expression, defaults: dict):
-    """The core's parsed formula of a Qdrant expression, as ``service.qdrant.prefetch`` makes it."""
+    """The core's parsed formula of a Qdrant expression, as ``service.http.qdrant.prefetch`` makes it."""
 
     def cond(c: dict, at: str) -> object:
         where = translate({"must": [c]}, at)

@@ -1,7 +1,7 @@
 """SQLite storage of an embedded collection, the source of truth: every SQL statement of the embedded backend lives
 in this package (:mod:`.points`: points, removals and meta; :mod:`.shadow`: a re-embedding's target vectors)."""
 
-from .points import DB_FILE, Store
-from .shadow import ShadowTable
+from service.collections.embedded.store.points import DB_FILE, Store
+from service.collections.embedded.store.shadow import ShadowTable
 
 __all__ = ["DB_FILE", "ShadowTable", "Store"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...schema import SparseVec, idf
+from service.collections.schema import SparseVec, idf
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS named_dense (

@@ -39,13 +39,12 @@ from typing import Any
 import numpy as np
 
 from artifact_contract.fsio import fsync_dir
-
-from ...backend import HIT_OVERHEAD_BYTES
-from ...filters import Filter
-from . import named
-from .named import chunks, marks
-from .order import ORDER_INDEX, ORDER_KEY, order_key
-from .where import register, to_sql
+from service.collections.embedded.store import named
+from service.collections.embedded.store.named import chunks, marks
+from service.collections.embedded.store.order import ORDER_INDEX, ORDER_KEY, order_key
+from service.collections.embedded.store.where import register, to_sql
+from service.collections.filters import Filter
+from service.collections.vector_backend import HIT_OVERHEAD_BYTES
 
 DB_FILE = "points.sqlite3"
 FORMAT = 1

@@ -21,8 +21,8 @@ import sqlite3
 import weakref
 from typing import Any
 
-from ...conditions import LEAVES, key_names
-from ...filters import (
+from service.collections.conditions import LEAVES, key_names
+from service.collections.filters import (
     And,
     Empty,
     Exists,
@@ -39,7 +39,7 @@ from ...filters import (
     matches,
     value_kind,
 )
-from ...ids import encode_id
+from service.collections.ids import encode_id
 
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(leaf) -> leaf, while a query holds it
 

@@ -1,0 +1,156 @@
+"""HTTP routes of collection snapshots (Qdrant's names; :mod:`.snapshots` has the semantics).
+
+===========================================================  ===============================================
+``POST   /collections/{name}/snapshots``                     snapshot it now -> ``{name, creation_time, size,
+                                                             checksum}``
+``GET    /collections/{name}/snapshots``                     ``{"snapshots": [...]}``, oldest first
+``GET    /collections/{name}/snapshots/{snapshot_name}``     the file (``application/octet-stream``)
+``DELETE /collections/{name}/snapshots/{snapshot_name}``     delete it
+``PUT    /collections/{name}/snapshots/recover``             ``{location, checksum, api_key}``: replace or create
+                                                             the collection from a snapshot -> its info
+``POST   /collections/{name}/snapshots/upload``              the same from an uploaded file (multipart field
+                                                             ``snapshot``; ``?checksum=``)
+===========================================================  ===============================================
+
+``?wait=false`` on the writes answers 202 ``{"status": "accepted"}`` at once and runs the operation in the
+background; a snapshot or a recovery that was begun completes even if its request times out or the client leaves.
+Errors: 404 ``collection_not_found`` / ``snapshot_not_found``, 422 ``invalid_snapshot`` / ``checksum_mismatch`` /
+``snapshot_unreachable`` / ``unsupported`` (the milvus backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from python_multipart import create_form_parser
+from starlette.responses import Response
+
+from service.collections import snapshots
+from service.collections.errors import InvalidCollectionRequest
+from service.http.kit import JSONRoute, json_response
+from service.http.native.collections import WRITES, Service
+
+router = APIRouter(tags=["collections"], route_class=JSONRoute)
+Wait = Annotated[bool, Query(description="false: answer 202 at once, the operation runs in the background")]
+
+
+class RecoverSnapshot(BaseModel):
+    """Body of ``PUT /collections/{name}/snapshots/recover`` (Qdrant's ``SnapshotRecover``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    location: StrictStr = Field(
+        description="file:// URL inside the snapshots directory, or http(s):// URL (another server's download URL)"
+    )
+    checksum: StrictStr | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 hex to verify")
+    api_key: StrictStr | None = Field(None, description="sent as the api-key header when downloading")
+
+
+async def receive_upload(request: Request, directory: Path) -> Path:
+    """The ``snapshot`` file of a ``multipart/form-data`` upload, streamed to a file under ``directory/.downloads``
+    (python-multipart's streaming parser; the middleware passes this route's body through unread and unbounded).
+    Whatever else was uploaded, or everything if the upload fails, is deleted.
+
+    Raises:
+        InvalidCollectionRequest: not a multipart form, malformed, or not exactly one ``snapshot`` file field
+            (``param`` ``snapshot``).
+    """
+    ctype = request.headers.get("content-type", "")
+    if not ctype.startswith("multipart/form-data"):
+        raise InvalidCollectionRequest("send multipart/form-data with the file in a 'snapshot' field", "snapshot")
+    dest = snapshots.download_path(directory)
+    files: list[Any] = []
+    cfg = {"UPLOAD_DIR": str(dest.parent), "MAX_MEMORY_FILE_SIZE": 0, "UPLOAD_DELETE_TMP": False}
+    kept = None
+    try:
+        parser = create_form_parser({"Content-Type": ctype.encode()}, None, files.append, cfg)
+        async for chunk in request.stream():
+            await asyncio.to_thread(parser.write, chunk)
+        await asyncio.to_thread(parser.finalize)
+        found = [f for f in files if f.field_name == b"snapshot" and f.actual_file_name is not None]
+        if len(found) != 1:
+            raise InvalidCollectionRequest("the form must hold exactly one file field named 'snapshot'", "snapshot")
+        found[0].close()
+        os.rename(os.fsdecode(found[0].actual_file_name), dest)
+        kept = found[0]
+        return dest
+    except ValueError as e:  # python-multipart's errors
+        raise InvalidCollectionRequest(f"malformed multipart body: {e}", "snapshot") from e
+    finally:
+        for f in files:
+            f.close()
+            if f is not kept and f.actual_file_name is not None:
+                Path(os.fsdecode(f.actual_file_name)).unlink(missing_ok=True)
+
+
+@router.post("/collections/{name}/snapshots", dependencies=WRITES)
+async def create_snapshot(name: str, svc: Service, wait: Wait = True) -> Response:
+    """Snapshot the collection as of now (writes go on meanwhile); answers its description."""
+    store = snapshots.snapshot_store(svc.backend)
+    svc.backend.get(name)  # 404 now, not in the background
+    result, done = await snapshots.run_or_accept(store.create(name), wait)
+    return json_response(result) if done else json_response({"status": "accepted"}, 202)
+
+
+@router.get("/collections/{name}/snapshots")
+async def list_snapshots(name: str, svc: Service) -> Response:
+    """The collection's snapshots (also after the collection was deleted)."""
+    return json_response({"snapshots": await snapshots.snapshot_store(svc.backend).list(name)})
+
+
+@router.get("/collections/{name}/snapshots/{snapshot_name}", response_class=FileResponse)
+async def download_snapshot(name: str, snapshot_name: str, svc: Service) -> Response:
+    """The snapshot file, streamed."""
+    path = snapshots.snapshot_store(svc.backend).path(name, snapshot_name)
+    return FileResponse(path, media_type="application/octet-stream", filename=snapshot_name)
+
+
+@router.delete("/collections/{name}/snapshots/{snapshot_name}", dependencies=WRITES)
+async def delete_snapshot(name: str, snapshot_name: str, svc: Service) -> Response:
+    """Delete the snapshot file."""
+    await snapshots.snapshot_store(svc.backend).delete(name, snapshot_name)
+    return json_response({"deleted": True, "name": snapshot_name})
+
+
+@router.put("/collections/{name}/snapshots/recover", dependencies=WRITES)
+async def recover_snapshot(name: str, body: RecoverSnapshot, svc: Service, wait: Wait = True) -> Response:
+    """Replace the collection (or create it) from the snapshot at ``location``; answers its info."""
+    snapshots.snapshot_store(svc.backend)  # 422 unsupported now, not in the background
+    coro = snapshots.recover(svc, name, body.location, body.checksum, body.api_key)
+    c, done = await snapshots.run_or_accept(coro, wait)
+    return json_response(await svc.backend.run(c.info)) if done else json_response({"status": "accepted"}, 202)
+
+
+Checksum = Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 hex to verify")]
+#: the upload's request body, documented (the route reads the stream itself: :func:`receive_upload`)
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"snapshot": {"type": "string", "format": "binary"}},
+                    "required": ["snapshot"],
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("/collections/{name}/snapshots/upload", dependencies=WRITES, openapi_extra=UPLOAD_BODY)
+async def upload_snapshot(
+    name: str, request: Request, svc: Service, wait: Wait = True, checksum: Checksum = None
+) -> Response:
+    """Replace the collection (or create it) from the snapshot file uploaded in the form field ``snapshot``."""
+    store = snapshots.snapshot_store(svc.backend)
+    snapshots.check_name(name)  # before the upload
+    path = await receive_upload(request, store.directory)
+    c, done = await snapshots.run_or_accept(snapshots.recover_file(svc, name, path, checksum, remove=True), wait)
+    return json_response(await svc.backend.run(c.info)) if done else json_response({"status": "accepted"}, 202)

@@ -1,0 +1,73 @@
+"""HTTP routes that add or delete a named vector of an existing collection (Qdrant's "Create vector name" and
+"Delete vector name"; :mod:`.vector_names` has the semantics).
+
+===============================================  ==============================================================
+``PUT    /collections/{name}/vectors/{vector}``  ``{dense: {size, metric, index, params, multivector}}`` or
+                                                 ``{sparse: {modifier, model}}``: the vector added (client-supplied
+                                                 dense, or sparse), held by none of the stored points -> info
+``DELETE /collections/{name}/vectors/{vector}``  the vector and its stored values dropped (not the model-bound
+                                                 one; a name the collection lacks changes nothing) -> info
+===============================================  ==============================================================
+
+Errors: 404 ``collection_not_found``, 422 ``invalid_value`` (a bad definition, a name taken by a vector of another
+definition, the model-bound vector) or ``unsupported`` (the milvus backend: one vector per collection).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from service.collections.vector_names import create_vector_name, delete_vector_name
+from service.http.kit import JSONRoute, json_response
+from service.http.native.collections import WRITES, DenseVectorIn, Service, SparseVectorIn
+
+router = APIRouter(tags=["collections"], route_class=JSONRoute)
+
+
+class AddVector(BaseModel):
+    """Body of ``PUT /collections/{name}/vectors/{vector}``: exactly one of ``dense`` (:class:`~.api.DenseVectorIn`,
+    not bound to the model) and ``sparse`` (:class:`~.api.SparseVectorIn`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dense: DenseVectorIn | None = None
+    sparse: SparseVectorIn | None = None
+
+
+@router.put("/collections/{name}/vectors/{vector}", dependencies=WRITES)
+async def add_vector(name: str, vector: str, body: AddVector, svc: Service) -> Response:
+    """Add the named vector ``vector`` to collection ``name`` (Qdrant API reference: ``PUT
+    /collections/{collection_name}/vectors/{vector_name}``); answers the collection's info.
+
+    Raises:
+        CollectionNotFound, InvalidCollectionRequest (:func:`.vector_names.with_vector`).
+    """
+    d = body.dense
+    dense = (
+        None
+        if d is None
+        else {
+            "bound": d.model,
+            "size": d.size,
+            "metric": d.metric,
+            "index": d.index,
+            "params": d.params,
+            "multivector": d.multivector,
+        }
+    )
+    sparse = None if body.sparse is None else {"modifier": body.sparse.modifier, "model": body.sparse.model}
+    await create_vector_name(svc, name, vector, dense, sparse)
+    return json_response(await svc.info(name))
+
+
+@router.delete("/collections/{name}/vectors/{vector}", dependencies=WRITES)
+async def drop_vector(name: str, vector: str, svc: Service) -> Response:
+    """Delete the named vector ``vector`` and its stored values from collection ``name`` (Qdrant API reference:
+    ``DELETE /collections/{collection_name}/vectors/{vector_name}``); answers the collection's info.
+
+    Raises:
+        CollectionNotFound, InvalidCollectionRequest (:func:`.vector_names.without_vector`).
+    """
+    await delete_vector_name(svc, name, vector)
+    return json_response(await svc.info(name))

@@ -1,0 +1,346 @@
+"""One loaded model: ONNX Runtime session + tokenizer + ``artifact_contract.postprocess``.
+
+A :class:`OnnxModel` is a plain object; the service may hold several (see
+``service.inference.model_registry``). Its methods are synchronous and thread-safe (ONNX
+Runtime sessions and ``tokenizers.Tokenizer`` may be used from several threads);
+the batcher calls them off the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from artifact_contract import (
+    INPUT_NAMES,
+    MODEL_FILE,
+    OUTPUT_NAME,
+    TOKENIZER_FILE,
+    ArtifactError,
+    Manifest,
+    postprocess,
+    validate_artifact,
+)
+from service.inference.providers import CUDA, ProviderError, open_session
+
+log = logging.getLogger("service.inference.onnx_encoder")
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded or failed its checks (ONNX signature, warm-up, canary).
+
+    The message names the artifact directory and what is wrong.
+    """
+
+
+class PrecisionUnsupported(ModelLoadError):
+    """An fp16 artifact (``manifest.dtype == "fp16"``) on a session without ONNX Runtime's CUDA provider.
+
+    fp16 artifacts are for GPU serving. ONNX Runtime's CPU provider would run the fp16 ops it has no CPU kernel for
+    in float32 behind casts it inserts (not the fp16 arithmetic the artifact is for), so the service refuses to load
+    one there (admin API: 422 ``model_load_failed``; at start-up: the service does not start) and the fp32 artifact
+    is the one to serve on a CPU.
+    """
+
+
+def session_options(intra_op_threads: int = 0, inter_op_threads: int = 0, spinning: bool = False) -> ort.SessionOptions:
+    """The service's ONNX Runtime session options: every graph optimisation, sequential execution, the thread counts
+    (0: ORT's default), busy-waiting between ops only with ``spinning`` (ORT docs, "Thread management")."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.intra_op_num_threads = intra_op_threads
+    opts.inter_op_num_threads = inter_op_threads
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    return opts
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Identity of a loaded model, as reported to clients and to collections.
+
+    ``dimension`` is the full embedding width (before any ``dimensions`` truncation);
+    ``max_seq_length`` is in tokens, special tokens included.
+    """
+
+    name: str
+    version: str
+    sha256: str
+    dimension: int
+    max_seq_length: int
+    quantization: str | None = None
+    path: str = ""
+
+    @property
+    def id(self) -> str:
+        """``name:version``, unique among loaded models."""
+        return f"{self.name}:{self.version}"
+
+
+#: upper bound of characters one token covers (BERT's WordPiece turns words over 100 characters into [UNK])
+CHARS_PER_TOKEN = 100
+
+
+@dataclass
+class Tokenized:
+    """Token ids of one request's inputs, ``ids[i]`` an int64 array of shape ``(len_i,)`` (special tokens included)."""
+
+    ids: list[np.ndarray]
+    lengths: np.ndarray = field(init=False)  # (n,) int64
+
+    def __post_init__(self) -> None:
+        self.lengths = np.fromiter((len(x) for x in self.ids), dtype=np.int64, count=len(self.ids))
+
+
+class OnnxModel:
+    """A validated, warmed-up artifact ready to embed.
+
+    Args:
+        artifact_dir: directory with ``manifest.json``, ``model.onnx``, ``tokenizer.json``.
+        providers: ORT providers setting (``["auto"]`` or explicit names).
+        intra_op_threads / inter_op_threads: ORT thread counts (0 = ORT default).
+        spinning: ORT's ``session.intra_op.allow_spinning`` (busy-wait between ops).
+        arena_shrink_tokens: after a batch of more than this many padded tokens (``batch x max_len``), ORT's
+            CPU memory arena returns its wholly free regions to the OS (run option
+            ``memory.enable_memory_arena_shrinkage``); the arena otherwise keeps the peak of the largest batch
+            ever run for good. None: never shrink; 0: after every batch.
+
+    Raises:
+        ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
+            inputs/outputs or output width disagree with the manifest, the canary
+            embeddings are not reproduced within ``canary.atol``, or an explicitly named provider (not ``auto``)
+            could not be initialised (``auto`` falls back to the CPU, logged).
+        PrecisionUnsupported: an fp16 artifact, and the session has no CUDA provider.
+    """
+
+    #: the graph output this class reads (a reranker's is ``logits``: :class:`service.inference.reranker.OnnxReranker`)
+    OUTPUT = OUTPUT_NAME
+
+    def __init__(
+        self,
+        artifact_dir: str | os.PathLike,
+        *,
+        providers: list[str] | None = None,
+        intra_op_threads: int = 0,
+        inter_op_threads: int = 0,
+        spinning: bool = False,
+        arena_shrink_tokens: int | None = None,
+    ) -> None:
+        self.path = Path(artifact_dir)
+        self.arena_shrink_tokens = arena_shrink_tokens
+        self._shrink = ort.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        try:
+            self.manifest: Manifest = validate_artifact(self.path)
+        except ArtifactError as e:
+            raise ModelLoadError(str(e)) from e
+        m = self.manifest
+        self.info = ModelInfo(
+            name=m.name,
+            version=m.version,
+            sha256=m.sha256,
+            dimension=m.dimension,
+            max_seq_length=m.max_seq_length,
+            quantization=m.quantization,
+            path=str(self.path),
+        )
+        self._session = self._open_session(providers or ["auto"], intra_op_threads, inter_op_threads, spinning)
+        self.providers = self._session.get_providers()
+        if m.dtype == "fp16" and CUDA not in self.providers:
+            raise PrecisionUnsupported(
+                f"{self.path}: an fp16 artifact needs ONNX Runtime's {CUDA} and this session runs on "
+                f"{self.providers}; fp16 artifacts are for GPU serving, serve the fp32 artifact on a CPU "
+                "(models/README.md)"
+            )
+        self._check_signature()
+        self._tok_trunc, self._tok_left, self._tok_full = self._load_tokenizers()
+        self.pad_id = self._pad_id()
+
+    # ---------------------------------------------------------------- loading
+    def _open_session(self, providers: list[str], intra: int, inter: int, spinning: bool) -> ort.InferenceSession:
+        try:
+            return open_session(self.path / MODEL_FILE, session_options(intra, inter, spinning), providers)
+        except ProviderError as e:
+            raise ModelLoadError(f"{self.path}: {e}") from e
+
+    def _check_signature(self) -> None:
+        ins = {i.name: i for i in self._session.get_inputs()}
+        outs = {o.name: o for o in self._session.get_outputs()}
+        missing = [n for n in INPUT_NAMES if n not in ins]
+        extra = [n for n in ins if n not in INPUT_NAMES]
+        if missing or extra:
+            raise ModelLoadError(
+                f"{self.path}: ONNX inputs are {sorted(ins)}, the contract wants exactly {list(INPUT_NAMES)}"
+            )
+        for n in INPUT_NAMES:
+            if ins[n].type != "tensor(int64)":
+                raise ModelLoadError(f"{self.path}: ONNX input {n!r} is {ins[n].type}, expected tensor(int64)")
+        if self.OUTPUT not in outs:
+            raise ModelLoadError(f"{self.path}: ONNX outputs are {sorted(outs)}, expected {self.OUTPUT!r}")
+        shape = outs[self.OUTPUT].shape
+        if len(shape) != 2:
+            raise ModelLoadError(f"{self.path}: output {self.OUTPUT!r} has shape {shape}, expected (batch, dimension)")
+        if isinstance(shape[1], int) and shape[1] != self.manifest.dimension:
+            raise ModelLoadError(
+                f"{self.path}: output {self.OUTPUT!r} has {shape[1]} columns, manifest dimension is "
+                f"{self.manifest.dimension}"
+            )
+
+    def _load_tokenizers(self) -> tuple[Tokenizer, Tokenizer, Tokenizer]:
+        """Three tokenizers (a tokenizer's truncation is its state, and threads share them): truncating on the right,
+        truncating on the left (keeps the end of a text; special tokens stay in place), not truncating."""
+        try:
+            trunc, left, full = (Tokenizer.from_file(str(self.path / TOKENIZER_FILE)) for _ in range(3))
+        except Exception as e:
+            raise ModelLoadError(f"{self.path}: cannot load {TOKENIZER_FILE}: {e}") from e
+        # Padding is done by the batcher (to the batch's longest input), never here.
+        for tok in (trunc, left, full):
+            tok.no_padding()
+        trunc.enable_truncation(max_length=self.manifest.max_seq_length)
+        left.enable_truncation(max_length=self.manifest.max_seq_length, direction="left")
+        full.no_truncation()
+        return trunc, left, full
+
+    def _pad_id(self) -> int:
+        for tok in ("[PAD]", "<pad>"):
+            i = self._tok_trunc.token_to_id(tok)
+            if i is not None:
+                return int(i)
+        return 0
+
+    # ---------------------------------------------------------------- inference
+    def tokenize(self, texts: list[str], truncate: bool = True, direction: str = "right") -> Tokenized:
+        """Token ids for ``texts`` (no padding).
+
+        With ``truncate=True`` each input is cut to ``max_seq_length`` tokens, keeping its start (``direction=
+        "right"``) or its end (``"left"``; TEI's ``truncation_direction``); with ``truncate=False`` it is not (the
+        caller rejects over-long inputs).
+
+        Bounded work: a text longer than :attr:`char_budget` characters is cut to that many before tokenizing
+        (no token of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first ``max_seq_length``
+        tokens are unchanged; with ``"left"`` the last characters are kept), so a 2 MB string of words costs what a
+        max-length one does. A cut text that gave
+        fewer tokens than a full input (``truncate``) or that still fits (``truncate=False``) is tokenized in full:
+        characters that make no token (whitespace runs, zero-width and other format characters, combining marks)
+        may have filled the budget, and its embedding and token count must be the whole text's.
+        """
+        budget = self.char_budget
+        left = truncate and direction == "left"
+        cut = [t if len(t) <= budget else t[-budget:] if left else t[:budget] for t in texts]
+        tok = (self._tok_left if left else self._tok_trunc) if truncate else self._tok_full
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in self._encode(tok, cut)]
+        short = self.info.max_seq_length + (0 if truncate else 1)  # fewer ids than this: the cut may have lost some
+        for i, t in enumerate(texts):
+            if len(t) > budget and len(ids[i]) < short:
+                ids[i] = np.asarray(self._encode(tok, [t])[0].ids, dtype=np.int64)
+        return Tokenized(ids)
+
+    def encodings(self, texts: list[str], add_special_tokens: bool = True) -> list:
+        """The untruncated ``tokenizers.Encoding`` of each text (``ids``, ``tokens``, ``offsets`` in characters,
+        ``special_tokens_mask``), special tokens added or not."""
+        return self._tok_full.encode_batch(texts, add_special_tokens=add_special_tokens)  # with offsets: not _fast
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """The text of each id list (``ids`` within :attr:`vocab_size`)."""
+        return self._tok_full.decode_batch(ids, skip_special_tokens=skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to ``vocab_size - 1``."""
+        return self._tok_full.get_vocab_size()
+
+    @property
+    def char_budget(self) -> int:
+        """Characters of a text read by the tokenizer: ``CHARS_PER_TOKEN * max_seq_length``."""
+        return CHARS_PER_TOKEN * self.info.max_seq_length
+
+    @staticmethod
+    def _encode(tok: Tokenizer, texts: list[str]) -> list:
+        return tok.encode_batch_fast(texts) if hasattr(tok, "encode_batch_fast") else tok.encode_batch(texts)
+
+    def pad(self, ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-pad to the longest sequence: ``(input_ids, attention_mask)``, both int64 ``(batch, max_len)``."""
+        n = len(ids)
+        max_len = max(len(x) for x in ids)
+        input_ids = np.full((n, max_len), self.pad_id, dtype=np.int64)
+        mask = np.zeros((n, max_len), dtype=np.int64)
+        for i, x in enumerate(ids):
+            input_ids[i, : len(x)] = x
+            mask[i, : len(x)] = 1
+        return input_ids, mask
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """The graph's pooled, *unnormalised* output: float32 ``(batch, dimension)``.
+
+        Raises:
+            RuntimeError: ORT failed, or the output is not ``(batch, dimension)``.
+        """
+        shrink = self.arena_shrink_tokens is not None and input_ids.size > self.arena_shrink_tokens
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+        out = self._session.run([self.OUTPUT], feed, self._shrink if shrink else None)[0]
+        if out.ndim != 2 or out.shape != (input_ids.shape[0], self.info.dimension):
+            raise RuntimeError(
+                f"model returned shape {out.shape}, expected ({input_ids.shape[0]}, {self.info.dimension})"
+            )
+        return np.asarray(out, dtype=np.float32)
+
+    def embed_sync(self, texts: list[str], normalize: bool = True, dimensions: int | None = None) -> np.ndarray:
+        """Embed ``texts`` in one batch on the calling thread (warm-up, canary, tests).
+
+        Returns float32 ``(len(texts), dimensions or dimension)``.
+        """
+        tok = self.tokenize(texts)
+        return postprocess(self.run(*self.pad(tok.ids)), normalize=normalize, dimensions=dimensions)
+
+    def warm_up(self, batch_size: int = 8) -> float:
+        """Run a short and a ``max_seq_length`` batch once, then check the canary.
+
+        Returns the seconds it took.
+
+        Raises:
+            ModelLoadError: non-finite output, or the canary does not match.
+        """
+        t0 = time.perf_counter()
+        short = ["warm up"] * batch_size
+        long = ["warm " * (self.info.max_seq_length * 2)] * 2
+        for texts in (short, long):
+            try:
+                e = self.embed_sync(texts)
+            except Exception as err:
+                raise ModelLoadError(f"{self.path}: warm-up inference failed: {type(err).__name__}: {err}") from err
+            if not np.isfinite(e).all():
+                raise ModelLoadError(f"{self.path}: warm-up produced non-finite embeddings")
+        self.check_canary()
+        return time.perf_counter() - t0
+
+    def check_canary(self) -> float | None:
+        """Re-embed the manifest's canary sentences and compare; returns the max abs diff (None: no canary).
+
+        Raises:
+            ModelLoadError: non-finite embeddings, wrong width, or a difference above ``canary.atol``.
+        """
+        c = self.manifest.canary
+        if c is None:
+            return None
+        got = self.embed_sync(list(c.sentences))
+        want = np.asarray(c.embeddings, dtype=np.float32)
+        if not np.isfinite(got).all():
+            raise ModelLoadError(f"{self.path}: canary embeddings are not finite")
+        if got.shape != want.shape:
+            raise ModelLoadError(f"{self.path}: canary embeddings have shape {got.shape}, manifest has {want.shape}")
+        diff = float(np.abs(got - want).max())
+        if not diff <= c.atol:
+            raise ModelLoadError(
+                f"{self.path}: canary mismatch: max abs diff {diff:.3g} > atol {c.atol} "
+                f"(the model.onnx/tokenizer on disk do not reproduce the exported embeddings)"
+            )
+        return diff
