@@ -31,6 +31,7 @@ serve: install artifact
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
