@@ -14,9 +14,9 @@ misses one (the table says which). An fp16 artifact loads only on the CUDA provi
 
 Usage::
 
-    python bench/provider_parity.py --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-fp16 \\
+    python -m bench.compat.provider_parity --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-fp16 \\
         --providers cuda --expect-provider CUDAExecutionProvider --json $OUT/parity.json     # on a lent GPU
-    python bench/provider_parity.py --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-int8 --providers cpu
+    python -m bench.compat.provider_parity --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-int8 --providers cpu
 
 Not a test (nothing here needs a GPU to be checked): it prints a table (``--json`` writes the numbers).
 """

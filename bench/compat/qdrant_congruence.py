@@ -9,7 +9,7 @@ The tests come from a qdrant-client git checkout (``--repo``, a bare repository 
 ``--ref``), run by the installed qdrant-client; prints passed/failed/errored per module and the failures grouped by
 their first error line.
 
-    python bench/qdrant_congruence.py --repo /work/.mirror/qdrant+qdrant-client/repo --ref master \\
+    python -m bench.compat.qdrant_congruence --repo /work/.mirror/qdrant+qdrant-client/repo --ref master \\
         --json data/bench/qdrant_congruence.json
 
 ``--python`` runs the tests with another interpreter's qdrant-client (the service keeps its own): the checkout's

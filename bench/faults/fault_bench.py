@@ -15,8 +15,8 @@ normal service. Goals: 0 lost, ``/health`` < 100 ms throughout, no 500, nothing 
 
 Usage::
 
-    python bench/fault_bench.py                      # about 2 minutes
-    python bench/fault_bench.py --down-s 30 --writers 2
+    python -m bench.faults.fault_bench                      # about 2 minutes
+    python -m bench.faults.fault_bench --down-s 30 --writers 2
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ Prints a markdown table with the CPU model, the server flags and the load averag
 
 Usage::
 
-    python bench/hostile_bench.py [--threads 2] [--server-args "--max-batch-tokens 4096"]
-    python bench/hostile_bench.py --heavy-inputs 20 --probe-seconds 1   # a quick check that it runs
+    python -m bench.faults.hostile_bench [--threads 2] [--server-args "--max-batch-tokens 4096"]
+    python -m bench.faults.hostile_bench --heavy-inputs 20 --probe-seconds 1   # a quick check that it runs
 """
 
 from __future__ import annotations

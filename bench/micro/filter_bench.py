@@ -5,7 +5,7 @@ One collection of ``--points`` points (2-d vectors: the filter's cost alone) wit
 test fixtures (words, a datetime string, a geo point, an array of objects), then each filter counted ``--repeat``
 times (``count_matching``: a full scan of the covering index or the table). Prints ms per count and µs per point.
 
-    python bench/filter_bench.py --points 100000 --json data/bench/filter_bench.json
+    python -m bench.micro.filter_bench --points 100000 --json data/bench/filter_bench.json
 """
 
 from __future__ import annotations

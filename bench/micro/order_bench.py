@@ -6,7 +6,7 @@ cost alone) whose payloads hold an integer, a float, an array of integers and a 
 ``--repeat`` times. Prints ms per request (median) and µs per matching point, beside a count of the same points (one
 SQL scan) for scale.
 
-    python bench/order_bench.py --points 100000 --json data/bench/order_bench.json
+    python -m bench.micro.order_bench --points 100000 --json data/bench/order_bench.json
 """
 
 from __future__ import annotations

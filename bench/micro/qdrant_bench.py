@@ -15,7 +15,7 @@ ms), one client:
 
 Usage::
 
-    python bench/qdrant_bench.py --points 10000,100000 --repeat 5 --json data/bench/qdrant.json
+    python -m bench.micro.qdrant_bench --points 10000,100000 --repeat 5 --json data/bench/qdrant.json
 """
 
 from __future__ import annotations

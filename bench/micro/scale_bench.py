@@ -3,7 +3,7 @@ measured (not in CI; run alone on the machine; resumable).
 
 Vectors (384-d, unit length) with the structure of real text: the corpus's sentence embeddings
 (``../shared/data/corpus/en_sentences.txt``, embedded once with the default artifact and cached, see
-``bench/search_bench.py``) are mixed: point ``i`` is ``a·x_p + (1−a)·x_q + ε`` renormalised, with ``p, q`` random
+``bench/micro/search_bench.py``) are mixed: point ``i`` is ``a·x_p + (1−a)·x_q + ε`` renormalised, with ``p, q`` random
 corpus sentences, ``a ~ U(0.5, 1)`` (the point stays nearest its first sentence) and ``ε ~ N(0, 0.02²)`` per
 coordinate; a deterministic function of ``(seed, i)``, generated in chunks (10M points are never all in memory
 here). Embedding 10M sentences on 2 cores would take ~20 hours (~136 sentences/s measured on the corpus), so the
@@ -24,8 +24,8 @@ reuses the ground truth (``truth.npz``) and finished measurements (``results.jso
 
 Usage::
 
-    python bench/scale_bench.py --points 10000000          # ~1-2 h on 2 cores
-    python bench/scale_bench.py --points 300000 --truth 50  # a quick run
+    python -m bench.micro.scale_bench --points 10000000          # ~1-2 h on 2 cores
+    python -m bench.micro.scale_bench --points 300000 --truth 50  # a quick run
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ The indexes are the service's own :class:`service.collections.index.VectorIndex`
 
 Usage::
 
-    python bench/search_bench.py --datasets random100k,corpus,random1m --json data/bench/results.json
+    python -m bench.micro.search_bench --datasets random100k,corpus,random1m --json data/bench/results.json
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ filled through ``PUT /qdrant/collections/{name}/points`` in batches of 256 with 
 
 Usage::
 
-    python bench/snapshot_bench.py --points 10000,100000 --json data/bench/snapshots.json
+    python -m bench.micro.snapshot_bench --points 10000,100000 --json data/bench/snapshots.json
 """
 
 from __future__ import annotations

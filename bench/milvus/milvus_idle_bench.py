@@ -1,6 +1,6 @@
 """Idle CPU of a Milvus standalone server (the ``milvus`` 2.3.5 wheel's ``milvus-server``) against the number of
 loaded collections it holds, at two ``proxy.timeTickInterval`` settings: Milvus's default (200 ms) and the tests'
-(20 ms, for ~30 ms strongly consistent reads; :mod:`tests.milvus_utils`).
+(20 ms, for ~30 ms strongly consistent reads; :mod:`bench.lib.milvus`).
 
 Per setting, one fresh server; for each count, empty collections of the backend's physical schema
 (:func:`service.collections.milvus.schema.physical_schema`, 384 dims, a flat cosine index) are created and loaded
@@ -10,7 +10,7 @@ machine that hosts Milvus, and why the test suite drops its collections after ea
 
 Usage (alone on the machine; ~4 min with the defaults)::
 
-    python bench/milvus_idle_bench.py [--counts 0,10,30] [--ticks 200,20] [--window 20]
+    python -m bench.milvus.milvus_idle_bench [--counts 0,10,30] [--ticks 200,20] [--window 20]
 
 Not a test: it asserts nothing, it prints a table.
 """

@@ -10,7 +10,7 @@ Milvus settings, e.g. ``queryCoord.checkInterval=100`` (its query coordinator's 
 
 Usage (alone on the machine; ~1 min)::
 
-    python bench/milvus_load_bench.py [--tries 4] [--extra-config queryCoord.checkInterval=100]
+    python -m bench.milvus.milvus_load_bench [--tries 4] [--extra-config queryCoord.checkInterval=100]
 
 Not a test: it asserts nothing, it prints a table.
 """

@@ -2,14 +2,14 @@
 open across the outage or closed at its start (the reason the milvus backend releases its connection while Milvus is
 down: service/collections/milvus/client.py).
 
-One real Milvus server (``tests.milvus_utils``), two outages of ``--outage-s`` each, one per mode. During an outage
+One real Milvus server (:mod:`bench.lib.milvus`), two outages of ``--outage-s`` each, one per mode. During an outage
 this process calls on the old connection (``held`` only) and tries a fresh connection every 2 s, as the service's
 requests and probes do. The restart is detected from a *separate* process (no gRPC state shared); then this process
 tries fresh connections every 0.5 s. Reported: the seconds from the other process's answer to this one's.
 
 Usage (alone on the machine; ~2 x (outage + 20) s)::
 
-    python bench/milvus_reconnect.py --outage-s 150
+    python -m bench.milvus.milvus_reconnect --outage-s 150
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Milvus standalone restarts after SIGKILL, repeated: how long until it answers and serves a loaded collection,
 and what a slow one was waiting for.
 
-The real ``milvus`` 2.3.5 server as the tests run it (:mod:`tests.milvus_utils`: its own network namespace,
-authentication, ``common.session.ttl`` 10 s). A collection of ``--points`` vectors (flat index, loaded) is created
+The real ``milvus`` 2.3.5 server with the tests' settings (:mod:`bench.lib.milvus`: authentication,
+``common.session.ttl`` 10 s). A collection of ``--points`` vectors (flat index, loaded) is created
 once; then ``--cycles`` times: SIGKILL the server and everything it started, restart it at once on the same data (one
 try, no retry: the raw behaviour), and time (a) until it answers ``list_collections`` and (b) until a query on the
 collection answers (Milvus loads no collection until the dead process's etcd session expires). A start that panics
 or does not answer within ``--timeout`` is recorded with the last lines of Milvus's logs that name a wait
-("waiting", "node not match", "session", "panic"), then the server is started again (as the tests' retry does).
+("waiting", "node not match", "session", "panic"), then the server is started again (retried, as :meth:`bench.lib.milvus.MilvusServer.start` does).
 
-    python bench/milvus_restart.py --cycles 8 --json /work/runs/milvus_restart.json
+    python -m bench.milvus.milvus_restart --cycles 8 --json /work/runs/milvus_restart.json
 
 ``--container NAME``: the same cycles against a running container instead (the Compose stack's Milvus, e.g.
 ``podman run -d --name milvus --restart unless-stopped -v milvus:/var/lib/milvus -p 127.0.0.1:19530:19530

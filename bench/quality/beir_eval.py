@@ -8,7 +8,7 @@ index) and a ``qdrant/bm25`` sparse vector with ``modifier: idf``; each of the 3
 each mode, top 100. Published numbers (the data README): MTEB all-MiniLM-L6-v2 64.51; Lucene BM25 67.91 (bm25s),
 Anserini 67.89; RRF (k = 60) of the two top-100 lists by hand 71.32.
 
-    python bench/beir_eval.py --json data/bench/beir_scifact.json
+    python -m bench.quality.beir_eval --json data/bench/beir_scifact.json
 
 Run it alone (no suite or other benchmark beside it); it prints the CPU and the load average before and after.
 """

@@ -1,6 +1,6 @@
 """Benchmark of methods (not in CI): InforMin-CL, SSCL, MSSE, each alone and + 3R.
 
-Same protocol as ``bench/train_bench.py`` (the SimCSE/3R bench), whose ``run_one`` it
+Same protocol as ``bench/quality/train_bench.py`` (the SimCSE/3R bench), whose ``run_one`` it
 reuses: from the default encoder, ``python -m training train`` in a subprocess per run, batch 64,
 ``--steps`` steps, the given seeds, final STS suite on a fixed ``--eval-limit`` subsample per task,
 one JSON line per run in ``<out>/runs.jsonl``. Each setting is one of ``configs/<name>.yaml``
@@ -10,8 +10,8 @@ SparseCSE has its own sweep command (``python -m training sparse sweep``, see do
 
 Usage::
 
-    python bench/methods_bench.py --out /tmp/methods_bench --steps 25 --seeds 0
-    python bench/methods_bench.py --out /tmp/methods_bench --report
+    python -m bench.quality.methods_bench --out /tmp/methods_bench --steps 25 --seeds 0
+    python -m bench.quality.methods_bench --out /tmp/methods_bench --report
 """
 
 from __future__ import annotations

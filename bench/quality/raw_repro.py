@@ -17,8 +17,8 @@ SparseCSE settings score the SimCSE run of the same seed, which runs first.
 
 Usage::
 
-    python bench/raw_repro.py --out ~/.cache/redundancy-embed/raw_repro --seeds 0 1 2 3 4 --baseline
-    python bench/raw_repro.py --out ~/.cache/redundancy-embed/raw_repro --report
+    python -m bench.quality.raw_repro --out ~/.cache/redundancy-embed/raw_repro --seeds 0 1 2 3 4 --baseline
+    python -m bench.quality.raw_repro --out ~/.cache/redundancy-embed/raw_repro --report
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Reranking on BEIR SciFact through the service: each first stage's top-100 (dense, BM25, hybrid RRF / RRF k = 60 /
-DBSF, as :mod:`bench.beir_eval` defines and runs them) reranked by ``POST /rerank`` with a published reranker
+DBSF, as :mod:`bench.quality.beir_eval` defines and runs them) reranked by ``POST /rerank`` with a published reranker
 artifact (fp32, and its ``-int8`` twin when published), nDCG@10 by BEIR's protocol before and after, and the rerank
 latency of 100 candidates (one client, sequential requests).
 
 A real service (embedded backend, the default encoder for the first stages, the rerankers loaded with
-``--rerank-models``) indexes the corpus through the HTTP API (:func:`bench.beir_eval.index_native`) and searches the
+``--rerank-models``) indexes the corpus through the HTTP API (:func:`bench.lib.scifact.index_native`) and searches the
 300 test claims in each mode, top 100; each claim's candidates are then scored by ``POST /rerank``
 (``raw_scores: true``) and reordered by that score. The best first stage (DBSF) is reranked first, one request of
 exactly its 100 candidates per claim (these requests are the latency samples), by every reranker; then a candidate
@@ -15,7 +15,7 @@ Resumable: the first stages' top-100 (``first_stage.json``) and each reranker's 
 .json``, written every 20 claims) are cached in ``--cache-dir`` (outside the repository); a rerun reuses them, so
 it does not index again once the first stages are cached and only scores what is missing.
 
-    python bench/rerank_eval.py --reranker scifact-reranker --json /work/runs/rerank_eval/result.json
+    python -m bench.quality.rerank_eval --reranker scifact-reranker --json /work/runs/rerank_eval/result.json
 
 Run it alone; it prints the CPU and the load average before and after.
 """

@@ -1,12 +1,12 @@
 """Rerankers on BEIR SciFact test, in-process (sentence-transformers' ``CrossEncoder.predict``, on CUDA when present):
-each first stage's top-100 (the service's runs, cached by :mod:`bench.rerank_eval` in ``first_stage.json``) reordered
+each first stage's top-100 (the service's runs, cached by :mod:`bench.quality.rerank_eval` in ``first_stage.json``) reordered
 by each trained model's score, nDCG@10 before and after by BEIR's protocol.
 
-This is the quality half of :mod:`bench.rerank_eval` without a service, for model directories that are not artifacts
+This is the quality half of :mod:`bench.quality.rerank_eval` without a service, for model directories that are not artifacts
 yet (a GPU run's candidates, say); the served number comes from ``rerank_eval`` once the chosen model is published.
 A pair's score depends on that pair only, so each distinct (claim, document) pair is scored once.
 
-    python bench/rerank_offline.py --first-stage /work/runs/rerank_eval/first_stage.json \\
+    python -m bench.quality.rerank_offline --first-stage /work/runs/rerank_eval/first_stage.json \\
         --model bce=runs/rr-bce/model --model mnrl=runs/rr-mnrl/model --json out.json
 
 Prints the CPU (and GPU) and the load average before and after.
@@ -35,7 +35,7 @@ def score_pairs(model_dir: str, pairs: list[tuple[str, str]], max_length: int, b
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     data_args(ap)
-    ap.add_argument("--first-stage", required=True, help="first_stage.json of bench/rerank_eval.py")
+    ap.add_argument("--first-stage", required=True, help="first_stage.json of bench/quality/rerank_eval.py")
     ap.add_argument("--model", action="append", required=True, help="NAME=DIR, a cross-encoder directory (repeat)")
     ap.add_argument("--max-length", type=int, default=256, help="tokens of a pair")
     ap.add_argument("--batch-size", type=int, default=128)

@@ -7,7 +7,7 @@ Each run is ``python -m training train --config CONFIG --seed S --output_dir ROO
 ``data.split_seed`` for every seed); runs go ``--parallel`` at a time (on a GPU several share it), and a run whose
 ``results.json`` exists is not run again (resumable).
 
-    python bench/scifact_finetune.py --root /work/runs/scifact_ft --seeds 1,2,3,4,5 --parallel 5 \\
+    python -m bench.quality.scifact_finetune --root /work/runs/scifact_ft --seeds 1,2,3,4,5 --parallel 5 \\
         --train-arg=--threads=2 --json /work/runs/scifact_ft/summary.json
 
 Prints the CPU (and GPU) and the load average before and after.

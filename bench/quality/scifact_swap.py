@@ -19,7 +19,7 @@ the document id in the payload), embedded by ``minilm:1`` through ``PUT /collect
 
 Reported: the three numbers, the activation and re-embedding times, the requests of each kind and the failed ones.
 
-    python bench/scifact_swap.py --model /work/runs/scifact_ft/best --json /work/runs/scifact_swap.json
+    python -m bench.quality.scifact_swap --model /work/runs/scifact_ft/best --json /work/runs/scifact_swap.json
 
 Run it alone (it indexes and re-embeds 5,183 abstracts on the CPU); it prints the CPU and the load average.
 """

@@ -15,7 +15,7 @@ the change after 100 steps (positive = SimCSE lifts the encoder).
 
 Usage::
 
-    python bench/simcse_pilot.py ~/.cache/redundancy-embed/raw_small/encoder \\
+    python -m bench.quality.simcse_pilot ~/.cache/redundancy-embed/raw_small/encoder \\
         ~/.cache/redundancy-embed/raw_small_more/encoder ~/.cache/redundancy-embed/raw_small_long/encoder
 """
 

@@ -15,8 +15,8 @@ one JSON line per run is appended to ``<out>/runs.jsonl`` so partial results sur
 
 Usage::
 
-    python bench/train_bench.py --out /tmp/train_bench --steps 25 --seeds 0 1 2
-    python bench/train_bench.py --out /tmp/train_bench --report
+    python -m bench.quality.train_bench --out /tmp/train_bench --steps 25 --seeds 0 1 2
+    python -m bench.quality.train_bench --out /tmp/train_bench --report
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def measure_overhead(out: Path, steps: int, threads: int) -> dict:
         "median_step_seconds_3r": float(np.median(t_on)),
         "median_three_r_seconds": float(np.median(t_3r)),
         "threads": threads,
-        "command": f"python bench/train_bench.py --out {out} --overhead {steps}",
+        "command": f"python -m bench.quality.train_bench --out {out} --overhead {steps}",
     }
     return rec
 

@@ -2,7 +2,7 @@
 
 Part 1 — backends, at the backend layer (precomputed vectors, so the storage engine is what is measured): every
 corpus sentence (``../shared/data/corpus/en_sentences.txt``, embedded once with the default artifact and cached,
-see ``bench/search_bench.py``) but the last ``--queries``, which are the queries. One HNSW cosine collection
+see ``bench/micro/search_bench.py``) but the last ``--queries``, which are the queries. One HNSW cosine collection
 (M 32, ef_construction 100, ef_search 64) per backend: ``embedded`` (SQLite + FAISS) and ``milvus`` (a real Milvus
 2.3.5 standalone server on this machine). Reported: upsert points/s and p50/p99 per batch of ``--batch`` points
 with 1 and 4 writers; search queries/s and p50/p99 (one query per call, top_k 10) with 1 and 4 clients, on Milvus
@@ -16,10 +16,10 @@ is the per-replica cost for sizing a cluster.
 
 Usage::
 
-    python bench/backend_bench.py --json data/bench/backends.json        # both parts
-    python bench/backend_bench.py --parts replicas --requests 60          # one part, fewer requests
-    python bench/backend_bench.py --parts backends --backends milvus --milvus-tick-ms 200   # Milvus's default tick
-    python bench/backend_bench.py --parts backends --backends milvus --milvus-uri http://milvus:19530   # a cluster
+    python -m bench.serving.backend_bench --json data/bench/backends.json        # both parts
+    python -m bench.serving.backend_bench --parts replicas --requests 60          # one part, fewer requests
+    python -m bench.serving.backend_bench --parts backends --backends milvus --milvus-tick-ms 200   # Milvus's default tick
+    python -m bench.serving.backend_bench --parts backends --backends milvus --milvus-uri http://milvus:19530   # a cluster
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ small ``max_batch_tokens`` bounds the wait for free; on a GPU it does, and the b
 
 Usage::
 
-    python bench/batch_shape_bench.py [--threads 2] [--rounds 10]                 # CPU: run and iobinding
-    python bench/batch_shape_bench.py --providers cuda --artifact models/all-minilm-l6-v2-fp16 --rounds 50 \\
+    python -m bench.serving.batch_shape_bench [--threads 2] [--rounds 10]                 # CPU: run and iobinding
+    python -m bench.serving.batch_shape_bench --providers cuda --artifact models/all-minilm-l6-v2-fp16 --rounds 50 \\
         --json $OUT/batch_shape.json                                               # a lent GPU: all three modes
 """
 

@@ -7,7 +7,7 @@ Run it alone; to compare with another version of ``service/inference/fair_queue.
 
 Usage::
 
-    python bench/cut_bench.py [--repeat 9]
+    python -m bench.serving.cut_bench [--repeat 9]
 
 Not a test: it asserts nothing, it prints a table.
 """

@@ -31,9 +31,9 @@ no multiply-adds; attention's sequence-dependent part, 4 x 384 x n per token and
 
 Usage (on the device, after ``bench/device/kit.sh install``)::
 
-    python bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \\
+    python -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \\
         --server-arg=--max-batch-size=256 --server-arg=--max-batch-tokens=16384 --json $OUT/gpu_serve.json
-    python bench/gpu_serve.py --providers cpu --st-device cpu --st-dtype fp32 --clients 1,4 --seconds 5 --pool 256   # a CPU
+    python -m bench.serving.gpu_serve --providers cpu --st-device cpu --st-dtype fp32 --clients 1,4 --seconds 5 --pool 256   # a CPU
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
 """

@@ -12,7 +12,7 @@ nor a poor thread count can flatter the service).
 
 Example (the command recorded in docs/performance.md)::
 
-    .venv/bin/python bench/serve_bench.py --clients 4 --batch 32 --requests 100
+    .venv/bin/python -m bench.serving.serve_bench --clients 4 --batch 32 --requests 100
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
 """

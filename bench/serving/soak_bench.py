@@ -17,8 +17,8 @@ Prints three tables:
 
 Usage::
 
-    python bench/soak_bench.py --minutes 30 --clients 4
-    python bench/soak_bench.py --minutes 1 --clients 2   # a quick check that it runs
+    python -m bench.serving.soak_bench --minutes 30 --clients 4
+    python -m bench.serving.soak_bench --minutes 1 --clients 2   # a quick check that it runs
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Setup (all in a temporary directory): ``minilm/1`` = the default fp32 artifact; ``minilm/2`` =
 the same encoder cut to 256 dimensions by an ONNX Slice (a different model, built by
-``tests/test_hotswap_artifacts.sliced_artifact``), published into the models dir just
+``bench.lib.artifacts.sliced_artifact``), published into the models dir just
 before it is activated. The real service runs as a subprocess; a flat cosine collection
 holds ``--points`` STS-B sentences embedded by ``minilm:1``.
 
@@ -33,8 +33,8 @@ then until the service answers with ``minilm:2``),
 
 Examples (the commands recorded in docs/performance.md)::
 
-    .venv/bin/python bench/swap_bench.py --clients 4 --batch 8 --points 2000 --seconds 15
-    .venv/bin/python bench/swap_bench.py --train configs/simcse_3r.yaml --train-arg=--max_steps=20 --seconds 10
+    .venv/bin/python -m bench.serving.swap_bench --clients 4 --batch 8 --points 2000 --seconds 15
+    .venv/bin/python -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=20 --seconds 10
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
 """
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             all_failed = sum(1 for r in load.records if not r[2])
     out = {
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
-        "command": "python bench/swap_bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench.serving.swap_bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "clients": a.clients,
         "batch": a.batch,
         "points": len(points),
