@@ -19,6 +19,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -143,7 +144,15 @@ def milvus_server(
 ) -> Iterator[MilvusServer]:
     """A running, password-protected :class:`MilvusServer` with its data under ``data_dir``, stopped afterwards
     (``extra_config``: more ``key=value`` settings, as ``milvus-server --extra-config`` takes them). A first start
-    that fails is tried again on a fresh port and a fresh data directory (``data_dir/try<n>``), ``tries`` times."""
+    that fails is tried again on a fresh port and a fresh data directory (``data_dir/try<n>``), ``tries`` times.
+
+    Raises:
+        RuntimeError: port 2379 or 2380 is taken, or no start answered.
+    """
+    for port in (2379, 2380):  # its embedded etcd's, fixed
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                raise RuntimeError(f"port {port} is taken (another Milvus or etcd on this host?): Milvus needs it")
     for n in range(tries):
         server = MilvusServer(data_dir / f"try{n}", free_port(), tick_ms, extra_config, ping)
         server.data_dir.mkdir(parents=True, exist_ok=True)
