@@ -37,8 +37,8 @@ import httpx
 
 from bench.lib import REPO
 from bench.lib.machine import cpu_model
-from bench.lib.milvus import milvus_client, milvus_server
 from bench.lib.server import free_port, run_server, service_command, wait_ready
+from harness.milvus import milvus_client, milvus_server
 
 T0 = time.monotonic()
 

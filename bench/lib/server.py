@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,7 @@ from pathlib import Path
 import httpx
 
 from bench.lib import REPO
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
+from harness.ports import free_port
 
 
 def service_command(port: int, models_dir: str | Path, data_dir: str | Path, args: Sequence[str] = ()) -> list[str]:

@@ -1,6 +1,6 @@
 """Idle CPU of a Milvus standalone server (the ``milvus`` 2.3.5 wheel's ``milvus-server``) against the number of
 loaded collections it holds, at two ``proxy.timeTickInterval`` settings: Milvus's default (200 ms) and the tests'
-(20 ms, for ~30 ms strongly consistent reads; :mod:`bench.lib.milvus`).
+(20 ms, for ~30 ms strongly consistent reads; :mod:`harness.milvus`).
 
 Per setting, one fresh server; for each count, empty collections of the backend's physical schema
 (:func:`service.collections.milvus.schema.physical_schema`, 384 dims, a flat cosine index) are created and loaded
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.lib.machine import cpu_model
-from bench.lib.milvus import milvus_client, milvus_server
+from harness.milvus import milvus_client, milvus_server
 
 
 def _cpu_seconds(pid: int) -> float:

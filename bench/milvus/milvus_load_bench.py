@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.lib.machine import cpu_model
-from bench.lib.milvus import milvus_client, milvus_server
+from harness.milvus import milvus_client, milvus_server
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 open across the outage or closed at its start (the reason the milvus backend releases its connection while Milvus is
 down: service/collections/milvus/client.py).
 
-One real Milvus server (:mod:`bench.lib.milvus`), two outages of ``--outage-s`` each, one per mode. During an outage
+One real Milvus server (:mod:`harness.milvus`), two outages of ``--outage-s`` each, one per mode. During an outage
 this process calls on the old connection (``held`` only) and tries a fresh connection every 2 s, as the service's
 requests and probes do. The restart is detected from a *separate* process (no gRPC state shared); then this process
 tries fresh connections every 0.5 s. Reported: the seconds from the other process's answer to this one's.
@@ -25,17 +25,17 @@ from pathlib import Path
 
 from bench.lib import REPO
 from bench.lib.machine import cpu_model
-from bench.lib.milvus import MilvusServer, milvus_client, milvus_server
+from harness.milvus import MilvusServer, milvus_client, milvus_server
 from service.collections.milvus.client import reachable
 
 _CHILD_PING = (
     "import logging, sys; logging.disable(logging.CRITICAL); "
-    "from bench.lib.milvus import answers; sys.exit(0 if answers(sys.argv[1], sys.argv[2]) else 1)"
+    "from harness.milvus import ping; sys.exit(0 if ping(sys.argv[1], sys.argv[2]) else 1)"
 )
 
 
 def _ping_elsewhere(uri: str, token: str) -> bool:
-    """``bench.lib.milvus.answers`` in a child process run from the repository root (fresh gRPC state)."""
+    """``harness.milvus.ping`` in a child process run from the repository root (fresh gRPC state)."""
     cmd = [sys.executable, "-c", _CHILD_PING, uri, token]
     return subprocess.run(cmd, cwd=REPO, capture_output=True).returncode == 0
 

@@ -1,13 +1,13 @@
 """Milvus standalone restarts after SIGKILL, repeated: how long until it answers and serves a loaded collection,
 and what a slow one was waiting for.
 
-The real ``milvus`` 2.3.5 server with the tests' settings (:mod:`bench.lib.milvus`: authentication,
-``common.session.ttl`` 10 s). A collection of ``--points`` vectors (flat index, loaded) is created
+The real ``milvus`` 2.3.5 server with the tests' settings (:mod:`harness.milvus`: its own network namespace,
+authentication, ``common.session.ttl`` 10 s). A collection of ``--points`` vectors (flat index, loaded) is created
 once; then ``--cycles`` times: SIGKILL the server and everything it started, restart it at once on the same data (one
 try, no retry: the raw behaviour), and time (a) until it answers ``list_collections`` and (b) until a query on the
 collection answers (Milvus loads no collection until the dead process's etcd session expires). A start that panics
 or does not answer within ``--timeout`` is recorded with the last lines of Milvus's logs that name a wait
-("waiting", "node not match", "session", "panic"), then the server is started again (retried, as :meth:`bench.lib.milvus.MilvusServer.start` does).
+("waiting", "node not match", "session", "panic"), then the server is started again (retried, as :meth:`harness.milvus.MilvusServer.start` does).
 
     python -m bench.milvus.milvus_restart --cycles 8 --json /work/runs/milvus_restart.json
 
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench.lib.machine import cpu_model
-from bench.lib.milvus import answers, milvus_client, milvus_server
+from harness.milvus import milvus_client, milvus_server, ping
 
 CLUES = re.compile(r"waiting|wait for|node not match|session|panic|retry|timeout", re.I)
 
@@ -122,7 +122,7 @@ def container_cycles(a) -> list[dict]:
         if not running():
             subprocess.run([a.engine, "start", a.container], check=True, capture_output=True)
             row["note"] = "not restarted by its policy within 10 s: started by hand"
-        while not answers(a.uri, a.token) and time.monotonic() - t0 < a.timeout:
+        while not ping(a.uri, a.token) and time.monotonic() - t0 < a.timeout:
             time.sleep(0.5)
         row["answers_s"] = round(time.monotonic() - t0, 1)
         while not serving(a.uri, a.token) and time.monotonic() - t0 < a.timeout:

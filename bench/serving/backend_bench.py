@@ -41,8 +41,8 @@ import numpy as np
 
 from bench.lib import REPO
 from bench.lib.corpus import corpus_embeddings
-from bench.lib.milvus import milvus_server
 from bench.lib.server import free_port, run_server
+from harness.milvus import milvus_server
 from service.collections import open_backend
 from service.collections.vector_backend import ReadConsistency, single_config
 from service.settings import Settings

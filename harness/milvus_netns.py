@@ -3,11 +3,11 @@ reachable from outside it: a loopback listening socket of the outer namespace, i
 on the namespace's own loopback.
 
 Milvus 2.3 listens on every interface (its proxy, eight component ports, the HTTP port of ``/healthz`` and metrics)
-and no setting binds them to an address (:mod:`tests.milvus_utils`). In a namespace of its own, "every interface" is
+and no setting binds them to an address (:mod:`harness.milvus`). In a namespace of its own, "every interface" is
 that namespace's loopback: nothing outside it reaches those ports, and its embedded etcd's fixed ports 2379-2380 no
 longer clash with the host's. Only the proxy port is forwarded, from the outer loopback.
 
-``tests/milvus_utils.py`` starts it as::
+``harness/milvus.py`` starts it as::
 
     unshare --net [--map-root-user] python milvus_netns.py --listen-fd FD --port P -- milvus-server ...
 

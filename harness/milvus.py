@@ -1,12 +1,12 @@
-"""Run the real Milvus standalone server (the ``milvus`` 2.3.5 wheel's ``milvus-server``) for tests and benchmarks,
-with authentication on, and kill or restart it on the same data (the fault tests).
+"""Run the real Milvus standalone server (the ``milvus`` 2.3.5 wheel's ``milvus-server``) for the tests and the
+benchmarks, with authentication on, and kill or restart it on the same data (the fault tests and benchmarks).
 
 The wheel ships Milvus's own server binary (embedded etcd, local storage). Milvus 2.3 listens on every interface: its
 proxy port, eight component ports (gRPC, no authentication between components) and the HTTP port of ``/healthz``
 and metrics (9091), where it also serves its ``/api/v1`` REST API without authentication; no setting binds any of
 them to an address (Milvus's own code listens on ``":" + port``; only its embedded etcd takes ``127.0.0.1``). So:
 
-* **a network namespace of its own** (:mod:`tests.milvus_netns`, started with ``unshare --net``, or ``unshare
+* **a network namespace of its own** (:mod:`harness.milvus_netns`, started with ``unshare --net``, or ``unshare
   --map-root-user --net`` when not root): every Milvus port listens on that namespace's loopback only, and the proxy
   port alone is reachable from this host's loopback, ``127.0.0.1:<port>``, through a forwarder; the other ports are
   unreachable from outside the namespace. The embedded etcd's fixed ports 2379-2380 are the namespace's too, so
@@ -42,11 +42,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.server_utils import free_port
+from harness.ports import free_port
 
 DEFAULT_ROOT_PASSWORD = "Milvus"  # Milvus's documented default; changed at once by milvus_server
 NETNS_SCRIPT = Path(__file__).with_name("milvus_netns.py")
@@ -62,15 +62,17 @@ def netns_prefix() -> tuple[tuple[str, ...] | None, str]:
     """The ``unshare`` command line that runs a command in a network namespace of its own, and why not (``None``
     and the reason) where that is unavailable: ``EMBED_TEST_MILVUS_NETNS=0``, no ``unshare``, or it fails here (an
     unprivileged user where user namespaces are restricted). Tried once per process, with the loopback brought up
-    and a port bound inside, as :mod:`tests.milvus_netns` does."""
+    and a port bound inside, as :mod:`harness.milvus_netns` does."""
     if os.environ.get("EMBED_TEST_MILVUS_NETNS", "1") == "0":
         return None, "EMBED_TEST_MILVUS_NETNS=0"
     exe = shutil.which("unshare")
     if exe is None:
         return None, "no unshare command (util-linux)"
     prefix = (exe, "--net") if os.geteuid() == 0 else (exe, "--map-root-user", "--net")
-    probe = (f"import socket, sys; sys.path.insert(0, {str(NETNS_SCRIPT.parent)!r}); "
-             "from milvus_netns import loopback_up; loopback_up(); socket.create_server(('127.0.0.1', 0)).close()")  # fmt: skip
+    probe = (
+        f"import socket, sys; sys.path.insert(0, {str(NETNS_SCRIPT.parent)!r}); "
+        "from milvus_netns import loopback_up; loopback_up(); socket.create_server(('127.0.0.1', 0)).close()"
+    )
     try:
         r = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -89,7 +91,8 @@ def milvus_client(uri: str, token: str | None = None, **kw):
     )
 
 
-def _ping(uri: str, token: str) -> bool:
+def ping(uri: str, token: str) -> bool:
+    """Whether Milvus on ``uri`` answers ``list_collections`` with ``token`` within 3 s (a fresh client)."""
     try:
         c = milvus_client(uri, token, timeout=3)
         c.list_collections()
@@ -111,26 +114,40 @@ class MilvusServer:
         data_dir: where Milvus keeps its data (kept across :meth:`kill` and :meth:`start`).
         port: the proxy port (gRPC), on ``127.0.0.1``.
         tick_ms, extra_config: see :func:`milvus_server`.
+        ping: how :meth:`start` sees that the server answers (:func:`ping` by default; a benchmark may ping from a
+            child process, with no gRPC state shared).
 
     Attributes:
         isolated: the server runs in a network namespace of its own (see the module docstring); ``proc`` is then
-            the namespace's forwarder (:mod:`tests.milvus_netns`), the wrapper and the server its children.
+            the namespace's forwarder (:mod:`harness.milvus_netns`), the wrapper and the server its children.
         not_isolated_because: why not, when it is not.
     """
 
-    def __init__(self, data_dir: Path, port: int, tick_ms: int = 20, extra_config: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        tick_ms: int = 20,
+        extra_config: tuple[str, ...] = (),
+        ping: Callable[[str, str], bool] = ping,
+    ) -> None:
         self.data_dir, self.port, self.tick_ms, self.extra_config = data_dir, port, tick_ms, extra_config
+        self.ping = ping
         self.token = f"root:{DEFAULT_ROOT_PASSWORD}"
         self.proc: subprocess.Popen | None = None
         prefix, self.not_isolated_because = netns_prefix()
         self.netns: tuple[str, ...] | None = prefix
         self.isolated = prefix is not None
         if not self.isolated:
-            print(f"warning: Milvus runs without a network namespace of its own ({self.not_isolated_because}): "
-                  "every one of its ports listens on every interface", file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: Milvus runs without a network namespace of its own ({self.not_isolated_because}): "
+                "every one of its ports listens on every interface",
+                file=sys.stderr,
+            )
 
     @property
     def uri(self) -> str:
+        """``http://127.0.0.1:<port>``."""
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180.0, tries: int = 4) -> None:
@@ -143,14 +160,21 @@ class MilvusServer:
         last = ""
         for _ in range(tries):
             (self.data_dir / "logs" / "milvus-stderr.log").unlink(missing_ok=True)
-            cmd = [str(exe), "--data", str(self.data_dir), "--proxy-port", str(self.port),
-                   "--authorization-enabled", "true", "--extra-config", f"proxy.timeTickInterval={self.tick_ms}",
-                   "--extra-config", "common.session.ttl=10",
-                   *(a for kv in (*BASE_CONFIG, *self.extra_config) for a in ("--extra-config", kv))]  # fmt: skip
+            settings = (f"proxy.timeTickInterval={self.tick_ms}", "common.session.ttl=10", *BASE_CONFIG)
+            cmd = [
+                str(exe),
+                "--data",
+                str(self.data_dir),
+                "--proxy-port",
+                str(self.port),
+                "--authorization-enabled",
+                "true",
+                *(a for kv in (*settings, *self.extra_config) for a in ("--extra-config", kv)),
+            ]
             self._spawn(cmd)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.alive() and not _panicked(self.data_dir):
-                if _ping(self.uri, self.token):
+                if self.ping(self.uri, self.token):
                     return
                 time.sleep(1.0)
             self.stop()
@@ -185,10 +209,15 @@ class MilvusServer:
                 raise RuntimeError(f"the proxy port 127.0.0.1:{self.port} is taken: {e}") from e
             with listener:
                 fd = listener.fileno()
-                wrapped = [*self.netns, sys.executable, str(NETNS_SCRIPT), "--listen-fd", str(fd),
-                           "--port", str(self.port), "--", *cmd]  # fmt: skip
-                self.proc = subprocess.Popen(wrapped, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                             pass_fds=(fd,), env=env)  # fmt: skip
+                forwarder = [sys.executable, str(NETNS_SCRIPT), "--listen-fd", str(fd), "--port", str(self.port)]
+                self.proc = subprocess.Popen(
+                    [*self.netns, *forwarder, "--", *cmd],
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(fd,),
+                    env=env,
+                )
 
     def secure(self) -> None:
         """Replace root's default password by a random one (``token`` follows)."""
@@ -199,6 +228,7 @@ class MilvusServer:
         self.token = f"root:{password}"
 
     def alive(self) -> bool:
+        """Whether its process (the wrapper, or the namespace's forwarder) still runs."""
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
@@ -225,12 +255,18 @@ class MilvusServer:
 
 
 @contextmanager
-def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_ms: int = 20,
-                  extra_config: tuple[str, ...] = ()) -> Iterator[MilvusServer]:  # fmt: skip
+def milvus_server(
+    data_dir: Path,
+    timeout: float = 180.0,
+    tries: int = 6,
+    tick_ms: int = 20,
+    extra_config: tuple[str, ...] = (),
+    ping: Callable[[str, str], bool] = ping,
+) -> Iterator[MilvusServer]:
     """A running, password-protected Milvus server with its data under ``data_dir``, in a network namespace of its
     own where possible (the module docstring) (``tick_ms``: its ``proxy.timeTickInterval``; Milvus's default is 200;
     ``extra_config``: more ``key=value`` settings of its ``milvus.yaml``, as ``milvus-server --extra-config`` takes
-    them).
+    them; ``ping``: see :class:`MilvusServer`).
 
     Raises:
         RuntimeError: ports 2379-2380 are taken (without a namespace of its own), or the server did not start (its
@@ -240,13 +276,13 @@ def milvus_server(data_dir: Path, timeout: float = 180.0, tries: int = 6, tick_m
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", p)) == 0:
                 raise RuntimeError(
-                    f"port {p} is taken (another Milvus or etcd on this machine?); the test server needs it"
+                    f"port {p} is taken (another Milvus or etcd on this machine?); this Milvus server needs it"
                 )
     last: Exception | None = None
     for attempt in range(tries):  # a failed first start: fresh ports and a fresh data directory
         d = data_dir / f"try{attempt}"
         d.mkdir(parents=True, exist_ok=True)
-        server = MilvusServer(d, free_port(), tick_ms, extra_config)
+        server = MilvusServer(d, free_port(), tick_ms, extra_config, ping)
         try:
             server.start(timeout, tries=1)
             server.secure()
