@@ -1,4 +1,4 @@
-"""Artifact builders for the hot-swap tests and benchmarks: versioned copies, sliced (different) models and
+"""Artifact builders for the hot-swap tests: versioned copies, sliced (different) models and
 deliberately broken artifacts, all made from a real exported artifact."""
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def pytest_runtest_teardown(item, nextitem):
     (``EMBED_TEST_MILVUS_URI``) is left alone."""
     yield
     if _MILVUS is not None and (nextitem is None or nextitem.module is not item.module):
-        from tests.milvus_utils import milvus_client
+        from harness.milvus import milvus_client
 
         client = milvus_client(_MILVUS.uri, _MILVUS.token)
         try:
@@ -162,11 +162,11 @@ def pytest_runtest_teardown(item, nextitem):
 @pytest.fixture(scope="session")
 def milvus(tmp_path_factory):
     """A real Milvus standalone server for the whole session (started on first use), password-protected: a
-    :class:`tests.milvus_utils.MilvusServer`. Its token is exported as ``EMBED_COLLECTIONS_MILVUS_TOKEN``, so every
-    service the tests start, and :func:`tests.milvus_utils.milvus_client`, authenticate. ``EMBED_TEST_MILVUS_URI``
+    :class:`harness.milvus.MilvusServer`. Its token is exported as ``EMBED_COLLECTIONS_MILVUS_TOKEN``, so every
+    service the tests start, and :func:`harness.milvus.milvus_client`, authenticate. ``EMBED_TEST_MILVUS_URI``
     names a server already running instead (a developer's; one Milvus per machine: its embedded etcd always takes
     ports 2379-2380; tests that kill Milvus skip then)."""
-    from tests.milvus_utils import milvus_server
+    from harness.milvus import milvus_server
 
     if os.environ.get("EMBED_TEST_MILVUS_URI"):
         yield None

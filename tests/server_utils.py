@@ -1,10 +1,9 @@
-"""Start the real service as a uvicorn subprocess on a free loopback port (for tests and benchmarks)."""
+"""Start the real service as a uvicorn subprocess on a free loopback port, for the tests."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ from pathlib import Path
 
 import httpx
 
+from harness.ports import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

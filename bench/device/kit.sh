@@ -68,7 +68,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.
     python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
     # every module the service imports resolves with the machine's packages + the kit's (a missing dependency of a
     # carried wheel shows here, not in a later call)
-    python3 -c "import service.app, service.__main__, bench.gpu_serve, bench.provider_parity, bench.batch_shape_bench; print('service imports: ok')"
+    python3 -c "import service.app, service.__main__, bench.serving.gpu_serve, bench.compat.provider_parity, bench.serving.batch_shape_bench; print('service imports: ok')"
     find -L "$nv" \( -name 'libcudart.so.*' -o -name 'libcublas.so.*' -o -name 'libcudnn.so.*' \) 2>/dev/null | sed 's/^/  found /'
     lib=$(find /tmp/site/onnxruntime -name 'libonnxruntime_providers_cuda.so' | head -1)
     need=$( (readelf -d "$lib" 2>/dev/null || true) | grep -o 'libcudart\.so\.[0-9]*' | head -1 || true)

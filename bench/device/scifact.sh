@@ -2,13 +2,13 @@
 # SciFact fine-tuning and reranker training on a lent GPU (issue: rerank and domain fine-tuning), after a --training
 # kit is stashed (python bench/device/kit.py --training; bench/device/kit.sh stash .device/load-k):
 #   bash bench/device/scifact.sh train     install, then both jobs side by side on the one GPU:
-#       finetune: bench/scifact_finetune.py, plain and 3R x 5 seeds, 10 runs at once (1 CPU thread each)
+#       finetune: bench/quality/scifact_finetune.py, plain and 3R x 5 seeds, 10 runs at once (1 CPU thread each)
 #       rerank:   train-reranker with each loss (bce, mnrl, lambda), BM25 + dense negatives, 256 tokens, at once;
-#                 then bench/rerank_offline.py: every model on the test claims' cached first stages
+#                 then bench/quality/rerank_offline.py: every model on the test claims' cached first stages
 #     and packs the logs, the tables and the best reranker by dev nDCG@10 (fp16 parts) into $OUT
 #   bash bench/device/scifact.sh encoder   packs the best fine-tuned bi-encoder by dev nDCG@10 into $OUT (a second
 #     call, back to back: one call returns at most 64 MiB)
-# Expects .device/extra/first_stage.json (bench/rerank_eval.py's cache) carried beside the load.
+# Expects .device/extra/first_stage.json (bench/quality/rerank_eval.py's cache) carried beside the load.
 # SMOKE=1: a few steps on a slice, no install (checks the script here, on the CPU, with the project's venv).
 set -u
 FT=(); RR=(); RO=()
@@ -33,7 +33,7 @@ case ${1:-} in
       echo "cpus $(getconf _NPROCESSORS_ONLN): $(grep -m1 'model name' /proc/cpuinfo)"
     } 2>&1 | tee "$OUT/session.log"
     ( log finetune
-      timeout -s INT 330 python3 bench/scifact_finetune.py --root $W/ft --seeds 1,2,3,4,5 --parallel 10 \
+      timeout -s INT 330 python3 -m bench.quality.scifact_finetune --root $W/ft --seeds 1,2,3,4,5 --parallel 10 \
         --train-arg=--threads=1 --train-arg=--eval_batch_size=128 "${FT[@]}" --json $W/finetune.json
       log "finetune done" ) > $W/finetune.log 2>&1 &
     for loss in bce mnrl lambda; do
@@ -47,7 +47,7 @@ case ${1:-} in
     wait
     log "training done" | tee -a "$OUT/session.log"
     models=(); for loss in bce mnrl lambda; do [ -f $W/rr-$loss/model/done.json ] && models+=(--model $loss=$W/rr-$loss/model); done
-    timeout -s INT 120 python3 bench/rerank_offline.py --first-stage .device/extra/first_stage.json "${models[@]}" \
+    timeout -s INT 120 python3 -m bench.quality.rerank_offline --first-stage .device/extra/first_stage.json "${models[@]}" \
       --batch-size 256 "${RO[@]}" --json $W/rerank_test.json 2>&1 | tee -a "$OUT/session.log"
     best=$(python3 - <<'PY'
 import json, os, pathlib

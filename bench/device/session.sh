@@ -4,12 +4,12 @@
 #   install  the kit (bench/device/kit.sh install: wheels, artifacts, data, the CUDA check)
 #   info     nvidia-smi's name/driver/memory, versions, cores and load
 #   parity   the service on CUDA with the fp32, fp16 and fused fp16 artifacts against the CPU fp32 one (STS-B test)
-#   serve    bench/gpu_serve.py: fp16 artifact, GPU-sized batches, 1/8/32/128 clients, sentence-transformers fp16
+#   serve    bench/serving/gpu_serve.py: fp16 artifact, GPU-sized batches, 1/8/32/128 clients, sentence-transformers fp16
 #   serve4   the same with 4 service processes (--replicas 4) and without the baseline
 #   serve-fused, serve4-fused  the serve points on the fused fp16 graph, 1 and 4 processes (no baseline)
 #   serve-tok8   the fp16 serve points with 8 tokenizer threads (is the tokenizer what bounds one process?)
-#   shape    bench/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
-#   train    bench/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
+#   shape    bench/serving/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
+#   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
 set -u
@@ -39,37 +39,37 @@ for s in "$@"; do
       echo "cpus $(nproc): $(grep -m1 'model name' /proc/cpuinfo)"
       ;;
     parity)
-      stage parity 240 python3 bench/provider_parity.py --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-fp16 \
+      stage parity 240 python3 -m bench.compat.provider_parity --artifact all-minilm-l6-v2 --artifact all-minilm-l6-v2-fp16 \
         --artifact all-minilm-l6-v2-fp16-fused --providers cuda --expect-provider CUDAExecutionProvider \
         --json "$OUT/parity.json"
       ;;
     serve)
-      stage serve 240 python3 bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
+      stage serve 240 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
         "${GPU_BATCHING[@]}" --clients 1,8,32,128 --inputs stsb,128 --seconds 5 --pool 4096 --json "$OUT/gpu_serve.json"
       ;;
     serve4)
-      stage serve4 200 python3 bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
+      stage serve4 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
         "${GPU_BATCHING[@]}" --replicas 4 --clients 32,128 --inputs stsb,128 --seconds 5 --pool 4096 --skip-st \
         --json "$OUT/gpu_serve_r4.json"
       ;;
     serve-fused|serve4-fused)
       n=1; [ "$s" = serve4-fused ] && n=4
-      stage "$s" 150 python3 bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16-fused --providers cuda --peak-tflops 989 \
+      stage "$s" 150 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16-fused --providers cuda --peak-tflops 989 \
         "${GPU_BATCHING[@]}" --replicas $n --clients 8,32,128 --inputs stsb,128 --seconds 5 --pool 4096 --skip-st \
         --json "$OUT/gpu_serve_fused_r$n.json"
       ;;
     serve-tok8)
-      stage serve-tok8 120 python3 bench/gpu_serve.py --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
+      stage serve-tok8 120 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
         "${GPU_BATCHING[@]}" --server-arg=--tokenizer-threads=8 --clients 32,128 --inputs stsb,128 --seconds 5 \
         --pool 4096 --skip-st --json "$OUT/gpu_serve_tok8.json"
       ;;
     shape)
-      stage shape 150 python3 bench/batch_shape_bench.py --providers cuda --artifact models/all-minilm-l6-v2-fp16 \
+      stage shape 150 python3 -m bench.serving.batch_shape_bench --providers cuda --artifact models/all-minilm-l6-v2-fp16 \
         --artifact models/all-minilm-l6-v2-fp16-fused --artifact models/all-minilm-l6-v2 --rounds 20 \
         --json "$OUT/batch_shape.json"
       ;;
     train)
-      stage train 240 python3 bench/swap_bench.py --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \
+      stage train 240 python3 -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \
         --train-arg=--device=cuda --server-arg=--providers=cuda --points 1000 --seconds 8 --json "$OUT/swap_train.json"
       ;;
     *) echo "unknown stage $s" >&2 ;;

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.milvus_utils import milvus_client
+from harness.milvus import milvus_client
 from tests.server_utils import collections_server, run_server
 from training.data.sts import load_task
 

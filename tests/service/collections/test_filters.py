@@ -10,6 +10,7 @@ import uuid
 import numpy as np
 import pytest
 
+from harness.milvus import milvus_client
 from service.collections.embedded import Collection
 from service.collections.filters import FilterError, Ids, Match, Not, matches, parse_filter
 from service.collections.ids import encode_id
@@ -17,7 +18,6 @@ from service.collections.index import IndexSpec
 from service.collections.milvus.expr import payload_marks, to_expr
 from service.collections.milvus.schema import create_physical
 from service.collections.schema import VectorsConfig
-from tests.milvus_utils import milvus_client
 
 D = 8
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}

@@ -1,4 +1,4 @@
-"""Every TCP port of the session's Milvus server (the process :mod:`tests.milvus_utils` starts and its children) is
+"""Every TCP port of the session's Milvus server (the process :mod:`harness.milvus` starts and its children) is
 either bound to loopback or in a network namespace that has no interface but its own loopback, so nothing outside
 this host reaches any of them, and none answers a request without credentials: no REST API (Milvus 2.3 served
 ``/api/v1`` on its HTTP port, 9091, without authentication: collections, users, texts, deletes), and gRPC on the
@@ -6,7 +6,7 @@ proxy port wants a token.
 
 The listening sockets are read from ``/proc`` (each process's socket descriptors, matched against the TCP table of
 its own network namespace), not from ``ss``, which a CI machine may lack. With the server in the host's namespace (as
-before tests/milvus_netns.py, or with ``EMBED_TEST_MILVUS_NETNS=0``) the first test fails: Milvus's ports listen on
+before harness/milvus_netns.py, or with ``EMBED_TEST_MILVUS_NETNS=0``) the first test fails: Milvus's ports listen on
 every interface.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.milvus_utils import milvus_client
+from harness.milvus import milvus_client
 
 #: paths of Milvus's REST APIs (2.3: ``/api/v1`` on the HTTP port, ``/v1`` on the proxy port) that read or change data
 REST_PATHS = ("/api/v1/collections", "/api/v1/credential/users", "/v1/vector/collections")
@@ -148,7 +148,7 @@ def _http_get(addr: str, port: int, path: str) -> tuple[int | None, str]:
 
 
 def _why(server) -> str:
-    return getattr(server, "not_isolated_because", "tests.milvus_utils has no network namespace")
+    return getattr(server, "not_isolated_because", "harness.milvus has no network namespace")
 
 
 @pytest.fixture(scope="module")

@@ -305,11 +305,11 @@ def test_points_marked_before_the_fix(milvus_uri):
     rewritten then)."""
     import numpy as np
 
+    from harness.milvus import milvus_client
     from service.collections.ids import encode_id
     from service.collections.index import IndexSpec
     from service.collections.milvus.expr import payload_marks, to_expr
     from service.collections.milvus.schema import create_physical
-    from tests.milvus_utils import milvus_client
 
     client = milvus_client(milvus_uri)
     name = f"m{uuid.uuid4().hex[:12]}"

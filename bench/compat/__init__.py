@@ -1,0 +1,1 @@
+"""Compatibility: qdrant-client's congruence tests, parity of served embeddings across providers."""

@@ -1,0 +1,1 @@
+"""Faults: crashes, restarts and hostile clients against the running service."""

@@ -1,0 +1,1 @@
+"""Collection-layer costs: filters, ordering, vector indexes, scale, snapshots, Qdrant reads."""

@@ -1,0 +1,1 @@
+"""Quality: retrieval and reranking on BEIR SciFact, STS training benchmarks and reproductions."""
