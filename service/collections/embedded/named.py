@@ -59,6 +59,15 @@ class NamedIndexes:
             self.counts[name] = tables.count(conn, name, sparse=True)
         return time.monotonic() - t0
 
+    def reconfigure(self, config: VectorsConfig) -> NamedIndexes:
+        """Make ``config`` the collection's vectors in the store, in one SQLite transaction
+        (:func:`.store.named.reconfigure`): the stored values of every vector added or dropped are removed with it.
+        Returns the indexes for ``config`` (:meth:`reconfigured`), to be swapped in."""
+        names = lambda cfg: {(n, "dense") for n in cfg.dense} | {(n, "sparse") for n in cfg.sparse}  # noqa: E731
+        cleared = sorted({n for n, _ in names(self.config) ^ names(config)})
+        tables.reconfigure(self.store.db_path, config.to_json(), cleared)
+        return self.reconfigured(config)
+
     def reconfigured(self, config: VectorsConfig) -> NamedIndexes:
         """These indexes for the collection's new vectors ``config`` (a vector added or dropped): a vector kept keeps
         its index and count, one added starts empty (no point holds it yet), one dropped is forgotten."""

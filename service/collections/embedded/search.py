@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.embedded.bound_index import BoundIndex
+from service.collections.embedded.named import NamedIndexes, prepared
 from service.collections.embedded.store import Store
 from service.collections.filters import Filter, Ids, Not
 from service.collections.ids import decode_id
@@ -113,6 +115,40 @@ def dense_search(
     return index.search(q, k, allowed)
 
 
+def nearest(
+    store: Store,
+    bound: BoundIndex | None,
+    named: NamedIndexes,
+    using: str | None,
+    queries: Any,
+    top_k: int,
+    k: int,
+    allowed: np.ndarray | None,
+    cap: int,
+    exact: bool,
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(scores, iids, metric the scores are in)`` of the ``k`` best points per query by the vector ``using``
+    (``bound``: the model-bound vector's index when that is the one searched, else None) among ``allowed`` (None: all). A sparse vector or a
+    multivector is searched exactly (:meth:`.named.NamedIndexes.sparse_search`); a dense one by :func:`dense_search`
+    (``cap``: its exact threshold; ``exact``: every stored vector scored). A multi-example query
+    (:class:`~..scorers.Scorer`) is scored higher-is-better whatever the metric (``dot``)."""
+    if named.scanned(using):  # a sparse vector or a multivector: no FAISS index
+        D, I = named.sparse_search(using, queries, k, allowed)
+        return D, I, named.metric(using)
+    if bound is not None:
+        index, q = bound.index, queries if isinstance(queries, Scorer) else bound.prepare(queries)
+        dim = index.spec.dimension
+        fetch = lambda iids: store.vectors_for(iids, dim)  # noqa: E731
+        scan = lambda: store.iter_vectors(dim)  # noqa: E731
+    else:
+        index, q = named.indexes[using], prepared(queries, named.dense[using].spec.metric)
+        fetch = lambda iids: named.fetch_dense(using, iids)  # noqa: E731
+        scan = lambda: named.scan_dense(using)  # noqa: E731
+    scored = isinstance(q, Scorer)
+    D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None)
+    return D, I, "dot" if scored else index.spec.metric
+
+
 def assemble_hits(
     D: np.ndarray,
     I: np.ndarray,
@@ -164,9 +200,22 @@ def point_dict(
     return out
 
 
+def points_of(named: NamedIndexes, rows: list[tuple], with_vector: Any) -> list[dict[str, Any]]:
+    """Stored rows ``(id, iid, text, payload, vector bytes)`` as points (:func:`point_dict`): ``vector`` the
+    model-bound vector and ``vectors`` the named others asked for by ``with_vector``
+    (:meth:`.named.NamedIndexes.wanted`), read from ``named``."""
+    want_bound, others = named.wanted(with_vector)
+    vecs = named.vectors_of([r[1] for r in rows], others) if others else {}
+    has_named = bool(named.dense or named.config.sparse)  # then "vectors" is always answered, maybe empty
+    return [
+        point_dict(pid, t, p, v if want_bound else None, vecs.get(iid, {}) if has_named else None)
+        for pid, iid, t, p, v in rows
+    ]
+
+
 def budgeted_page(
     store: Store,
-    named: Any,
+    named: NamedIndexes,
     rows: list[tuple],
     bound: int,
     others: list[str],
