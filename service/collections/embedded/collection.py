@@ -37,8 +37,9 @@ from service.collections.errors import ModelChanged
 from service.collections.filters import Filter
 from service.collections.ids import decode_id, encode_id, last_occurrences
 from service.collections.index import IndexSpec, VectorIndex, higher_is_better
+from service.collections.reads import Hit
 from service.collections.schema import VectorsConfig
-from service.collections.vector_backend import Hit, same_model
+from service.collections.vector_backend import same_model
 
 log = logging.getLogger("service.collections")
 

@@ -15,9 +15,9 @@ from service.collections.embedded.store import Store
 from service.collections.filters import Filter, Ids, Not
 from service.collections.ids import decode_id
 from service.collections.index import VectorIndex, exact_search
+from service.collections.reads import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 from service.collections.schema import SparseVec
 from service.collections.scorers import Scorer, top
-from service.collections.vector_backend import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 
 
 def left_out(store: Store, where: Filter | None) -> tuple[Filter | None, np.ndarray]:

@@ -28,9 +28,10 @@ from service.collections.index import IndexSpec
 from service.collections.milvus.client import long_call
 from service.collections.milvus.expr import keys_expr, payload_marks, to_expr
 from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
+from service.collections.reads import STRONG, Hit, ReadConsistency
 from service.collections.schema import VectorsConfig
 from service.collections.scorers import Scorer
-from service.collections.vector_backend import STRONG, Hit, ReadConsistency, same_model
+from service.collections.vector_backend import same_model
 from service.collections.vectors import unit_rows
 
 _PAGE = 16384  # Milvus's query window

@@ -42,7 +42,7 @@ from service.collections.embedded.store.named import chunks, marks
 from service.collections.embedded.store.order import ORDER_INDEX, ORDER_KEY, order_key
 from service.collections.embedded.store.where import to_sql
 from service.collections.filters import Filter
-from service.collections.vector_backend import HIT_OVERHEAD_BYTES
+from service.collections.reads import HIT_OVERHEAD_BYTES
 
 log = logging.getLogger("service.collections")
 
