@@ -25,6 +25,7 @@ from service.collections.errors import CollectionClosed, InvalidCollectionReques
 from service.collections.filters import Filter
 from service.collections.ids import decode_id, encode_id
 from service.collections.index import IndexSpec
+from service.collections.milvus.catalog import older_status, revision
 from service.collections.milvus.client import long_call
 from service.collections.milvus.expr import keys_expr, payload_marks, to_expr
 from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
@@ -76,9 +77,9 @@ class MilvusCollection:
     def update(self, record: dict[str, Any], status: dict[str, Any] | None) -> None:
         """Replace the view with a record (and status) read from the registry, unless the view already holds a newer
         one: reads run on several threads, so a read that started before a switch can finish after it."""
-        if _revision(record) < _revision(self.record):
+        if revision(record) < revision(self.record):
             return
-        if status is not None and _older_status(status, self.shared_status):
+        if status is not None and older_status(status, self.shared_status):
             status = self.shared_status
         self.record, self.shared_status, self.seen = record, status, time.monotonic()
 
@@ -390,17 +391,3 @@ class MilvusCollection:
     def record_json(self) -> str:
         """The record as JSON text (logs)."""
         return json.dumps(self.record, sort_keys=True)
-
-
-def _older_status(new: dict[str, Any], have: dict[str, Any] | None) -> bool:
-    """Whether ``new`` is an earlier view of the re-embedding status ``have`` shows (same run, less progress)."""
-    if have is None or new.get("started_at") != have.get("started_at"):
-        return False
-    return (new.get("state") == "running" and have.get("state") != "running") or new.get("done", 0) < have.get(
-        "done", 0
-    )
-
-
-def _revision(record: dict[str, Any]) -> tuple[float, int]:
-    """A record's place in time: a collection deleted and created again starts a new ``created_at``."""
-    return float(record.get("created_at", 0.0)), int(record.get("rev", 0))
