@@ -36,7 +36,7 @@ from service.collections.embedded.target import EmbeddedTarget
 from service.collections.errors import ModelChanged
 from service.collections.filters import Filter
 from service.collections.ids import decode_id, encode_id, last_occurrences
-from service.collections.index import IndexSpec, VectorIndex, higher_is_better
+from service.collections.index import IndexSpec, VectorIndex
 from service.collections.reads import Hit
 from service.collections.schema import VectorsConfig
 from service.collections.vector_backend import same_model
@@ -326,7 +326,7 @@ class Collection:
             wanted = [int(i) for i in found]
             hits_per_row = dict(zip(wanted, (int(n) for n in counts)))
             rows = self.store.rows_for(wanted, with_text, with_payload, budget, hits_per_row) if wanted else {}
-        return assemble_hits(D, I, rows, top_k, score_threshold, higher_is_better(metric))
+        return assemble_hits(D, I, rows, top_k, score_threshold, metric)
 
     def get(self, point_id: int | str, with_vector: Any = False, consistency: Any = None) -> dict[str, Any] | None:
         """The stored point ``{id, text, payload[, vector][, vectors]}`` or None (always strong)."""

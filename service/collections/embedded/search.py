@@ -15,6 +15,7 @@ from service.collections.embedded.store import Store
 from service.collections.filters import Filter, Ids, Not
 from service.collections.ids import decode_id
 from service.collections.index import VectorIndex, exact_search
+from service.collections.metric import higher_is_better
 from service.collections.reads import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 from service.collections.schema import SparseVec
 from service.collections.scorers import Scorer, top
@@ -67,7 +68,7 @@ def exact_scan(
     ``(scores, iids)`` ``(nq, <=k)``, best first, in :func:`~..index.exact_search`'s units."""
     best_d = np.zeros((len(q), 0), np.float32)
     best_i = np.zeros((len(q), 0), np.int64)
-    hib = metric != "l2"
+    hib = higher_is_better(metric)
     for ids, vecs in chunks:
         if allowed is not None:
             keep = np.isin(ids, allowed)
@@ -155,12 +156,14 @@ def assemble_hits(
     rows: dict[int, tuple[str, str | None, str | None]],
     top_k: int,
     score_threshold: float | None,
-    higher_is_better: bool,
+    metric: str,
 ) -> list[list[Hit]]:
     """One best-first list of at most ``top_k`` hits per query row of ``(D, I)``; ids missing from ``rows`` (deleted
-    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances) are left out;
+    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances: the scores are
+    in ``metric``) are left out;
     text and payload are those of ``rows`` (None where they were not read)."""
     out: list[list[Hit]] = []
+    hib = higher_is_better(metric)
     for qi in range(len(D)):
         hits: list[Hit] = []
         for s, iid in zip(D[qi], I[qi]):
@@ -168,7 +171,7 @@ def assemble_hits(
             if iid < 0 or iid not in rows:
                 continue
             s = float(s)
-            if score_threshold is not None and (s < score_threshold if higher_is_better else s > score_threshold):
+            if score_threshold is not None and (s < score_threshold if hib else s > score_threshold):
                 continue
             key, text, payload = rows[iid]
             hits.append(Hit(decode_id(key), s, text, json.loads(payload) if payload is not None else None))

@@ -25,6 +25,7 @@ from service.collections.errors import CollectionClosed, InvalidCollectionReques
 from service.collections.filters import Filter
 from service.collections.ids import decode_id, encode_id
 from service.collections.index import IndexSpec
+from service.collections.metric import higher_is_better, normalised
 from service.collections.milvus.catalog import older_status, revision
 from service.collections.milvus.client import long_call
 from service.collections.milvus.expr import keys_expr, payload_marks, to_expr
@@ -33,7 +34,6 @@ from service.collections.reads import STRONG, Hit, ReadConsistency
 from service.collections.schema import VectorsConfig
 from service.collections.scorers import Scorer
 from service.collections.vector_backend import same_model
-from service.collections.vectors import unit_rows
 
 _PAGE = 16384  # Milvus's query window
 _FIELDS = ["text", "payload"]
@@ -172,7 +172,7 @@ class MilvusCollection:
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != dim:
             raise ValueError(f"vectors must have shape (n, {dim}), got {v.shape}")
-        v = unit_rows(v) if metric == "cosine" else v
+        v = normalised(v, metric)
         return [
             {"key": k, "text": t, "payload": p or {}, "nulls": payload_marks(p), "updated": updated, "vector": v[i]}
             for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
@@ -319,7 +319,7 @@ class MilvusCollection:
             raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")
         spec = self.spec_of(rec)  # one record for the whole call: a switch meanwhile cannot tear it
         q = np.asarray(queries, dtype=np.float32)
-        q = unit_rows(q) if spec.metric == "cosine" else q
+        q = normalised(q, spec.metric)
         fields = (["text"] if with_text else []) + (["payload"] if with_payload else [])
         res = self._call(
             self.backend.client.search,
@@ -331,7 +331,7 @@ class MilvusCollection:
             search_params=search_params(spec, top_k),
             **read_kw(consistency),
         )
-        hib = spec.metric != "l2"
+        hib = higher_is_better(spec.metric)
         out: list[list[Hit]] = []
         for hits in res:
             row: list[Hit] = []
