@@ -1,4 +1,5 @@
-"""Payload filters: grammar, validation, the parsed tree, and its Python evaluation.
+"""Payload filters: grammar, validation and the parsed tree (:mod:`.filter_tree`); helpers for the backends'
+translations.
 
 The grammar is MongoDB's query-operator subset that Pinecone and Chroma also use for metadata filters (``$eq``,
 ``$ne``, ``$in``, ``$nin``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$and``, ``$or``, ``$not``), plus
@@ -28,21 +29,7 @@ Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
                  ('a."b.c"': the key "b.c" of a; '""': the empty key), Qdrant's JSON path
                  (:func:`.conditions.parse_path`)
 
-Semantics, the same on every backend (tests hold the SQL and Milvus translations to :func:`matches`):
-
-* **equality** (``$eq``, ``$in``) is by JSON type *and* value: ``2020`` matches the number 2020 (``2020.0`` too),
-  not the string ``"2020"``; ``true`` matches only ``true``; ``null`` matches an explicit ``null``, not a missing
-  key. A stored **array** matches when one of its elements does (``{"tags": "a"}`` matches ``["a", "b"]``), as in
-  MongoDB and Qdrant; ``null`` is not looked for inside arrays;
-* **ranges** compare numbers only (a string, boolean, array or missing value never matches);
-* ``$ne``/``$nin`` are the negation of ``$eq``/``$in``: they also match points that lack the key (MongoDB's rule);
-* ``$exists: true``: the key is present (``null`` included); ``$empty: true``: the key is missing, ``null`` or
-  ``[]`` (Qdrant's ``is_empty``);
-* ``$not`` negates a whole filter; ``$or`` needs one of its filters; ``$ids`` lists point ids (unsigned integers or
-  strings, as upserted);
-* full text, datetime ranges, ``$count``, geo areas, ``$nested`` and keys into arrays follow Qdrant's semantics
-  (:mod:`.conditions`, where AREA and DATETIME are defined); the embedded backend evaluates them with that code
-  row by row, the Milvus backend refuses them (422).
+The semantics, the same on every backend, are :func:`.filter_match.matches`' (the reference).
 
 Size: a filter holds at most ``max_values`` values in all (each compared value, bound, ``$exists``/``$empty`` and
 listed id counts one; the setting ``collections_max_filter_values``) and nests ``$and``/``$or``/``$not`` at most
@@ -59,17 +46,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from service.collections.conditions import (
-    LEAVES,
     ConditionError,
     bounds,
     count_bound,
     datetime_bound,
     geo,
-    key_names,
-    leaf_holds,
     parse_path,
     tokens,
-    values_at,
 )
 from service.collections.filter_tree import (  # noqa: F401 (the tree's types are part of this module's API)
     And,
@@ -314,95 +297,6 @@ def value_kind(v: Any) -> str:
     if isinstance(v, bool):
         return "bool"
     return "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"
-
-
-# --- the reference semantics ---------------------------------------------------------------------------------------
-_MISSING = object()
-
-
-def _lookup(payload: Any, key: str) -> Any:
-    cur = payload
-    for part in key_names(key) or ():
-        if not isinstance(cur, dict) or part not in cur:
-            return _MISSING
-        cur = cur[part]
-    return cur
-
-
-def _equal(stored: Any, v: Any) -> bool:
-    if v is None:
-        return stored is None
-    if isinstance(v, bool):
-        return stored is v
-    if isinstance(v, (int, float)):
-        return isinstance(stored, (int, float)) and not isinstance(stored, bool) and stored == v
-    return isinstance(stored, str) and stored == v
-
-
-def _in_range(x: Any, r: Range) -> bool:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return False
-    return (
-        (r.gt is None or x > r.gt)
-        and (r.gte is None or x >= r.gte)
-        and (r.lt is None or x < r.lt)
-        and (r.lte is None or x <= r.lte)
-    )
-
-
-def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | str | None = None) -> bool:
-    """Whether a point (``payload``, ``point_id``) satisfies ``f`` (None: everything): the semantics of the module
-    docstring, which the SQL and Milvus translations must agree with."""
-    if f is None:
-        return True
-    if isinstance(f, And):
-        return all(matches(p, payload, point_id) for p in f.parts)
-    if isinstance(f, Or):
-        return any(matches(p, payload, point_id) for p in f.parts)
-    if isinstance(f, Not):
-        return not matches(f.part, payload, point_id)
-    if isinstance(f, Ids):
-        return any(type(point_id) is type(i) and point_id == i for i in f.ids)
-    if isinstance(f, MinShould):
-        return sum(matches(p, payload, point_id) for p in f.parts) >= f.count
-    if isinstance(f, Nested):
-        return any(matches(f.part, e) for e in nested_elements(payload or {}, f.key))
-    if isinstance(f, LEAVES):
-        return leaf_holds(f, payload or {})
-    if key_names(f.key) is None:  # a key into arrays
-        return _projected(f, payload or {})
-    x = _lookup(payload or {}, f.key)
-    if isinstance(f, Exists):
-        return x is not _MISSING
-    if isinstance(f, Empty):
-        return x is _MISSING or x is None or x == []
-    if x is _MISSING:
-        return False
-    if isinstance(f, Range):
-        return _in_range(x, f)
-    if isinstance(x, list):
-        return any(_equal(e, v) for e in x for v in f.values if v is not None)
-    return any(_equal(x, v) for v in f.values)
-
-
-def nested_elements(payload: Any, key: str) -> list[dict[str, Any]]:
-    """The object elements of the arrays ``key`` reaches (``key`` may end in ``[]``): what a ``$nested`` filter
-    tests, one element at a time (a value that is not an array has none)."""
-    key = key[:-2] if len(key) > 2 and key.endswith("[]") else key
-    return [e for v in values_at(payload, key, flat=False) if isinstance(v, list) for e in v if isinstance(e, dict)]
-
-
-def _projected(f: Filter, payload: Any) -> bool:
-    """A Match, Range, Exists or Empty on a key into arrays (``a[].b``, ``a[0]``): over every value it reaches."""
-    if isinstance(f, (Exists, Empty)):
-        vals = values_at(payload, f.key, flat=False)
-        if isinstance(f, Exists):
-            return bool(vals)
-        return all(v is None or v == [] for v in vals)
-    vals = values_at(payload, f.key)
-    if isinstance(f, Range):
-        return any(_in_range(x, f) for x in vals)
-    return any(_equal(x, v) if v is not None else x is None for x in vals for v in f.values)
 
 
 def canonical(raw: Any) -> str:

@@ -50,7 +50,8 @@ import numpy as np
 
 from service.collections.conditions import geo_distance, parse_datetime, parse_path, values_at
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.filters import And, Filter, HasVector, Ids, MinShould, Nested, Not, Or, matches
+from service.collections.filter_match import matches
+from service.collections.filters import And, Filter, HasVector, Ids, MinShould, Nested, Not, Or
 from service.collections.vector_backend import Hit
 
 MAX_DEPTH = 32  # nesting of an expression

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from service.collections.vector_backend import Hit
+from service.collections.reads import Hit
 
 FUSIONS = ("rrf", "dbsf")
 DEFAULT_RRF_K = 2  # Qdrant's default ranking constant

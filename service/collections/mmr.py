@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.vectors import stored_vector, unit_rows
+from service.collections.metric import unit_rows
+from service.collections.vectors import stored_vector
 
 
 def _dense_sim(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:

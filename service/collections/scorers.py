@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.metric import example_metric, normalised, similarity_matrix
 from service.collections.schema import sparse_vec
-from service.collections.vectors import unit_rows
 
 EPSILON = np.float32(1.1920929e-7)
 KINDS = ("best_score", "sum_scores", "discover", "context", "relevance_feedback")
@@ -70,10 +70,7 @@ class Scorer:
         """``(k, n)`` raw similarities of ``n`` candidates ``x`` (``(n, d)``) to ``k`` examples."""
         if len(examples) == 0:
             return np.zeros((0, len(x)), np.float32)
-        if self.metric == "l2":
-            d2 = (examples**2).sum(1)[:, None] - 2 * examples @ x.T + (x**2).sum(1)[None, :]
-            return -np.maximum(d2, 0).astype(np.float32)
-        return (examples @ x.T).astype(np.float32)
+        return similarity_matrix(examples, x, self.metric).astype(np.float32)
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         """float32 ``(n,)`` scores of the dense candidates ``x`` (``(n, d)``), higher is better."""
@@ -153,7 +150,7 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
             raise InvalidCollectionRequest(f"{at}: a vector of dimension {dimension}", at, "wrong_dimension")
         if not np.all(np.isfinite(a)):
             raise InvalidCollectionRequest(f"{at}: vectors must be finite", at)
-        return unit_rows(a[None])[0] if metric == "cosine" else a
+        return normalised(a[None], metric)[0]
 
     pos = [one(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
     neg = [one(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
@@ -169,7 +166,7 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
         or (kind in ("discover", "relevance_feedback") and target is None)
     ):
         raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
-    m = "sparse" if metric == "sparse" else "l2" if metric == "l2" else "dot"
+    m = example_metric(metric)
     if kind != "relevance_feedback":
         return Scorer(kind, m, pos, neg, target, pairs)
     coef = {k: raw.get(k, 1.0) for k in "abc"}

@@ -1,8 +1,5 @@
-"""Vector arithmetic shared by the collection, its re-embedding and its queries (one place).
-
-Normalisation runs in float64: float32 under/overflows on extreme but finite inputs (``[1e-30] * 384`` has a
-float32 norm of 0, ``[3e38] * 384`` one of inf), which silently turned such queries into all-zero scores.
-"""
+"""Vector checks and arithmetic shared by the collection, its re-embedding and its queries (one place); what a metric
+asks of a vector is :mod:`.metric`'s."""
 
 from __future__ import annotations
 
@@ -11,29 +8,20 @@ from typing import Any
 import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.metric import norm_bounded, requires_non_zero
 
 #: largest query-vector norm for ``dot`` and ``l2``: scores and squared distances then stay finite in float32
 #: against unit-scale points (``MAX_NORM**2`` is below float32's 3.4e38)
 MAX_NORM = 1e18
 
 
-def unit_rows(v: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm, computed in float64; all-zero rows stay zero. Returns float32 ``(n, d)``."""
-    x = np.asarray(v, dtype=np.float64)
-    scale = np.max(np.abs(x), axis=1, keepdims=True)  # pre-scaling keeps the squares in range
-    scale = np.where(scale > 0, scale, 1.0)
-    y = x / scale
-    n = np.linalg.norm(y, axis=1, keepdims=True)
-    return np.ascontiguousarray(y / np.where(n > 0, n, 1.0), dtype=np.float32)
-
-
 def query_problem(v: np.ndarray, metric: str) -> str | None:
     """Why a query vector ``(d,)`` cannot be searched with ``metric``, or None when it can."""
     if not np.all(np.isfinite(v)):
         return "query vector must be finite"
-    if metric == "cosine" and not np.any(v):
+    if requires_non_zero(metric) and not np.any(v):
         return "query vector must be non-zero for cosine"
-    if metric != "cosine" and float(np.linalg.norm(np.asarray(v, dtype=np.float64))) > MAX_NORM:
+    if norm_bounded(metric) and float(np.linalg.norm(np.asarray(v, dtype=np.float64))) > MAX_NORM:
         return f"query vector norm must be at most {MAX_NORM:g} for {metric} (float32 scores would overflow)"
     return None
 

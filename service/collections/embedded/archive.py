@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 from artifact_contract.fsio import fsync_dir
 from service.collections.embedded.snapshots import SNAPSHOT_RE, list_snapshots
-from service.collections.embedded.store.points import DB_FILE
+from service.collections.embedded.store.files import DB_FILE
 from service.collections.errors import InvalidCollectionRequest
 
 FORMAT = 1

@@ -17,18 +17,17 @@ from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import VectorIndex
+from service.collections.metric import is_distance, max_sim_score, normalised
 from service.collections.schema import SparseVec, VectorsConfig
 from service.collections.scorers import Scorer
-from service.collections.vectors import unit_rows
 
 
 def prepared(v: np.ndarray, metric: str) -> np.ndarray:
-    """Vectors ``(n, d)`` as indexed and searched: unit rows for cosine, float32 otherwise (a multi-example query,
+    """Vectors ``(n, d)`` as indexed and searched: float32, :func:`..metric.normalised` (a multi-example query,
     :class:`~..scorers.Scorer`, holds its examples prepared: returned as it is)."""
     if isinstance(v, Scorer):
         return v
-    v = np.ascontiguousarray(v, dtype=np.float32)
-    return unit_rows(v) if metric == "cosine" else v
+    return normalised(np.ascontiguousarray(v, dtype=np.float32), metric)
 
 
 class NamedIndexes:
@@ -58,6 +57,15 @@ class NamedIndexes:
         for name in self.config.sparse:
             self.counts[name] = tables.count(conn, name, sparse=True)
         return time.monotonic() - t0
+
+    def reconfigure(self, config: VectorsConfig) -> NamedIndexes:
+        """Make ``config`` the collection's vectors in the store, in one SQLite transaction
+        (:func:`.store.named.reconfigure`): the stored values of every vector added or dropped are removed with it.
+        Returns the indexes for ``config`` (:meth:`reconfigured`), to be swapped in."""
+        names = lambda cfg: {(n, "dense") for n in cfg.dense} | {(n, "sparse") for n in cfg.sparse}  # noqa: E731
+        cleared = sorted({n for n, _ in names(self.config) ^ names(config)})
+        tables.reconfigure(self.store.db_path, config.to_json(), cleared)
+        return self.reconfigured(config)
 
     def reconfigured(self, config: VectorsConfig) -> NamedIndexes:
         """These indexes for the collection's new vectors ``config`` (a vector added or dropped): a vector kept keeps
@@ -177,7 +185,7 @@ class NamedIndexes:
                 continue
             m = np.frombuffer(blob, dtype="<f4").reshape(-1, d)
             for qi, q in enumerate(qs):
-                if metric == "l2":
+                if is_distance(metric):
                     sim = -((q[:, None, :] - m[None, :, :]) ** 2).sum(-1)
                 else:
                     sim = q @ m.T
@@ -187,7 +195,7 @@ class NamedIndexes:
         for qi, hits in enumerate(best):
             hits.sort(key=lambda h: (-h[0], h[1]))
             for j, (s, iid) in enumerate(hits[:top_k]):
-                D[qi, j], I[qi, j] = (abs(s) ** 0.5 if metric == "l2" else s), iid
+                D[qi, j], I[qi, j] = max_sim_score(s, metric), iid
         return D, I
 
     def _scored(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.collections.conditions import parse_path
 from service.collections.embedded.store.order import ORDER_KEY
 from service.collections.embedded.store.where import to_sql
 from service.collections.filters import Filter
@@ -37,16 +36,3 @@ def ordered_rows(conn: Any, where: Filter | None, key: str, descending: bool, st
             entries.append((sign * v, okey, pkey))
     entries.sort()
     return [(decode_id(pkey), sign * v) for v, _, pkey in entries[:limit]]
-
-
-class Ordering:
-    """Mixin of the embedded :class:`~.collection.Collection`: :meth:`order_values`."""
-
-    def order_values(self, where: Filter | None, key: str, descending: bool, start: Any, limit: int) -> list | None:
-        """The first ``limit`` ``(point id, order value)`` entries by payload ``key`` (:func:`ordered_rows`), or
-        None for a key that is not a plain top-level name (the caller then scans). Raises CollectionClosed."""
-        if parse_path(key) != (key,):
-            return None
-        with self._rw.read():
-            self._check_open()
-            return ordered_rows(self.store.reader(), where, key, descending, start, limit)

@@ -9,13 +9,16 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.embedded.bound_index import BoundIndex
+from service.collections.embedded.named import NamedIndexes, prepared
 from service.collections.embedded.store import Store
 from service.collections.filters import Filter, Ids, Not
 from service.collections.ids import decode_id
 from service.collections.index import VectorIndex, exact_search
+from service.collections.metric import higher_is_better
+from service.collections.reads import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 from service.collections.schema import SparseVec
 from service.collections.scorers import Scorer, top
-from service.collections.vector_backend import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 
 
 def left_out(store: Store, where: Filter | None) -> tuple[Filter | None, np.ndarray]:
@@ -65,7 +68,7 @@ def exact_scan(
     ``(scores, iids)`` ``(nq, <=k)``, best first, in :func:`~..index.exact_search`'s units."""
     best_d = np.zeros((len(q), 0), np.float32)
     best_i = np.zeros((len(q), 0), np.int64)
-    hib = metric != "l2"
+    hib = higher_is_better(metric)
     for ids, vecs in chunks:
         if allowed is not None:
             keep = np.isin(ids, allowed)
@@ -113,18 +116,54 @@ def dense_search(
     return index.search(q, k, allowed)
 
 
+def nearest(
+    store: Store,
+    bound: BoundIndex | None,
+    named: NamedIndexes,
+    using: str | None,
+    queries: Any,
+    top_k: int,
+    k: int,
+    allowed: np.ndarray | None,
+    cap: int,
+    exact: bool,
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(scores, iids, metric the scores are in)`` of the ``k`` best points per query by the vector ``using``
+    (``bound``: the model-bound vector's index when that is the one searched, else None) among ``allowed`` (None: all). A sparse vector or a
+    multivector is searched exactly (:meth:`.named.NamedIndexes.sparse_search`); a dense one by :func:`dense_search`
+    (``cap``: its exact threshold; ``exact``: every stored vector scored). A multi-example query
+    (:class:`~..scorers.Scorer`) is scored higher-is-better whatever the metric (``dot``)."""
+    if named.scanned(using):  # a sparse vector or a multivector: no FAISS index
+        D, I = named.sparse_search(using, queries, k, allowed)
+        return D, I, named.metric(using)
+    if bound is not None:
+        index, q = bound.index, queries if isinstance(queries, Scorer) else bound.prepare(queries)
+        dim = index.spec.dimension
+        fetch = lambda iids: store.vectors_for(iids, dim)  # noqa: E731
+        scan = lambda: store.iter_vectors(dim)  # noqa: E731
+    else:
+        index, q = named.indexes[using], prepared(queries, named.dense[using].spec.metric)
+        fetch = lambda iids: named.fetch_dense(using, iids)  # noqa: E731
+        scan = lambda: named.scan_dense(using)  # noqa: E731
+    scored = isinstance(q, Scorer)
+    D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None)
+    return D, I, "dot" if scored else index.spec.metric
+
+
 def assemble_hits(
     D: np.ndarray,
     I: np.ndarray,
     rows: dict[int, tuple[str, str | None, str | None]],
     top_k: int,
     score_threshold: float | None,
-    higher_is_better: bool,
+    metric: str,
 ) -> list[list[Hit]]:
     """One best-first list of at most ``top_k`` hits per query row of ``(D, I)``; ids missing from ``rows`` (deleted
-    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances) are left out;
+    meanwhile) and scores past ``score_threshold`` (below it for similarities, above it for distances: the scores are
+    in ``metric``) are left out;
     text and payload are those of ``rows`` (None where they were not read)."""
     out: list[list[Hit]] = []
+    hib = higher_is_better(metric)
     for qi in range(len(D)):
         hits: list[Hit] = []
         for s, iid in zip(D[qi], I[qi]):
@@ -132,7 +171,7 @@ def assemble_hits(
             if iid < 0 or iid not in rows:
                 continue
             s = float(s)
-            if score_threshold is not None and (s < score_threshold if higher_is_better else s > score_threshold):
+            if score_threshold is not None and (s < score_threshold if hib else s > score_threshold):
                 continue
             key, text, payload = rows[iid]
             hits.append(Hit(decode_id(key), s, text, json.loads(payload) if payload is not None else None))
@@ -164,9 +203,22 @@ def point_dict(
     return out
 
 
+def points_of(named: NamedIndexes, rows: list[tuple], with_vector: Any) -> list[dict[str, Any]]:
+    """Stored rows ``(id, iid, text, payload, vector bytes)`` as points (:func:`point_dict`): ``vector`` the
+    model-bound vector and ``vectors`` the named others asked for by ``with_vector``
+    (:meth:`.named.NamedIndexes.wanted`), read from ``named``."""
+    want_bound, others = named.wanted(with_vector)
+    vecs = named.vectors_of([r[1] for r in rows], others) if others else {}
+    has_named = bool(named.dense or named.config.sparse)  # then "vectors" is always answered, maybe empty
+    return [
+        point_dict(pid, t, p, v if want_bound else None, vecs.get(iid, {}) if has_named else None)
+        for pid, iid, t, p, v in rows
+    ]
+
+
 def budgeted_page(
     store: Store,
-    named: Any,
+    named: NamedIndexes,
     rows: list[tuple],
     bound: int,
     others: list[str],

@@ -14,7 +14,7 @@ import numpy as np
 from service.collections.embedded.store import ShadowTable
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import IndexConfigError, IndexSpec, get_type, normalize_params
-from service.collections.vectors import unit_rows
+from service.collections.metric import normalised
 
 
 class EmbeddedTarget:
@@ -65,8 +65,8 @@ class EmbeddedTarget:
     def write(self, refs: Sequence[int], vectors: np.ndarray) -> None:
         """Store target vectors, float32 ``(n, dimension)`` (normalised here for cosine), for internal ids ``refs``."""
         v = np.ascontiguousarray(vectors, dtype=np.float32)
-        if self.spec.metric == "cosine" and v.ndim == 2 and v.shape[1] == self.dimension:
-            v = unit_rows(v)
+        if v.ndim == 2 and v.shape[1] == self.dimension:
+            v = normalised(v, self.spec.metric)
         self.table.write(np.asarray(refs, dtype=np.int64), v)
 
     def complete(self) -> bool:

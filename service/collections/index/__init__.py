@@ -11,7 +11,6 @@ from service.collections.index.base import (
     IndexSpec,
     IndexType,
     faiss_metric,
-    higher_is_better,
 )
 from service.collections.index.exact import exact_search
 from service.collections.index.registry import get_type, index_kinds, normalize_params, register
@@ -26,7 +25,6 @@ __all__ = [
     "exact_search",
     "faiss_metric",
     "get_type",
-    "higher_is_better",
     "index_kinds",
     "normalize_params",
     "register",

@@ -47,11 +47,6 @@ def faiss_metric(metric: str) -> int:
     return faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
 
 
-def higher_is_better(metric: str) -> bool:
-    """True for similarity scores (cosine, dot), False for distances (l2)."""
-    return metric != "l2"
-
-
 def int_param(params: dict[str, Any], name: str, lo: int, hi: int) -> int:
     """``params[name]`` checked to be an integer in ``[lo, hi]``.
 

@@ -47,8 +47,9 @@ from service.collections.milvus.client import (
 from service.collections.milvus.collection import MilvusCollection
 from service.collections.milvus.schema import supported_vector
 from service.collections.milvus.sweep import drop_retired, sweep
+from service.collections.reads import ReadConsistency
 from service.collections.schema import VectorsConfig
-from service.collections.vector_backend import NAME_RE, CollectionSettings, ReadConsistency, check_name
+from service.collections.vector_backend import NAME_RE, CollectionSettings, check_name
 from service.tasks import cancel_and_wait
 
 log = logging.getLogger("service.collections.milvus")

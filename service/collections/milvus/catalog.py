@@ -238,3 +238,19 @@ class Lease:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
+
+
+def older_status(new: dict[str, Any], have: dict[str, Any] | None) -> bool:
+    """Whether the re-embedding status ``new`` is an earlier view of the one ``have`` shows (same run, less
+    progress): a replica's view never goes back to it."""
+    if have is None or new.get("started_at") != have.get("started_at"):
+        return False
+    return (new.get("state") == "running" and have.get("state") != "running") or new.get("done", 0) < have.get(
+        "done", 0
+    )
+
+
+def revision(record: dict[str, Any]) -> tuple[float, int]:
+    """A record's place in time, ``(created_at, rev)``: a collection deleted and created again starts a new
+    ``created_at``; every write of its record increments ``rev``."""
+    return float(record.get("created_at", 0.0)), int(record.get("rev", 0))

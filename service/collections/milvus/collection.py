@@ -25,13 +25,15 @@ from service.collections.errors import CollectionClosed, InvalidCollectionReques
 from service.collections.filters import Filter
 from service.collections.ids import decode_id, encode_id
 from service.collections.index import IndexSpec
+from service.collections.metric import higher_is_better, normalised
+from service.collections.milvus.catalog import older_status, revision
 from service.collections.milvus.client import long_call
 from service.collections.milvus.expr import keys_expr, payload_marks, to_expr
 from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
+from service.collections.reads import STRONG, Hit, ReadConsistency
 from service.collections.schema import VectorsConfig
 from service.collections.scorers import Scorer
-from service.collections.vector_backend import STRONG, Hit, ReadConsistency, same_model
-from service.collections.vectors import unit_rows
+from service.collections.vector_backend import same_model
 
 _PAGE = 16384  # Milvus's query window
 _FIELDS = ["text", "payload"]
@@ -75,9 +77,9 @@ class MilvusCollection:
     def update(self, record: dict[str, Any], status: dict[str, Any] | None) -> None:
         """Replace the view with a record (and status) read from the registry, unless the view already holds a newer
         one: reads run on several threads, so a read that started before a switch can finish after it."""
-        if _revision(record) < _revision(self.record):
+        if revision(record) < revision(self.record):
             return
-        if status is not None and _older_status(status, self.shared_status):
+        if status is not None and older_status(status, self.shared_status):
             status = self.shared_status
         self.record, self.shared_status, self.seen = record, status, time.monotonic()
 
@@ -170,7 +172,7 @@ class MilvusCollection:
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != dim:
             raise ValueError(f"vectors must have shape (n, {dim}), got {v.shape}")
-        v = unit_rows(v) if metric == "cosine" else v
+        v = normalised(v, metric)
         return [
             {"key": k, "text": t, "payload": p or {}, "nulls": payload_marks(p), "updated": updated, "vector": v[i]}
             for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
@@ -317,7 +319,7 @@ class MilvusCollection:
             raise ModelChanged(f"collection {self.name} is now embedded by {rec['model']}")
         spec = self.spec_of(rec)  # one record for the whole call: a switch meanwhile cannot tear it
         q = np.asarray(queries, dtype=np.float32)
-        q = unit_rows(q) if spec.metric == "cosine" else q
+        q = normalised(q, spec.metric)
         fields = (["text"] if with_text else []) + (["payload"] if with_payload else [])
         res = self._call(
             self.backend.client.search,
@@ -329,7 +331,7 @@ class MilvusCollection:
             search_params=search_params(spec, top_k),
             **read_kw(consistency),
         )
-        hib = spec.metric != "l2"
+        hib = higher_is_better(spec.metric)
         out: list[list[Hit]] = []
         for hits in res:
             row: list[Hit] = []
@@ -389,17 +391,3 @@ class MilvusCollection:
     def record_json(self) -> str:
         """The record as JSON text (logs)."""
         return json.dumps(self.record, sort_keys=True)
-
-
-def _older_status(new: dict[str, Any], have: dict[str, Any] | None) -> bool:
-    """Whether ``new`` is an earlier view of the re-embedding status ``have`` shows (same run, less progress)."""
-    if have is None or new.get("started_at") != have.get("started_at"):
-        return False
-    return (new.get("state") == "running" and have.get("state") != "running") or new.get("done", 0) < have.get(
-        "done", 0
-    )
-
-
-def _revision(record: dict[str, Any]) -> tuple[float, int]:
-    """A record's place in time: a collection deleted and created again starts a new ``created_at``."""
-    return float(record.get("created_at", 0.0)), int(record.get("rev", 0))

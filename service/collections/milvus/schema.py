@@ -16,6 +16,7 @@ from pymilvus import DataType, MilvusClient
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import IndexSpec
+from service.collections.metric import is_distance
 from service.collections.milvus.client import LOAD_TIMEOUT_S
 from service.collections.schema import DenseVector, VectorsConfig
 
@@ -111,4 +112,4 @@ def search_params(spec: IndexSpec, top_k: int) -> dict[str, Any]:
 def api_score(metric: str, distance: float) -> float:
     """The API's score: cosine/dot similarity as Milvus gives it; l2 as the Euclidean distance (Milvus reports
     its square)."""
-    return float(np.sqrt(max(distance, 0.0))) if metric == "l2" else float(distance)
+    return float(np.sqrt(max(distance, 0.0))) if is_distance(metric) else float(distance)

@@ -49,8 +49,8 @@ from service.collections import rerank_search
 from service.collections.errors import CollectionsNotReady, InvalidCollectionRequest
 from service.collections.index import index_kinds
 from service.collections.payload_update import check_payload_values
+from service.collections.reads import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from service.collections.service import CollectionService
-from service.collections.vector_backend import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from service.http.kit import JSONRoute, json_response, mark_write
 from service.metrics import CollectionTimer, collection_timer
 

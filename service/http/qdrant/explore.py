@@ -26,9 +26,10 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from service.collections.errors import InvalidCollectionRequest, PointNotFound, TooManyItems
+from service.collections.metric import unit_rows
 from service.collections.schema import VectorsConfig
 from service.collections.service import CollectionService
-from service.collections.vectors import average_vector, unit_rows
+from service.collections.vectors import average_vector
 from service.http.qdrant.models import Document, Example, LookupLocation, RecommendInput, SparseVector
 from service.http.qdrant.points import check_model
 from service.http.qdrant.reads import points_by_id

@@ -1,5 +1,5 @@
 """The payload filter grammar on both backends: parsing and limits, and the SQLite and Milvus translations held to
-the reference semantics (:func:`service.collections.filters.matches`) on random payloads and random filters, at the
+the reference semantics (:func:`service.collections.filter_match.matches`) on random payloads and random filters, at the
 size limit included (a real Milvus 2.3.5 server; the embedded store's SQLite file)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from harness.milvus import milvus_client
 from service.collections.embedded import Collection
-from service.collections.filters import FilterError, Ids, Match, Not, matches, parse_filter
+from service.collections.filter_match import matches
+from service.collections.filters import FilterError, Ids, Match, Not, parse_filter
 from service.collections.ids import encode_id
 from service.collections.index import IndexSpec
 from service.collections.milvus.expr import payload_marks, to_expr

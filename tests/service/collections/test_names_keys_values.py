@@ -15,7 +15,7 @@ Reproduced on the milvus backend (real Milvus 2.3.5) before the fixes:
   whose nested ``a.b`` is 5 (beside a literal ``"a.b": null``): the null and empty-array marks of a point were
   dotted paths, the same for ``{"a": {"b": null}}`` and ``{"a.b": null}``.
 
-The expected answers are the filter grammar's reference semantics (:func:`service.collections.filters.matches`),
+The expected answers are the filter grammar's reference semantics (:func:`service.collections.filter_match.matches`),
 which the embedded backend follows; the milvus backend must give them or, for a key Milvus cannot address (``/`` in
 it), 422 ``invalid_filter``.
 """
@@ -28,7 +28,8 @@ from urllib.parse import quote
 
 import pytest
 
-from service.collections.filters import matches, parse_filter
+from service.collections.filter_match import matches
+from service.collections.filters import parse_filter
 from tests.server_utils import collections_server
 
 

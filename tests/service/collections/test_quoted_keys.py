@@ -15,7 +15,8 @@ from qdrant_client.local.json_path_parser import JsonPathItemType, parse_json_pa
 from service.collections.conditions import key_names, parse_path, payload_names
 from service.collections.embedded import Collection
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.filters import FilterError, matches, parse_filter
+from service.collections.filter_match import matches
+from service.collections.filters import FilterError, parse_filter
 from service.collections.index import IndexSpec
 from service.collections.payload_update import set_at, without_keys
 from service.collections.schema import VectorsConfig

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -38,43 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from artifact_contract.fsio import fsync_dir
 from service.collections.embedded.store import named
+from service.collections.embedded.store.files import DB_FILE, FILTER_INDEX, connect
 from service.collections.embedded.store.named import chunks, marks
 from service.collections.embedded.store.order import ORDER_INDEX, ORDER_KEY, order_key
-from service.collections.embedded.store.where import register, to_sql
+from service.collections.embedded.store.where import to_sql
 from service.collections.filters import Filter
-from service.collections.vector_backend import HIT_OVERHEAD_BYTES
+from service.collections.reads import HIT_OVERHEAD_BYTES
 
-DB_FILE = "points.sqlite3"
-FORMAT = 1
 log = logging.getLogger("service.collections")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS points (
-    iid INTEGER PRIMARY KEY,
-    key TEXT NOT NULL UNIQUE,
-    text TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    vector BLOB NOT NULL,
-    seq INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS points_seq ON points(seq);
-CREATE TABLE IF NOT EXISTS removed (iid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS removed_seq ON removed(seq);
-"""
-_FILTER_INDEX = "CREATE INDEX IF NOT EXISTS points_filter ON points(payload, key)"  # see the module docstring
-_SCHEMA += _FILTER_INDEX + ";\n" + ORDER_INDEX + ";\n"
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60.0)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA busy_timeout=60000")
-    register(conn)
-    return conn
 
 
 class Store:
@@ -90,59 +60,25 @@ class Store:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.db_path = self.path / DB_FILE
-        self._w = _connect(self.db_path)
+        self._w = connect(self.db_path)
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
         self._w.executescript(named.SCHEMA)
         tables = {r[0] for r in self._w.execute("SELECT name FROM sqlite_master")}
-        for name, ddl in (("points_filter", _FILTER_INDEX), ("points_order", ORDER_INDEX)):
+        for name, ddl in (("points_filter", FILTER_INDEX), ("points_order", ORDER_INDEX)):
             if "points" in tables and name not in tables:  # a collection from before the index
                 t0 = time.perf_counter()
                 self._w.execute(ddl)
                 log.info("%s: built index %s in %.1fs", self.path.name, name, time.perf_counter() - t0)
-
-    @classmethod
-    def create(cls, path: Path, meta: dict[str, Any]) -> Store:
-        """Create the schema in ``path`` (an existing directory) with ``meta`` and seq 0."""
-        store = cls(path)
-        store._w.executescript(_SCHEMA)
-        values = {"format": FORMAT, "seq": 0, "next_iid": 1, "created_at": time.time(), **meta}
-        store._w.execute("BEGIN IMMEDIATE")
-        store._w.executemany(
-            "INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
-        )
-        store._w.execute("COMMIT")
-        return store
-
-    @classmethod
-    def create_directory(cls, path: Path, meta: dict[str, Any]) -> None:
-        """Create a collection directory at ``path`` holding a new store with ``meta``, atomically: built in a
-        hidden temp directory, fsynced, then renamed into place.
-
-        Raises:
-            FileExistsError: ``path`` exists (or appeared meanwhile).
-        """
-        if path.exists():
-            raise FileExistsError(path) from None
-        tmp = path.with_name(f".creating-{path.name}-{os.getpid()}-{time.monotonic_ns()}")
-        tmp.mkdir(parents=True)
-        cls.create(tmp, meta).close()
-        fsync_dir(tmp)
-        try:
-            os.rename(tmp, path)  # fails if path appeared meanwhile (non-empty dir)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(path) from None
-        fsync_dir(path.parent)
 
     # --- connections -----------------------------------------------------------------------------
     def reader(self) -> sqlite3.Connection:
         """This thread's read connection."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = _connect(self.db_path)
+            conn = connect(self.db_path)
             conn.execute("PRAGMA query_only=ON")
             self._local.conn = conn
             with self._readers_lock:

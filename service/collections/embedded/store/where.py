@@ -10,7 +10,7 @@ true. Arrays are searched element by element with ``json_each``. ``AND``/``OR`` 
 Qdrant's richer conditions (:mod:`...conditions`: full text, datetime ranges, value counts, geo areas, ``$nested``,
 keys into arrays) have no JSON1 form that keeps their semantics: they call the SQLite function ``filter_leaf``
 (:func:`filter_leaf`, registered on every connection by :func:`register`), which evaluates the leaf with the
-reference code (:func:`...filters.matches`) on the row's payload: a Python call per row tested (measured in
+reference code (:func:`...filter_match.matches`) on the row's payload: a Python call per row tested (measured in
 docs/performance.md).
 """
 
@@ -22,6 +22,7 @@ import weakref
 from typing import Any
 
 from service.collections.conditions import LEAVES, key_names
+from service.collections.filter_match import matches
 from service.collections.filters import (
     And,
     Empty,
@@ -36,7 +37,6 @@ from service.collections.filters import (
     Or,
     Range,
     balanced,
-    matches,
     value_kind,
 )
 from service.collections.ids import encode_id
