@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from service.collections.errors import InvalidCollectionRequest, ModelUnavailable
+from service.collections.errors import InvalidCollectionRequest, ModelUnavailable, RerankerNotLoaded
+from service.collections.ports import InferencePort
 from service.collections.vector_backend import Hit, ReadConsistency
-from service.inference.reranker import NoRerankerLoaded, Reranker
 
 
 class RerankOptions(BaseModel):
@@ -48,11 +48,11 @@ async def search(svc: Any, name: str, searches: Sequence[Any], param: str, rc: R
     Raises:
         as :meth:`~.service.CollectionService.search`; InvalidCollectionRequest (a vector query, too many candidates),
         ModelUnavailable (no reranker loaded), ModelNotFound, WrongModelTask, ModelNotReady (starting), and
-        :meth:`~service.inference.reranker.Reranker.rerank`'s errors (413, 429, 500, 503).
+        :meth:`~.ports.InferencePort.rerank`'s errors (413, 429, 500, 503).
     """
     if all(getattr(s, "rerank", None) is None for s in searches):
         return await svc.search(name, searches, param, rc)
-    reranker = Reranker(svc.embedder().registry)  # ModelNotReady (503) while the service starts
+    reranker = svc.inference  # ModelNotReady (503) while the service starts
     pres = [f"{param}[{i}]." if param == "searches" else "" for i in range(len(searches))]
     firsts = [s if s.rerank is None else _first_stage(svc, s, reranker, pre) for s, pre in zip(searches, pres)]
     results = await svc.search(name, firsts, param, rc)
@@ -62,7 +62,7 @@ async def search(svc: Any, name: str, searches: Sequence[Any], param: str, rc: R
     return results
 
 
-def _first_stage(svc: Any, s: Any, reranker: Reranker, pre: str) -> Any:
+def _first_stage(svc: Any, s: Any, reranker: InferencePort, pre: str) -> Any:
     """The search ``s`` asking for its ``rerank.candidates`` hits, with their texts (its reranker checked first)."""
     if not isinstance(s.query, str):
         raise InvalidCollectionRequest(
@@ -75,17 +75,17 @@ def _first_stage(svc: Any, s: Any, reranker: Reranker, pre: str) -> Any:
             f"{pre}rerank.candidates",
         )
     try:
-        reranker.resolve(s.rerank.model, f"{pre}rerank.model")
-    except NoRerankerLoaded as e:
+        reranker.check_reranker(s.rerank.model, f"{pre}rerank.model")
+    except RerankerNotLoaded as e:
         raise ModelUnavailable(f"no reranker is loaded for {pre}rerank: {e}") from e
     return s.model_copy(update={"top_k": s.rerank.candidates, "with_text": True, "rerank": None})
 
 
-async def _rerank(s: Any, hits: list[Hit], reranker: Reranker, pre: str) -> list[Hit]:
+async def _rerank(s: Any, hits: list[Hit], reranker: InferencePort, pre: str) -> list[Hit]:
     """The hits with text, scored by the reranker, best first, the first ``top_n``."""
     scored = [h for h in hits if h.text]
     if not scored:
         return []
-    res = await reranker.rerank(s.query, [h.text for h in scored], model=s.rerank.model, param=f"{pre}candidates")
-    order = sorted(range(len(scored)), key=lambda j: -float(res.scores[j]))[: s.rerank.top_n or s.top_k]
-    return [dataclasses.replace(scored[j], score=float(res.scores[j])) for j in order]
+    scores = await reranker.rerank(s.query, [h.text for h in scored], model=s.rerank.model, param=f"{pre}candidates")
+    order = sorted(range(len(scored)), key=lambda j: -float(scores[j]))[: s.rerank.top_n or s.top_k]
+    return [dataclasses.replace(scored[j], score=float(scores[j])) for j in order]

@@ -18,7 +18,7 @@ Everything here raises the domain exceptions of :mod:`.errors` (mapped to HTTP i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from service.collections.errors import (
     CollectionNotFound,
     InvalidCollectionRequest,
     ModelChanged,
+    ModelNotFound,
     ModelUnavailable,
     PointNotFound,
     ReembeddingInProgress,
@@ -42,6 +43,7 @@ from service.collections.payload_update import (
     set_payload,
     update_vectors,
 )
+from service.collections.ports import InferencePort, ModelRef, ModelSpec, SparseModel
 from service.collections.schema import VectorsConfig, new_vectors_config, point_vectors
 from service.collections.searching import SearchSpec
 from service.collections.sparse_inputs import sparse_from_texts, sparse_model
@@ -55,27 +57,26 @@ from service.collections.vector_backend import (
     single_config,
 )
 from service.collections.vectors import given_vectors
-from service.inference.embedder import ModelNotReady
-from service.inference.model_registry import ModelNotFound
 
 
 class CollectionService:
     """Create, write, read and search collections with the policy of the module docstring.
 
     Args:
-        backend: where the collections live (:mod:`.backend`).
-        embedder: returns the service's :class:`~service.inference.embedder.Embedder` (None while starting).
+        backend: where the collections live (:mod:`.vector_backend`).
+        inference: the embedding models, server-side sparse models and rerankers (:class:`~.ports.InferencePort`).
     """
 
-    def __init__(
-        self, backend: VectorBackend, embedder: Callable[[], Any], sparse_models: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, backend: VectorBackend, inference: InferencePort) -> None:
         self.backend = backend
-        self._embedder = embedder
-        #: the server-side sparse models by name (:mod:`service.inference.sparse`): ``documents(texts)``, ``query(text)``
-        self.sparse_models = sparse_models or {}
+        self.inference = inference
         #: awaited with each collection recovered from a snapshot (:func:`.snapshots.recover`)
         self.on_recover: list[Callable[[CollectionHandle], Awaitable[None]]] = []
+
+    @property
+    def sparse_models(self) -> Mapping[str, SparseModel]:
+        """The server-side sparse models by name (:attr:`.ports.InferencePort.sparse_models`)."""
+        return self.inference.sparse_models
 
     @property
     def settings(self) -> Any:
@@ -114,16 +115,13 @@ class CollectionService:
         sequence to read after (see :class:`~.backend.ReadConsistency`)."""
         return ReadConsistency(level or self.settings.read_consistency, after)
 
-    def embedder(self) -> Any:
-        """The embedder.
+    def active_model(self) -> ModelSpec:
+        """The active embedding model (new collections are bound to it).
 
         Raises:
-            ModelNotReady: the service is still starting.
+            ModelNotReady: the service is starting.
         """
-        emb = self._embedder()
-        if emb is None:
-            raise ModelNotReady("service is starting")
-        return emb
+        return self.inference.active_model()
 
     async def collection(self, name: str) -> CollectionHandle:
         """The collection ``name``, looked up on a backend thread (a shared backend may read its registry).
@@ -153,28 +151,26 @@ class CollectionService:
 
     async def embed(self, c: CollectionHandle, texts: list[str], model: dict | None = None, *, role: str) -> np.ndarray:
         """``texts`` embedded by ``model`` (default: the collection's), float32 ``(n, d)``, with its prompt for ``role``:
-        ``"document"`` (points' texts) or ``"query"`` (search texts), if any (:func:`service.inference.prompts.prompt_prefix`).
+        ``"document"`` (points' texts) or ``"query"`` (search texts), if any (:meth:`.ports.InferencePort.encode`).
 
         Raises:
-            ModelUnavailable: that exact model (name, version, sha256) is not loaded.
+            ModelUnavailable: that exact model (name, version, sha256) is not loaded. ModelNotReady: the service is
+            starting.
         """
-        emb = self.embedder()
-        want = model or c.model
-        model_id = f"{want['name']}:{want['version']}"
+        want = ModelRef.from_dict(model or c.model)
         try:
-            lm = emb.resolve(model_id)
-        except (ModelNotFound, ModelNotReady) as e:
+            loaded = self.inference.loaded(want.id).ref
+        except ModelNotFound as e:  # ModelNotReady (the service is starting) is a 503, as it is
             raise ModelUnavailable(
-                f"collection {c.name!r} needs {model_id} (sha256 {want['sha256'][:12]}...), which is not loaded"
+                f"collection {c.name!r} needs {want.id} (sha256 {want.sha256[:12]}...), which is not loaded"
             ) from e
-        if lm.info.sha256 != want["sha256"]:
+        if loaded.sha256 != want.sha256:
             raise ModelUnavailable(
-                f"loaded {model_id} has sha256 {lm.info.sha256[:12]}..., the collection needs {want['sha256'][:12]}..."
+                f"loaded {want.id} has sha256 {loaded.sha256[:12]}..., the collection needs {want.sha256[:12]}..."
             )
         chunk = self.settings.embed_chunk
         parts = [
-            (await emb.encode(texts[i : i + chunk], model=lm, param="points", prompt_role=role)).embeddings
-            for i in range(0, len(texts), chunk)
+            await self.inference.encode(want, texts[i : i + chunk], role=role) for i in range(0, len(texts), chunk)
         ]
         return np.concatenate(parts).astype(np.float32, copy=False)
 
@@ -195,13 +191,13 @@ class CollectionService:
         Raises:
             InvalidCollectionRequest, CollectionExists (see :meth:`VectorBackend.create`).
         """
-        info = self.embedder().resolve(None).info
-        model = {"name": info.name, "version": info.version, "sha256": info.sha256}
+        active = self.active_model()
+        model = active.ref.to_dict()
         if dense is None and sparse is None:
-            config = single_config(name, index, params, metric, model, info.dimension)
+            config = single_config(name, index, params, metric, model, active.dimension)
         else:
             check_name(name)
-            config = new_vectors_config(dense or {}, sparse or {}, model, info.dimension, tuple(self.sparse_models))
+            config = new_vectors_config(dense or {}, sparse or {}, model, active.dimension, tuple(self.sparse_models))
         return await self.backend.create(name, config)
 
     async def upsert(

@@ -141,7 +141,7 @@ async def list_collections(request: Request, svc: Service) -> Response:
 async def create_collection(collection_name: str, body: CreateCollection, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``PUT /collections/{collection_name}`` -> ``true``. Errors: 409 exists, 422 a setting
     that does not map (module docstring)."""
-    dense, sparse = collection_spec(body, svc.embedder().resolve(None).info.dimension)
+    dense, sparse = collection_spec(body, svc.active_model().dimension)
     await svc.create(collection_name, dense=dense, sparse=sparse)
     return ok(request, True)
 
