@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from service.collections.errors import InvalidCollectionRequest, ModelUnavailable, RerankerNotLoaded
 from service.collections.ports import InferencePort
+from service.collections.searching import Searcher
 from service.collections.vector_backend import Hit, ReadConsistency
 
 
@@ -37,13 +38,15 @@ class RerankOptions(BaseModel):
     top_n: StrictInt | None = Field(None, ge=1)
 
 
-async def search(svc: Any, name: str, searches: Sequence[Any], param: str, rc: ReadConsistency) -> list[list[Hit]]:
+async def search(
+    searcher: Searcher, name: str, searches: Sequence[Any], param: str, rc: ReadConsistency
+) -> list[list[Hit]]:
     """:meth:`~.service.CollectionService.search` of ``searches``, those with a ``rerank`` reranked (module docstring).
 
     Args:
-        svc: the :class:`~.service.CollectionService`. searches: the API's ``SearchRequest``\\ s. param: ``query``
-            (one search) or ``searches`` (a batch), naming the field at fault. The reranker is reached through the
-            service's embedder (its model registry), as the collections reach their embedding models.
+        searcher: the collections' :class:`~.searching.Searcher` (its inference port scores the pairs).
+            searches: the API's ``SearchRequest``\\ s. param: ``query`` (one search) or ``searches`` (a batch),
+            naming the field at fault.
 
     Raises:
         as :meth:`~.service.CollectionService.search`; InvalidCollectionRequest (a vector query, too many candidates),
@@ -51,27 +54,30 @@ async def search(svc: Any, name: str, searches: Sequence[Any], param: str, rc: R
         :meth:`~.ports.InferencePort.rerank`'s errors (413, 429, 500, 503).
     """
     if all(getattr(s, "rerank", None) is None for s in searches):
-        return await svc.search(name, searches, param, rc)
-    reranker = svc.inference  # ModelNotReady (503) while the service starts
+        return await searcher.search(name, searches, param, rc)
+    reranker = searcher.embedding.inference  # ModelNotReady (503) while the service starts
     pres = [f"{param}[{i}]." if param == "searches" else "" for i in range(len(searches))]
-    firsts = [s if s.rerank is None else _first_stage(svc, s, reranker, pre) for s, pre in zip(searches, pres)]
-    results = await svc.search(name, firsts, param, rc)
+    firsts = [
+        s if s.rerank is None else _first_stage(searcher.reads.settings.max_top_k, s, reranker, pre)
+        for s, pre in zip(searches, pres)
+    ]
+    results = await searcher.search(name, firsts, param, rc)
     for i, s in enumerate(searches):
         if s.rerank is not None:
             results[i] = await _rerank(s, results[i], reranker, pres[i])
     return results
 
 
-def _first_stage(svc: Any, s: Any, reranker: InferencePort, pre: str) -> Any:
+def _first_stage(max_top_k: int, s: Any, reranker: InferencePort, pre: str) -> Any:
     """The search ``s`` asking for its ``rerank.candidates`` hits, with their texts (its reranker checked first)."""
     if not isinstance(s.query, str):
         raise InvalidCollectionRequest(
             "a search with 'rerank' needs a text query (the reranker scores the query's text against each hit's)",
             f"{pre}query",
         )
-    if s.rerank.candidates > svc.settings.max_top_k:
+    if s.rerank.candidates > max_top_k:
         raise InvalidCollectionRequest(
-            f"rerank.candidates must be at most {svc.settings.max_top_k} (collections_max_top_k)",
+            f"rerank.candidates must be at most {max_top_k} (collections_max_top_k)",
             f"{pre}rerank.candidates",
         )
     try:
