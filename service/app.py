@@ -52,6 +52,7 @@ from service.inference.model_control import ModelControl
 from service.inference.model_registry import ModelRegistry
 from service.inference.reranker import Reranker
 from service.inference.sparse import open_sparse_models
+from service.inference_port import InferenceAdapter
 from service.metrics import Metrics, open_collections
 from service.settings import Settings
 from service.tasks import cancel_and_wait
@@ -93,11 +94,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await _close_quietly(backend)
             raise
         opened["backend"] = backend
-        app.state.collection_service = CollectionService(
-            backend, lambda: app.state.embedder, open_sparse_models(settings)
-        )
+        inference = InferenceAdapter(lambda: app.state.embedder, control, open_sparse_models(settings))
+        app.state.collection_service = CollectionService(backend, inference)
         # collections follow the active model
-        reembedder = opened["reembedder"] = Reembedder(lambda: app.state.embedder, registry, backend, control)
+        reembedder = opened["reembedder"] = Reembedder(inference, backend)
         await reembedder.start()
         app.state.collection_service.on_recover.append(reembedder.adopt)  # recovered from a snapshot
         app.state.reembedder = reembedder

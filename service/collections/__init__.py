@@ -2,14 +2,16 @@
 
 Layers, top down:
 
-* :mod:`.api`: the HTTP schemas and routes only (Qdrant's names).
-* :mod:`.service`: the write and search policy (embedding with the collection's exact model, dual writes while
-  re-embedding, retries on a model change, search planning).
+* :mod:`.service`: :class:`CollectionService`, the policy the HTTP routes call, composed of :mod:`.point_reads` (lookups,
+  scrolls, points by id), :mod:`.embedding` (texts embedded with the collection's exact model), :mod:`.writes`
+  (upserts: dual writes while re-embedding, retries on a model change), :mod:`.payload_update` and :mod:`.searching`
+  (search planning, queries with prefetches, fusion, :mod:`.formula`).
+* :mod:`.ports`: what the collections need from inference (:class:`~.ports.InferencePort`), wired by the app.
 * :mod:`.reembed`: collections follow the active model (background re-embedding, then an atomic switch).
-* :mod:`.vector_names`: a named vector added to or deleted from a collection (routes: :mod:`.vector_api`).
-* :mod:`.snapshots`: collection snapshots (backups), a backend's optional capability, and recovery from them
-  (routes: :mod:`.snapshot_api`).
-* :mod:`.backend`: the interface every backend implements (collections, points, re-embedding targets) and
+* :mod:`.vector_names`: a named vector added to or deleted from a collection.
+* :mod:`.snapshots`: collection snapshots (backups), a backend's optional capability, and recovery from them.
+* :mod:`.reads`: what a read returns and is bounded by (hits, read consistency, the response budget).
+* :mod:`.vector_backend`: the interface every backend implements (collections, points, re-embedding targets) and
   :func:`open_backend`.
 * :mod:`.embedded`: the default backend, SQLite (the truth) + FAISS in this process; :mod:`.milvus`: a Milvus server
   or cluster shared by several replicas.
@@ -18,8 +20,8 @@ Layers, top down:
 * :mod:`.vectors`: query and point vector checks and normalisation.
 * :mod:`.errors`: the domain exceptions (mapped to HTTP once, in ``service.http.errors``).
 
-The service mounts :data:`.api.router` in ``create_app``; its lifespan opens the backend with
-:func:`open_backend`, starts it and puts a :class:`CollectionService` on ``app.state.collection_service``.
+The app's lifespan opens the backend with :func:`open_backend`, starts it and puts a :class:`CollectionService` on
+``app.state.collection_service``.
 """
 
 from __future__ import annotations

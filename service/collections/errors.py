@@ -119,3 +119,21 @@ class ModelChanged(CollectionError):
 
 
 RETRIES = 3  # attempts of an operation that a re-embedding swap interrupts (ModelChanged), each with the new model
+
+
+class ModelNotReady(CollectionError):
+    """Inference is not ready: the service is starting and no model is loaded yet (the port's error)."""
+
+
+class ModelNotFound(CollectionError):
+    """No loaded model answers to the requested name (the port's error); ``param``: the request field naming it."""
+
+    param = "model"
+
+
+class RerankerNotLoaded(ModelNotFound):
+    """A rerank named no model and no reranker is loaded (the port's error)."""
+
+
+class InferenceOverloaded(CollectionError):
+    """The model's queue is full: the request was not taken; retry later (the port's error)."""

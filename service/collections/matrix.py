@@ -13,7 +13,7 @@ from typing import Any
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.ordering import sample_ids
-from service.collections.searching import Search
+from service.collections.searching import Search, Searcher
 from service.collections.vectors import stored_vector
 
 
@@ -22,7 +22,7 @@ def _point_order(i: int | str) -> tuple[int, int | str]:
 
 
 async def distance_matrix(
-    svc: Any,
+    searcher: Searcher,
     name: str,
     sample: int,
     limit: int,
@@ -37,23 +37,24 @@ async def distance_matrix(
         CollectionNotFound; InvalidCollectionRequest: ``sample`` below 2 or over ``collections_max_filter_values``,
             ``limit`` below 1 or over ``collections_max_top_k``, an unknown vector, a bad filter.
     """
-    cap = min(svc.settings.max_filter_values, svc.settings.max_top_k)
+    reads = searcher.reads
+    cap = min(reads.settings.max_filter_values, reads.settings.max_top_k)
     if not 2 <= sample <= cap:
         raise InvalidCollectionRequest(f"sample must be between 2 and {cap}", "sample")
-    if not 1 <= limit <= svc.settings.max_top_k:
-        raise InvalidCollectionRequest(f"limit must be between 1 and {svc.settings.max_top_k}", "limit")
-    c = await svc.collection(name)
+    if not 1 <= limit <= reads.settings.max_top_k:
+        raise InvalidCollectionRequest(f"limit must be between 1 and {reads.settings.max_top_k}", "limit")
+    c = await reads.collection(name)
     vname = using if using is not None else c.vectors.default_using()
     if vname is None:
         raise InvalidCollectionRequest("the collection has several vectors: name one with using", "using")
     c.vectors.kind_of(vname, "using")
     has = {"$has_vector": vname}
     ids = sorted(
-        await sample_ids(svc, name, sample, {"$and": [raw_filter, has]} if raw_filter else has), key=_point_order
+        await sample_ids(reads, name, sample, {"$and": [raw_filter, has]} if raw_filter else has), key=_point_order
     )
     if len(ids) < 2:
         return [], []
-    points, _ = await svc.scroll(name, None, len(ids), {"$ids": ids}, [vname], None, False, False)
+    points = await reads.retrieve(name, ids, with_payload=False, with_vectors=[vname], with_text=False)
     dense = c.vectors.dense.get(vname)
     vec = {(type(p["id"]), p["id"]): stored_vector(p, bool(dense and dense.bound), vname) for p in points}
     ids = [i for i in ids if vec.get((type(i), i)) is not None]
@@ -62,7 +63,7 @@ async def distance_matrix(
         others = {"$ids": [j for j in ids if (type(j), j) != (type(i), i)]}
         where = {"$and": [raw_filter, others]} if raw_filter else others
         searches.append(Search(vec[(type(i), i)], limit, where, None, False, False, vname))
-    step, hits = svc.settings.max_batch_searches, []
+    step, hits = reads.settings.max_batch_searches, []
     for k in range(0, len(searches), step):
-        hits.extend(await svc.search(name, searches[k : k + step], "searches", budget=budget))
+        hits.extend(await searcher.search(name, searches[k : k + step], "searches", budget=budget))
     return ids, hits

@@ -22,6 +22,7 @@ import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.metric import unit_rows
+from service.collections.searching import Searcher
 from service.collections.vectors import stored_vector
 
 
@@ -96,31 +97,32 @@ def params(raw: Any, max_candidates: int, param: str) -> tuple[float, int | None
     return 1.0 - (0.5 if div is None else float(div)), n
 
 
-async def search(svc: Any, name: str, spec: Any, raw: Any, param: str, budget: Any = None) -> list[Any]:
+async def search(searcher: Searcher, name: str, spec: Any, raw: Any, param: str, budget: Any = None) -> list[Any]:
     """The hits of the search ``spec`` (a ``SearchSpec``: dense, multivector or sparse ``query`` on ``using``)
     re-ranked by MMR with the ``mmr`` object ``raw`` (module docstring), at most ``spec.top_k``, best first.
 
     Raises:
         InvalidCollectionRequest: bad ``raw``, a text query for a sparse vector; and what the search raises.
     """
-    lambda_, n = params(raw, svc.settings.max_top_k, param)
-    c = await svc.collection(name)
+    reads = searcher.reads
+    lambda_, n = params(raw, reads.settings.max_top_k, param)
+    c = await reads.collection(name)
     vname = spec.using if spec.using is not None else c.vectors.default_using()
     kind = c.vectors.kind_of(vname, f"{param}.using")
     dense = c.vectors.dense.get(vname)
     metric = "sparse" if kind == "sparse" else dense.spec.metric
     query = spec.query
     if isinstance(query, str) and dense is not None and dense.bound:
-        query = (await svc.embed(c, [query], role="query"))[0].tolist()
+        query = (await searcher.embedding.embed(c, [query], role="query"))[0].tolist()
     elif not isinstance(query, list) and not (isinstance(query, dict) and "indices" in query):
         raise InvalidCollectionRequest(f"{param}: MMR needs a vector query (or a text for the model's vector)", param)
     wide = copy.copy(spec)
     wide.top_k = n or spec.top_k
-    hits = (await svc.search(name, [wide], param, budget=budget))[0]
+    hits = (await searcher.search(name, [wide], param, budget=budget))[0]
     if not hits:
         return []
     ids = [h.id for h in hits]
-    points, _ = await svc.scroll(name, None, len(ids), {"$ids": ids}, [vname], None, False, False)
+    points = await reads.retrieve(name, ids, with_payload=False, with_vectors=[vname], with_text=False)
     bound = dense is not None and dense.bound
     vecs = {(type(p["id"]), p["id"]): stored_vector(p, bound, vname) for p in points}
     kept = [h for h in hits if vecs.get((type(h.id), h.id)) is not None]

@@ -25,6 +25,7 @@ from typing import Any
 
 from service.collections.conditions import parse_datetime, parse_path, values_at
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.point_reads import PointReads
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROS_PER_DAY = 86_400_000_000
@@ -78,18 +79,18 @@ def parse_order_by(raw: Any, param: str = "order_by") -> OrderBy:
     return OrderBy(raw["key"], direction == "desc", start_value)
 
 
-async def _pages(svc: Any, name: str, raw_filter: Any, payload: bool):
+async def _pages(reads: PointReads, name: str, raw_filter: Any, payload: bool):
     """Every point matching ``raw_filter``, page by page (without text or vectors; with the payload if asked)."""
-    start, page = None, svc.settings.max_top_k
+    start, page = None, reads.settings.max_top_k
     while True:
-        points, start = await svc.scroll(name, start, page, raw_filter, False, None, False, payload)
+        points, start = await reads.scroll(name, start, page, raw_filter, False, None, False, payload)
         yield points
         if start is None:
             return
 
 
 async def ordered_ids(
-    svc: Any, name: str, order_by: OrderBy, limit: int, raw_filter: Any = None
+    reads: PointReads, name: str, order_by: OrderBy, limit: int, raw_filter: Any = None
 ) -> list[tuple[int | str, int | float]]:
     """The first ``limit`` entries ``(point id, order value)`` of the points matching ``raw_filter`` (native filter
     grammar) in ``order_by``'s order (module docstring).
@@ -97,17 +98,17 @@ async def ordered_ids(
     Raises:
         CollectionNotFound; InvalidCollectionRequest: a bad filter.
     """
-    c = await svc.collection(name)
+    c = await reads.collection(name)
     if (fast := getattr(c, "order_values", None)) is not None:  # a backend's own (embedded: SQL for top-level keys)
-        where = svc.parse_filter(raw_filter, "filter", c.vectors)
-        rows = await svc.backend.run(fast, where, order_by.key, order_by.descending, order_by.start_from, limit)
+        where = reads.parse_filter(raw_filter, "filter", c.vectors)
+        rows = await reads.backend.run(fast, where, order_by.key, order_by.descending, order_by.start_from, limit)
         if rows is not None:
             return rows
     sign = -1 if order_by.descending else 1
     start = order_by.start_from
     entries: list[tuple[int | float, int, int | str]] = []  # (signed value, scan position, id): a stable order
     n = 0
-    async for points in _pages(svc, name, raw_filter, True):
+    async for points in _pages(reads, name, raw_filter, True):
         for p in points:
             seen: set[int | float] = set()
             for v in values_at(p.get("payload") or {}, order_by.key):
@@ -122,7 +123,7 @@ async def ordered_ids(
     return [(pid, sign * v) for v, _, pid in heapq.nsmallest(limit, entries)]
 
 
-async def sample_ids(svc: Any, name: str, limit: int, raw_filter: Any = None, seed: int | None = None) -> list:
+async def sample_ids(reads: PointReads, name: str, limit: int, raw_filter: Any = None, seed: int | None = None) -> list:
     """Up to ``limit`` ids drawn uniformly without replacement from the points matching ``raw_filter`` (reservoir
     sampling, Vitter's algorithm R), in random order; ``seed`` makes it repeatable.
 
@@ -132,7 +133,7 @@ async def sample_ids(svc: Any, name: str, limit: int, raw_filter: Any = None, se
     rng = random.Random(seed)
     reservoir: list[int | str] = []
     seen = 0
-    async for points in _pages(svc, name, raw_filter, False):
+    async for points in _pages(reads, name, raw_filter, False):
         for p in points:
             if len(reservoir) < limit:
                 reservoir.append(p["id"])

@@ -13,73 +13,15 @@ a page at a time, with their stored texts and vectors and the new payloads.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from service.collections.conditions import parse_path, payload_names
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged
-
-
-def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: list[str] | None = None) -> None:
-    """Refuse a payload over ``cap`` bytes as compact UTF-8 JSON; ``what[i]`` names payload ``i`` (default:
-    ``points[i].payload``).
-
-    Raises:
-        InvalidCollectionRequest: naming the first one too large.
-    """
-    for i, p in enumerate(payloads):
-        if p and (n := len(json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode())) > cap:
-            field = what[i] if what else f"points[{i}].payload"
-            raise InvalidCollectionRequest(
-                f"{field} is {n} bytes as JSON; the maximum is {cap} (collections_max_payload_bytes)",
-                "payload" if what else field,
-            )
-
-
-async def set_payload(
-    svc: Any,
-    name: str,
-    ids: list[int | str] | None,
-    raw_filter: Any,
-    payload: dict[str, Any],
-    merge: bool,
-    key: str | None = None,
-) -> int:
-    """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or matching
-    ``raw_filter`` (module docstring) of ``svc``'s collection ``name`` (``svc``: the
-    :class:`~.service.CollectionService`, which this module must not import); returns the last write's sequence (0
-    when no point matched).
-
-    Raises:
-        CollectionNotFound, InvalidCollectionRequest (bad filter, a resulting payload too large: nothing written),
-        ReembeddingInProgress, ModelChanged (the collection switched models :data:`~.errors.RETRIES` times meanwhile).
-    """
-    wheres, cap, page = _wheres(svc, ids, raw_filter), svc.settings.max_payload_bytes, _page(svc)
-
-    if key is not None and (not merge or parse_path(key) is None):
-        raise InvalidCollectionRequest(
-            f"key {key!r}: a payload path (dotted, [] or [N] after a name, a part in double "
-            'quotes as written: a."b.c") to merge into',
-            "key",
-        )
-
-    def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if key is not None:
-            return [set_at(p["payload"], key, payload) for p in points]
-        return [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
-
-    check_payload_sizes([payload], cap, ["payload"])
-    for where in wheres if merge else ():  # the merged payloads, all checked before the first write
-        start = None
-        while True:
-            points, start = await svc.scroll(name, start, page, where)
-            check_payload_sizes(updated(points), cap, [f"the payload merged into point {p['id']!r}" for p in points])
-            if start is None:
-                break
-    return await _rewrite(svc, name, wheres, updated)
+from service.collections.payload_checks import check_payload_sizes
+from service.collections.point_reads import PointReads
+from service.collections.vector_backend import CollectionSettings
+from service.collections.writes import PointWrites
 
 
 def set_at(payload: dict[str, Any] | None, key: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -133,152 +75,173 @@ def without_keys(payload: dict[str, Any] | None, keys: list[str]) -> dict[str, A
     return out
 
 
-async def delete_payload_keys(
-    svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, keys: list[str]
-) -> int:
-    """Remove ``keys`` (:func:`without_keys`) from the payload of the points among ``ids`` or matching
-    ``raw_filter`` of ``svc``'s collection ``name``; returns the last write's sequence (0 when no point matched).
+class PayloadUpdates:
+    """Payload and vector updates of stored points (module docstring): pages read through ``reads``, written back
+    through ``writes``."""
 
-    Raises:
-        as :func:`set_payload` (a payload only shrinks: no size check).
-    """
-    return await _rewrite(
-        svc, name, _wheres(svc, ids, raw_filter), lambda points: [without_keys(p["payload"], keys) for p in points]
-    )
+    def __init__(self, reads: PointReads, writes: PointWrites) -> None:
+        self.reads = reads
+        self.writes = writes
 
+    @property
+    def settings(self) -> CollectionSettings:
+        """The ``collections_*`` settings."""
+        return self.reads.settings
 
-def _wheres(svc: Any, ids: list[int | str] | None, raw_filter: Any) -> list[Any]:
-    """The filters to page through: ``raw_filter``, or ``$ids`` filters of at most ``max_filter_values`` ids each."""
-    if ids is None:
-        return [raw_filter]
-    ids, step = list(dict.fromkeys(ids)), svc.settings.max_filter_values
-    return [{"$ids": ids[i : i + step]} for i in range(0, len(ids), step)]
+    async def set_payload(
+        self,
+        name: str,
+        ids: list[int | str] | None,
+        raw_filter: Any,
+        payload: dict[str, Any],
+        merge: bool,
+        key: str | None = None,
+    ) -> int:
+        """Merge ``payload`` into (``merge``) or put it in place of the payload of the points among ``ids`` or matching
+        ``raw_filter`` (module docstring) of the collection ``name``; returns the last write's sequence (0
+        when no point matched).
 
+        Raises:
+            CollectionNotFound, InvalidCollectionRequest (bad filter, a resulting payload too large: nothing written),
+            ReembeddingInProgress, ModelChanged (the collection switched models :data:`~.errors.RETRIES` times meanwhile).
+        """
+        wheres, cap, page = self._wheres(ids, raw_filter), self.settings.max_payload_bytes, self._page()
 
-def _page(svc: Any) -> int:
-    return min(svc.settings.max_points_per_request, svc.settings.max_top_k)
+        if key is not None and (not merge or parse_path(key) is None):
+            raise InvalidCollectionRequest(
+                f"key {key!r}: a payload path (dotted, [] or [N] after a name, a part in double "
+                'quotes as written: a."b.c") to merge into',
+                "key",
+            )
 
+        def updated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            if key is not None:
+                return [set_at(p["payload"], key, payload) for p in points]
+            return [{**(p["payload"] or {}), **payload} if merge else dict(payload) for p in points]
 
-async def _rewrite(
-    svc: Any, name: str, wheres: list[Any], updated: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-) -> int:
-    """Write back every point matching one of ``wheres`` with the payloads ``updated`` makes of a page of points."""
+        check_payload_sizes([payload], cap, ["payload"])
+        for where in wheres if merge else ():  # the merged payloads, all checked before the first write
+            start = None
+            while True:
+                points, start = await self.reads.scroll(name, start, page, where)
+                check_payload_sizes(
+                    updated(points), cap, [f"the payload merged into point {p['id']!r}" for p in points]
+                )
+                if start is None:
+                    break
+        return await self._rewrite(name, wheres, updated)
 
-    def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**p, "payload": q} for p, q in zip(points, updated(points))]
+    async def delete_payload_keys(
+        self, name: str, ids: list[int | str] | None, raw_filter: Any, keys: list[str]
+    ) -> int:
+        """Remove ``keys`` (:func:`without_keys`) from the payload of the points among ``ids`` or matching
+        ``raw_filter`` of the collection ``name``; returns the last write's sequence (0 when no point matched).
 
-    return await rewrite_points(svc, name, wheres, edit)
+        Raises:
+            as :func:`set_payload` (a payload only shrinks: no size check).
+        """
+        return await self._rewrite(
+            name, self._wheres(ids, raw_filter), lambda points: [without_keys(p["payload"], keys) for p in points]
+        )
 
+    def _wheres(self, ids: list[int | str] | None, raw_filter: Any) -> list[Any]:
+        """The filters to page through: ``raw_filter``, or ``$ids`` filters of at most ``max_filter_values`` ids each."""
+        if ids is None:
+            return [raw_filter]
+        ids, step = list(dict.fromkeys(ids)), self.settings.max_filter_values
+        return [{"$ids": ids[i : i + step]} for i in range(0, len(ids), step)]
 
-async def rewrite_points(
-    svc: Any, name: str, wheres: list[Any], edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-) -> int:
-    """Write back every point matching one of ``wheres`` (pages of stored points ``{id, text, payload, vector,
-    vectors}``) as ``edit`` changes them; returns the last write's sequence (0 when no point matched). The points are
-    read with every vector and written back whole (not atomic with concurrent writes to the same points); a model
-    switch between the read and the write makes the page be read again.
+    def _page(self) -> int:
+        return min(self.settings.max_points_per_request, self.settings.max_top_k)
 
-    Raises:
-        ModelChanged: the collection switched models :data:`~.errors.RETRIES` times meanwhile; and what
-            :meth:`~.service.CollectionService.upsert` raises.
-    """
-    page, seq, stale = _page(svc), 0, 0
-    for where in wheres:
-        start = None
-        while True:
-            model = (await svc.collection(name)).model  # the stored vectors read below are this model's
-            points, after = await svc.scroll(name, start, page, where, with_vector=True)
-            if points:
-                points = edit(points)
-                ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
-                vecs, named = [p.get("vector") for p in points], [p.get("vectors") for p in points]
-                try:  # every vector written back as stored: the model-bound one and the named others
-                    _, seq = await svc.upsert(
-                        name,
-                        ids_,
-                        texts,
-                        [p["payload"] for p in points],
-                        vecs if model else None,
-                        vectors_model=model and dict(model),
-                        named=named,
-                    )
-                except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
-                    stale += 1
-                    if stale == RETRIES:
-                        raise
-                    continue
-            if (start := after) is None:
-                break
-    return seq
+    async def _rewrite(
+        self, name: str, wheres: list[Any], updated: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    ) -> int:
+        """Write back every point matching one of ``wheres`` with the payloads ``updated`` makes of a page of points."""
 
+        def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [{**p, "payload": q} for p, q in zip(points, updated(points))]
 
-async def delete_vectors(svc: Any, name: str, ids: list[int | str] | None, raw_filter: Any, names: list[str]) -> int:
-    """Remove the named vectors ``names`` from the points among ``ids`` or matching ``raw_filter`` (Qdrant's
-    ``delete_vectors``); returns the last write's sequence (0 when no point matched).
+        return await self.rewrite_points(name, wheres, edit)
 
-    Raises:
-        InvalidCollectionRequest: a name the collection lacks, or its model-bound vector (every point holds it: it
-            is made from the text).
-    """
-    cfg = (await svc.collection(name)).vectors
-    for n in names:
-        cfg.kind_of(n, "vector")
-        if cfg.bound is not None and n == cfg.bound.name:
-            raise InvalidCollectionRequest(f"{n!r} is the model-bound vector, which every point holds", "vector")
+    async def rewrite_points(
+        self, name: str, wheres: list[Any], edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    ) -> int:
+        """Write back every point matching one of ``wheres`` (pages of stored points ``{id, text, payload, vector,
+        vectors}``) as ``edit`` changes them; returns the last write's sequence (0 when no point matched). The points are
+        read with every vector and written back whole (not atomic with concurrent writes to the same points); a model
+        switch between the read and the write makes the page be read again.
 
-    def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**p, "vectors": {k: v for k, v in (p.get("vectors") or {}).items() if k not in names}} for p in points]
+        Raises:
+            ModelChanged: the collection switched models :data:`~.errors.RETRIES` times meanwhile; and what
+                :meth:`~.service.CollectionService.upsert` raises.
+        """
+        page, seq, stale = self._page(), 0, 0
+        for where in wheres:
+            start = None
+            while True:
+                model = (await self.reads.collection(name)).model  # the stored vectors read below are this model's
+                points, after = await self.reads.scroll(name, start, page, where, with_vector=True)
+                if points:
+                    points = edit(points)
+                    ids_, texts = [p["id"] for p in points], [p["text"] for p in points]
+                    vecs, named = [p.get("vector") for p in points], [p.get("vectors") for p in points]
+                    try:  # every vector written back as stored: the model-bound one and the named others
+                        _, seq = await self.writes.upsert(
+                            name,
+                            ids_,
+                            texts,
+                            [p["payload"] for p in points],
+                            vecs if model else None,
+                            vectors_model=model and dict(model),
+                            named=named,
+                        )
+                    except ModelChanged:  # a switch completed meanwhile: read the page again, with the new vectors
+                        stale += 1
+                        if stale == RETRIES:
+                            raise
+                        continue
+                if (start := after) is None:
+                    break
+        return seq
 
-    return await rewrite_points(svc, name, _wheres(svc, ids, raw_filter), edit)
+    async def delete_vectors(self, name: str, ids: list[int | str] | None, raw_filter: Any, names: list[str]) -> int:
+        """Remove the named vectors ``names`` from the points among ``ids`` or matching ``raw_filter`` (Qdrant's
+        ``delete_vectors``); returns the last write's sequence (0 when no point matched).
 
+        Raises:
+            InvalidCollectionRequest: a name the collection lacks, or its model-bound vector (every point holds it: it
+                is made from the text).
+        """
+        cfg = (await self.reads.collection(name)).vectors
+        for n in names:
+            cfg.kind_of(n, "vector")
+            if cfg.bound is not None and n == cfg.bound.name:
+                raise InvalidCollectionRequest(f"{n!r} is the model-bound vector, which every point holds", "vector")
 
-async def update_vectors(svc: Any, name: str, updates: dict[Any, tuple[str | None, Any, dict[str, Any]]]) -> int:
-    """Set some vectors of existing points, keeping the others (Qdrant's ``update_vectors``): ``updates`` maps a
-    point id to ``(new text or None, new model-bound vector or None, {name: new named vector})``; points not stored
-    are left out (as Qdrant answers 404 for them, the caller checks first). Returns the last write's sequence.
-    """
+        def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [
+                {**p, "vectors": {k: v for k, v in (p.get("vectors") or {}).items() if k not in names}} for p in points
+            ]
 
-    def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for p in points:
-            text, vec, named = updates[p["id"]]
-            q = {**p, "vectors": {**(p.get("vectors") or {}), **named}}
-            if text is not None:  # a new text: the model-bound vector is embedded from it
-                q.update(text=text, vector=None)
-            elif vec is not None:
-                q["vector"] = vec
-            out.append(q)
-        return out
+        return await self.rewrite_points(name, self._wheres(ids, raw_filter), edit)
 
-    return await rewrite_points(svc, name, _wheres(svc, list(updates), None), edit)
+    async def update_vectors(self, name: str, updates: dict[Any, tuple[str | None, Any, dict[str, Any]]]) -> int:
+        """Set some vectors of existing points, keeping the others (Qdrant's ``update_vectors``): ``updates`` maps a
+        point id to ``(new text or None, new model-bound vector or None, {name: new named vector})``; points not stored
+        are left out (as Qdrant answers 404 for them, the caller checks first). Returns the last write's sequence.
+        """
 
+        def edit(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            out = []
+            for p in points:
+                text, vec, named = updates[p["id"]]
+                q = {**p, "vectors": {**(p.get("vectors") or {}), **named}}
+                if text is not None:  # a new text: the model-bound vector is embedded from it
+                    q.update(text=text, vector=None)
+                elif vec is not None:
+                    q["vector"] = vec
+                out.append(q)
+            return out
 
-INT64 = (-(2**63), 2**63 - 1)  # what SQLite stores and filters compare as integers
-
-
-MAX_PAYLOAD_DEPTH = 32  # nesting of objects and arrays in a payload
-
-
-def check_payload_values(v: Any, path: str = "payload", depth: int = 0) -> None:
-    """Payloads are plain JSON whose numbers a filter can match: no NaN/Infinity, integers within signed 64 bits,
-    objects and arrays nested at most :data:`MAX_PAYLOAD_DEPTH` deep.
-
-    Raises:
-        ValueError: naming the offending path.
-    """
-    if isinstance(v, (dict, list)) and depth >= MAX_PAYLOAD_DEPTH:
-        raise ValueError(f"{path}: payload nested more than {MAX_PAYLOAD_DEPTH} deep")
-    if isinstance(v, dict):
-        for k, x in v.items():
-            check_payload_values(x, f"{path}.{k}", depth + 1)
-    elif isinstance(v, list):
-        for i, x in enumerate(v):
-            check_payload_values(x, f"{path}[{i}]", depth + 1)
-    elif isinstance(v, bool) or v is None or isinstance(v, str):
-        return
-    elif isinstance(v, int):
-        if not INT64[0] <= v <= INT64[1]:
-            raise ValueError(f"{path}: integer {v} is outside the signed 64-bit range filters can compare")
-    elif isinstance(v, float):
-        if not np.isfinite(v):
-            raise ValueError(f"{path}: payload must be plain JSON (no NaN/Infinity)")
+        return await self.rewrite_points(name, self._wheres(list(updates), None), edit)

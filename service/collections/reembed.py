@@ -29,9 +29,11 @@ import socket
 import time
 from typing import Any
 
-from service.collections.errors import BackendUnavailable
+import numpy as np
+
+from service.collections.errors import BackendUnavailable, InferenceOverloaded, ModelNotReady
+from service.collections.ports import InferencePort, ModelRef, ModelSpec
 from service.collections.vector_backend import CollectionHandle, ReembedTarget, VectorBackend, model_id, same_model
-from service.inference.batcher import QueueFull
 
 log = logging.getLogger("service.collections.reembed")
 
@@ -58,25 +60,20 @@ class Reembedder:
     """Runs at most one re-embedding task per collection whose model is not the active one.
 
     Args:
-        embedder: returns the service's embedder (``resolve(model_id)``, ``encode(texts, model=, param=)``).
-        registry: the model registry (``active``: the active model or None).
-        backend: the :class:`~.backend.VectorBackend`.
-        control: the :class:`~service.inference.model_control.ModelControl`; this registers itself as an activation listener
-            and as a user of the models collections are on.
+        inference: the :class:`~.ports.InferencePort`; this follows its active model and tells it which models the
+            collections are on (kept loaded).
+        backend: the :class:`~.vector_backend.VectorBackend`.
         owner: this process's name in claims on shared backends (default ``host:pid``).
     """
 
-    def __init__(self, embedder: Any, registry: Any, backend: VectorBackend, control: Any, owner: str = "") -> None:
-        self._embedder = embedder
-        self.registry = registry
+    def __init__(self, inference: InferencePort, backend: VectorBackend, owner: str = "") -> None:
+        self.inference = inference
         self.backend = backend
-        self.control = control
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.tasks: dict[str, asyncio.Task] = {}
         self._targets: dict[str, dict[str, Any]] = {}  # collection -> the model its task re-embeds towards
         self._drop: set[str] = set()  # collections whose cancelled task should discard its target vectors
-        control.listeners.append(self.on_activate)
-        control.in_use.append(self.models_in_use)
+        inference.follow(self.on_activate, self.models_in_use)
 
     def models_in_use(self) -> set[tuple[str, str]]:
         """``{(collection, model_id)}``: every collection needs the model it is embedded with (searches, upserts)."""
@@ -98,7 +95,7 @@ class Reembedder:
         if c.model is None:
             return
         try:
-            await self.control.load(c.model["name"], c.model["version"])
+            await self.inference.load(ModelRef.from_dict(c.model))
         except Exception as e:
             log.warning(
                 "collection %s: its model %s cannot be loaded (%s); searches answer 409 until re-embedding finishes",
@@ -106,22 +103,24 @@ class Reembedder:
                 model_id(c.model),
                 e,
             )
-        act = self.registry.active
-        if act is not None:
-            await self._ensure(c, act.info)
+        try:
+            act = self.inference.active_model()
+        except ModelNotReady:  # no active model yet
+            return
+        await self._ensure(c, act)
 
-    async def on_activate(self, prev: Any, new: Any) -> None:
-        """Activation listener: point every collection at ``new`` (a :class:`ModelInfo`)."""
+    async def on_activate(self, new: ModelSpec) -> None:
+        """Activation listener: point every collection at ``new``."""
         for c in self.backend.list():
             await self._ensure(c, new)
 
     async def _count(self, c: CollectionHandle) -> int:
         return await self.backend.run(lambda: c.count)  # a network call on a shared backend: off the event loop
 
-    async def _ensure(self, c: CollectionHandle, info: Any) -> None:
+    async def _ensure(self, c: CollectionHandle, info: ModelSpec) -> None:
         if c.model is None:  # only client-supplied and sparse vectors: they do not follow the model
             return
-        target = {"name": info.name, "version": info.version, "sha256": info.sha256}
+        target = info.ref.to_dict()
         t = self.tasks.get(c.name)
         running = t is not None and not t.done()
         if running and same_model(self._targets.get(c.name), target):
@@ -143,14 +142,14 @@ class Reembedder:
         self._targets[c.name] = target
         self.tasks[c.name] = asyncio.create_task(self._run(c, info, target, t), name=f"reembed-{c.name}")
 
-    async def _encode(self, texts: list[str], lm: Any) -> Any:
-        """Embed points' texts with the target model and its document prompt (as upserts do: ``passage``, else
-        ``document``; :mod:`service.inference.prompts`); a full queue (live traffic first) is waited out, not a failure."""
+    async def _encode(self, texts: list[str], info: ModelSpec) -> np.ndarray:
+        """Embed points' texts with the target model and its document prompt (as upserts do); a full queue (live
+        traffic first) is waited out, not a failure."""
         delay = 0.05
         while True:
             try:
-                return await self._embedder().encode(texts, model=lm, param="points", prompt_role="document")
-            except QueueFull:
+                return await self.inference.encode(info.ref, texts, role="document")
+            except InferenceOverloaded:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -165,7 +164,9 @@ class Reembedder:
                 return tg
             await asyncio.sleep(CLAIM_RETRY_S)  # another replica re-embeds; take over if its claim lapses
 
-    async def _run(self, c: CollectionHandle, info: Any, target: dict[str, Any], previous: asyncio.Task | None) -> None:
+    async def _run(
+        self, c: CollectionHandle, info: ModelSpec, target: dict[str, Any], previous: asyncio.Task | None
+    ) -> None:
         if previous is not None:
             try:
                 await previous
@@ -175,22 +176,24 @@ class Reembedder:
         run = self.backend.run
         tg: ReembedTarget | None = None
         try:
-            lm = self._embedder().resolve(info.id)
+            self.inference.loaded(info.ref.id)  # ModelNotFound: fails the re-embedding
             while True:
                 try:
                     tg = await self._claim(c, target, info.dimension)
                     if tg is None:  # another replica completed it: show the shared status, not this one's placeholder
                         c.reembed_status = None
                         return
-                    if await self._sweep(c, tg, lm, info):
+                    if await self._sweep(c, tg, info):
                         return
                     # the claim went to another replica (two claims can overlap on a shared backend): wait, and take
                     # over if its claim lapses
-                    log.info("collection %s: another replica holds the re-embedding to %s; waiting", c.name, info.id)
+                    log.info(
+                        "collection %s: another replica holds the re-embedding to %s; waiting", c.name, info.ref.id
+                    )
                     await run(tg.abandon, False)
                 except BackendUnavailable as e:  # a shared store's outage pauses the sweep; its claim lapses and
                     # the re-embedding resumes from the stored target vectors once the store answers again
-                    log.warning("collection %s: re-embedding to %s paused: %s", c.name, info.id, e)
+                    log.warning("collection %s: re-embedding to %s paused: %s", c.name, info.ref.id, e)
                     await asyncio.sleep(CLAIM_RETRY_S)
                 tg = None
         except asyncio.CancelledError:
@@ -199,7 +202,7 @@ class Reembedder:
                 await asyncio.shield(run(tg.abandon, c.name in self._drop))
             raise
         except Exception as e:
-            log.exception("collection %s: re-embedding to %s failed", c.name, info.id)
+            log.exception("collection %s: re-embedding to %s failed", c.name, info.ref.id)
             failed = {"state": "failed", "error": f"{type(e).__name__}: {e}", "finished_at": time.time()}
             if tg is not None:
                 tg.status.update(failed)
@@ -207,7 +210,7 @@ class Reembedder:
             else:
                 c.reembed_status = {**(c.reembed_status or {}), **failed}
 
-    async def _sweep(self, c: CollectionHandle, tg: ReembedTarget, lm: Any, info: Any) -> bool:
+    async def _sweep(self, c: CollectionHandle, tg: ReembedTarget, info: ModelSpec) -> bool:
         """Embed every point lacking a target vector, then switch (the module docstring's steps 2-4).
 
         Returns:
@@ -215,7 +218,7 @@ class Reembedder:
         """
         run = self.backend.run
         st = tg.status
-        log.info("collection %s: re-embedding from %s to %s", c.name, model_id(c.model), info.id)
+        log.info("collection %s: re-embedding from %s to %s", c.name, model_id(c.model), info.ref.id)
         t0, own, published, cursor = time.monotonic(), 0, 0.0, None  # own: points this task embedded
         while True:
             rows, cursor = await run(tg.pending, cursor, BATCH)
@@ -229,8 +232,8 @@ class Reembedder:
                     "the collection holds points upserted as vectors without text, which cannot be re-embedded: "
                     "upsert them again with their text (or delete them), then activate the model again"
                 )
-            res = await self._encode([r[1] for r in rows], lm)
-            await run(tg.write, [r[0] for r in rows], res.embeddings)
+            vectors = await self._encode([r[1] for r in rows], info)
+            await run(tg.write, [r[0] for r in rows], vectors)
             st["done"] += len(rows)
             own += len(rows)
             st["total"] = max(await self._count(c), st["done"])

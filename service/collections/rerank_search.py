@@ -22,9 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from service.collections.errors import InvalidCollectionRequest, ModelUnavailable
+from service.collections.errors import InvalidCollectionRequest, ModelUnavailable, RerankerNotLoaded
+from service.collections.ports import InferencePort
+from service.collections.searching import Searcher
 from service.collections.vector_backend import Hit, ReadConsistency
-from service.inference.reranker import NoRerankerLoaded, Reranker
 
 
 class RerankOptions(BaseModel):
@@ -37,55 +38,60 @@ class RerankOptions(BaseModel):
     top_n: StrictInt | None = Field(None, ge=1)
 
 
-async def search(svc: Any, name: str, searches: Sequence[Any], param: str, rc: ReadConsistency) -> list[list[Hit]]:
+async def search(
+    searcher: Searcher, name: str, searches: Sequence[Any], param: str, rc: ReadConsistency
+) -> list[list[Hit]]:
     """:meth:`~.service.CollectionService.search` of ``searches``, those with a ``rerank`` reranked (module docstring).
 
     Args:
-        svc: the :class:`~.service.CollectionService`. searches: the API's ``SearchRequest``\\ s. param: ``query``
-            (one search) or ``searches`` (a batch), naming the field at fault. The reranker is reached through the
-            service's embedder (its model registry), as the collections reach their embedding models.
+        searcher: the collections' :class:`~.searching.Searcher` (its inference port scores the pairs).
+            searches: the API's ``SearchRequest``\\ s. param: ``query`` (one search) or ``searches`` (a batch),
+            naming the field at fault.
 
     Raises:
         as :meth:`~.service.CollectionService.search`; InvalidCollectionRequest (a vector query, too many candidates),
         ModelUnavailable (no reranker loaded), ModelNotFound, WrongModelTask, ModelNotReady (starting), and
-        :meth:`~service.inference.reranker.Reranker.rerank`'s errors (413, 429, 500, 503).
+        :meth:`~.ports.InferencePort.rerank`'s errors (413, 429, 500, 503).
     """
     if all(getattr(s, "rerank", None) is None for s in searches):
-        return await svc.search(name, searches, param, rc)
-    reranker = Reranker(svc.embedder().registry)  # ModelNotReady (503) while the service starts
+        return await searcher.search(name, searches, param, rc)
+    reranker = searcher.embedding.inference  # ModelNotReady (503) while the service starts
     pres = [f"{param}[{i}]." if param == "searches" else "" for i in range(len(searches))]
-    firsts = [s if s.rerank is None else _first_stage(svc, s, reranker, pre) for s, pre in zip(searches, pres)]
-    results = await svc.search(name, firsts, param, rc)
+    firsts = [
+        s if s.rerank is None else _first_stage(searcher.reads.settings.max_top_k, s, reranker, pre)
+        for s, pre in zip(searches, pres)
+    ]
+    results = await searcher.search(name, firsts, param, rc)
     for i, s in enumerate(searches):
         if s.rerank is not None:
             results[i] = await _rerank(s, results[i], reranker, pres[i])
     return results
 
 
-def _first_stage(svc: Any, s: Any, reranker: Reranker, pre: str) -> Any:
+def _first_stage(max_top_k: int, s: Any, reranker: InferencePort, pre: str) -> Any:
     """The search ``s`` asking for its ``rerank.candidates`` hits, with their texts (its reranker checked first)."""
     if not isinstance(s.query, str):
         raise InvalidCollectionRequest(
             "a search with 'rerank' needs a text query (the reranker scores the query's text against each hit's)",
             f"{pre}query",
         )
-    if s.rerank.candidates > svc.settings.max_top_k:
+    if s.rerank.candidates > max_top_k:
         raise InvalidCollectionRequest(
-            f"rerank.candidates must be at most {svc.settings.max_top_k} (collections_max_top_k)",
+            f"rerank.candidates must be at most {max_top_k} (collections_max_top_k)",
             f"{pre}rerank.candidates",
         )
     try:
-        reranker.resolve(s.rerank.model, f"{pre}rerank.model")
-    except NoRerankerLoaded as e:
+        reranker.check_reranker(s.rerank.model, f"{pre}rerank.model")
+    except RerankerNotLoaded as e:
         raise ModelUnavailable(f"no reranker is loaded for {pre}rerank: {e}") from e
     return s.model_copy(update={"top_k": s.rerank.candidates, "with_text": True, "rerank": None})
 
 
-async def _rerank(s: Any, hits: list[Hit], reranker: Reranker, pre: str) -> list[Hit]:
+async def _rerank(s: Any, hits: list[Hit], reranker: InferencePort, pre: str) -> list[Hit]:
     """The hits with text, scored by the reranker, best first, the first ``top_n``."""
     scored = [h for h in hits if h.text]
     if not scored:
         return []
-    res = await reranker.rerank(s.query, [h.text for h in scored], model=s.rerank.model, param=f"{pre}candidates")
-    order = sorted(range(len(scored)), key=lambda j: -float(res.scores[j]))[: s.rerank.top_n or s.top_k]
-    return [dataclasses.replace(scored[j], score=float(res.scores[j])) for j in order]
+    scores = await reranker.rerank(s.query, [h.text for h in scored], model=s.rerank.model, param=f"{pre}candidates")
+    order = sorted(range(len(scored)), key=lambda j: -float(scores[j]))[: s.rerank.top_n or s.top_k]
+    return [dataclasses.replace(scored[j], score=float(scores[j])) for j in order]

@@ -8,7 +8,7 @@ https://api.qdrant.tech/api-reference/snapshots/recover-from-snapshot) replaces 
 creates it, from a snapshot named by location: ``file://`` inside the snapshots directory, or ``http(s)://`` (another
 server's download URL: how a collection moves between machines), or uploaded (``POST .../snapshots/upload``, a
 multipart form whose ``snapshot`` field is the file, streamed to disk). The recovered collection is then handed to the
-:attr:`CollectionService.on_recover` listeners (the re-embedder: its model is loaded and, if it is not the active
+:attr:`Recovery.listeners` (the re-embedder: its model is loaded and, if it is not the active
 one, the collection is re-embedded towards the active model, as at start).
 
 The milvus backend has no snapshots (Milvus's own tool is ``milvus-backup``): asking answers 422 ``unsupported``.
@@ -20,7 +20,7 @@ import asyncio
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -157,27 +157,34 @@ async def fetch(location: str, directory: Path, api_key: str | None = None) -> t
     return dest, True
 
 
-async def recover(svc: Any, name: str, location: str, checksum: str | None, api_key: str | None) -> CollectionHandle:
-    """Recover collection ``name`` from the snapshot at ``location`` (:func:`fetch`) on ``svc``'s backend, then hand
-    it to ``svc.on_recover``'s listeners. Errors: those of :func:`snapshot_store`, :func:`fetch` and
-    :meth:`SnapshotStore.recover`."""
-    store = snapshot_store(svc.backend)
-    check_name(name)  # before a download
-    path, downloaded = await fetch(location, store.directory, api_key)
-    return await recover_file(svc, name, path, checksum, remove=downloaded)
+class Recovery:
+    """Recovery of collections from snapshots on ``backend`` (module docstring); each recovered collection is handed
+    to the :attr:`listeners`."""
 
+    def __init__(self, backend: VectorBackend) -> None:
+        self.backend = backend
+        #: awaited with each collection recovered (the re-embedder's ``adopt``)
+        self.listeners: list[Callable[[CollectionHandle], Awaitable[None]]] = []
 
-async def recover_file(svc: Any, name: str, path: Path, checksum: str | None, remove: bool) -> CollectionHandle:
-    """Recover collection ``name`` from the snapshot file ``path`` (deleted afterwards when ``remove``: a download or
-    an upload), then hand it to ``svc.on_recover``'s listeners. Errors: those of :meth:`SnapshotStore.recover`."""
-    try:
-        c = await snapshot_store(svc.backend).recover(name, path, checksum)
-    finally:
-        if remove:
-            await asyncio.to_thread(path.unlink, True)
-    for listener in svc.on_recover:
-        await listener(c)
-    return c
+    async def recover(self, name: str, location: str, checksum: str | None, api_key: str | None) -> CollectionHandle:
+        """Recover collection ``name`` from the snapshot at ``location`` (:func:`fetch`), then hand it to the
+        listeners. Errors: those of :func:`snapshot_store`, :func:`fetch` and :meth:`SnapshotStore.recover`."""
+        store = snapshot_store(self.backend)
+        check_name(name)  # before a download
+        path, downloaded = await fetch(location, store.directory, api_key)
+        return await self.recover_file(name, path, checksum, remove=downloaded)
+
+    async def recover_file(self, name: str, path: Path, checksum: str | None, remove: bool) -> CollectionHandle:
+        """Recover collection ``name`` from the snapshot file ``path`` (deleted afterwards when ``remove``: a download
+        or an upload), then hand it to the listeners. Errors: those of :meth:`SnapshotStore.recover`."""
+        try:
+            c = await snapshot_store(self.backend).recover(name, path, checksum)
+        finally:
+            if remove:
+                await asyncio.to_thread(path.unlink, True)
+        for listener in self.listeners:
+            await listener(c)
+        return c
 
 
 def download_path(directory: Path) -> Path:

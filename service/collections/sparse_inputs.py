@@ -1,15 +1,17 @@
-"""Sparse vectors a request gives as text (:mod:`service.inference.sparse`'s server-side models, e.g. ``qdrant/bm25``): made
-here before the write, on worker threads (tokenising and stemming is CPU work, off the event loop)."""
+"""Sparse vectors a request gives as text (the server-side sparse models of :class:`~.ports.InferencePort`, e.g.
+``qdrant/bm25``): made here before the write, on worker threads (tokenising and stemming is CPU work, off the event loop)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.ports import SparseModel
 
 
-def sparse_model(models: dict[str, Any], name: str, param: str) -> Any:
+def sparse_model(models: Mapping[str, SparseModel], name: str, param: str) -> SparseModel:
     """The server-side sparse model ``name``.
 
     Raises:
@@ -25,7 +27,7 @@ def sparse_model(models: dict[str, Any], name: str, param: str) -> Any:
 
 
 async def sparse_from_texts(
-    models: dict[str, Any], c: Any, texts: list[str], named: Any, fill: bool
+    models: Mapping[str, SparseModel], c: Any, texts: list[str], named: Any, fill: bool
 ) -> list[dict[str, Any]] | None:
     """``named`` with every ``{text, model}`` sparse vector made by its model, and (``fill``) the sparse vectors
     bound to a model made from the points' texts where not given; the models run on worker threads."""

@@ -99,26 +99,3 @@ def without_vector(cfg: VectorsConfig, name: str) -> VectorsConfig | None:
     return VectorsConfig(
         {n: v for n, v in cfg.dense.items() if n != name}, {n: v for n, v in cfg.sparse.items() if n != name}
     )
-
-
-async def create_vector_name(
-    svc: Any, collection: str, name: str, dense: dict[str, Any] | None = None, sparse: dict[str, Any] | None = None
-) -> None:
-    """Add the vector ``name`` (:func:`with_vector`) to ``collection`` of ``svc`` (the
-    :class:`~.service.CollectionService`); durable when it returns.
-
-    Raises:
-        CollectionNotFound; InvalidCollectionRequest (:func:`with_vector`, or ``unsupported`` on the milvus backend).
-    """
-    models = tuple(svc.sparse_models)
-    await svc.backend.update_vectors(collection, lambda cfg: with_vector(cfg, name, dense, sparse, models))
-
-
-async def delete_vector_name(svc: Any, collection: str, name: str) -> None:
-    """Delete the vector ``name`` (:func:`without_vector`) and its values from ``collection`` of ``svc``; durable when
-    it returns.
-
-    Raises:
-        CollectionNotFound; InvalidCollectionRequest (:func:`without_vector`, or ``unsupported`` on the milvus backend).
-    """
-    await svc.backend.update_vectors(collection, lambda cfg: without_vector(cfg, name))

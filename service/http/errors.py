@@ -156,6 +156,12 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     col.ModelUnavailable: lambda e: APIError(409, str(e), code="model_unavailable"),
     col.ReembeddingInProgress: lambda e: APIError(409, str(e), code="reembedding_in_progress"),
     col.ModelChanged: lambda e: APIError(503, str(e), code="model_changed", headers={"Retry-After": "1"}),
+    # the inference port's errors (service.collections.ports), answered as the inference errors they stand for
+    col.ModelNotFound: lambda e: APIError(404, str(e), param=e.param, code="model_not_found"),
+    col.ModelNotReady: lambda e: APIError(503, str(e), code="model_not_ready"),
+    col.InferenceOverloaded: lambda e: APIError(
+        429, f"server busy: {e}; retry later", code="queue_full", headers={"Retry-After": "1"}
+    ),
 }
 
 

@@ -48,7 +48,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from service.collections import rerank_search
 from service.collections.errors import CollectionsNotReady, InvalidCollectionRequest
 from service.collections.index import index_kinds
-from service.collections.payload_update import check_payload_values
+from service.collections.payload_checks import check_payload_values
 from service.collections.reads import CONSISTENCY_LEVELS, Hit, ReadConsistency
 from service.collections.service import CollectionService
 from service.http.kit import JSONRoute, json_response, mark_write
@@ -398,7 +398,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
     """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter), read at
     ``consistency``."""
     with timed("search", name):
-        hits = (await rerank_search.search(svc, name, [body], "query", rc))[0]
+        hits = (await rerank_search.search(svc.searcher, name, [body], "query", rc))[0]
     return _read([_hit_json(h, body.with_payload, body.with_text) for h in hits], svc, rc)
 
 
@@ -406,7 +406,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
 async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer, rc: Consistency) -> Response:
     """One result list per search, in order, all read at ``consistency``."""
     with timed("search_batch", name):
-        results = await rerank_search.search(svc, name, body.searches, "searches", rc)
+        results = await rerank_search.search(svc.searcher, name, body.searches, "searches", rc)
     return _read(
         [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)], svc, rc
     )

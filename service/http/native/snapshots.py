@@ -121,7 +121,7 @@ async def delete_snapshot(name: str, snapshot_name: str, svc: Service) -> Respon
 async def recover_snapshot(name: str, body: RecoverSnapshot, svc: Service, wait: Wait = True) -> Response:
     """Replace the collection (or create it) from the snapshot at ``location``; answers its info."""
     snapshots.snapshot_store(svc.backend)  # 422 unsupported now, not in the background
-    coro = snapshots.recover(svc, name, body.location, body.checksum, body.api_key)
+    coro = svc.recovery.recover(name, body.location, body.checksum, body.api_key)
     c, done = await snapshots.run_or_accept(coro, wait)
     return json_response(await svc.backend.run(c.info)) if done else json_response({"status": "accepted"}, 202)
 
@@ -152,5 +152,5 @@ async def upload_snapshot(
     store = snapshots.snapshot_store(svc.backend)
     snapshots.check_name(name)  # before the upload
     path = await receive_upload(request, store.directory)
-    c, done = await snapshots.run_or_accept(snapshots.recover_file(svc, name, path, checksum, remove=True), wait)
+    c, done = await snapshots.run_or_accept(svc.recovery.recover_file(name, path, checksum, remove=True), wait)
     return json_response(await svc.backend.run(c.info)) if done else json_response({"status": "accepted"}, 202)

@@ -19,7 +19,6 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
-from service.collections.vector_names import create_vector_name, delete_vector_name
 from service.http.kit import JSONRoute, json_response
 from service.http.native.collections import WRITES, DenseVectorIn, Service, SparseVectorIn
 
@@ -57,7 +56,7 @@ async def add_vector(name: str, vector: str, body: AddVector, svc: Service) -> R
         }
     )
     sparse = None if body.sparse is None else {"modifier": body.sparse.modifier, "model": body.sparse.model}
-    await create_vector_name(svc, name, vector, dense, sparse)
+    await svc.create_vector_name(name, vector, dense, sparse)
     return json_response(await svc.info(name))
 
 
@@ -69,5 +68,5 @@ async def drop_vector(name: str, vector: str, svc: Service) -> Response:
     Raises:
         CollectionNotFound, InvalidCollectionRequest (:func:`.vector_names.without_vector`).
     """
-    await delete_vector_name(svc, name, vector)
+    await svc.delete_vector_name(name, vector)
     return json_response(await svc.info(name))

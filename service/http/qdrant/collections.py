@@ -38,7 +38,6 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from service.collections.errors import CollectionNotFound, InvalidCollectionRequest
-from service.collections.vector_names import create_vector_name, delete_vector_name
 from service.http.kit import JSONRoute, json_response
 from service.http.qdrant.envelope import API_VERSION, PREFIX, WRITES, Service, ok, unsupported, update_result
 from service.http.qdrant.models import (
@@ -141,7 +140,7 @@ async def list_collections(request: Request, svc: Service) -> Response:
 async def create_collection(collection_name: str, body: CreateCollection, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``PUT /collections/{collection_name}`` -> ``true``. Errors: 409 exists, 422 a setting
     that does not map (module docstring)."""
-    dense, sparse = collection_spec(body, svc.embedder().resolve(None).info.dimension)
+    dense, sparse = collection_spec(body, svc.active_model().dimension)
     await svc.create(collection_name, dense=dense, sparse=sparse)
     return ok(request, True)
 
@@ -235,7 +234,7 @@ async def create_vector(
         if body.sparse.datatype not in (None, "float32"):
             raise unsupported(f"the sparse vector datatype {body.sparse.datatype!r}", "sparse.datatype")
         sparse = {"modifier": body.sparse.modifier or "none"}
-    await create_vector_name(svc, collection_name, vector_name, dense, sparse)
+    await svc.create_vector_name(collection_name, vector_name, dense, sparse)
     return ok(request, update_result(0))
 
 
@@ -245,5 +244,5 @@ async def delete_vector(collection_name: str, vector_name: str, request: Request
     ``UpdateResult``: the vector and every stored value of it dropped; a name the collection lacks changes nothing.
     Errors: 404; 422 the model-bound vector, the unnamed vector when it is the only dense one, any change on the
     milvus backend."""
-    await delete_vector_name(svc, collection_name, vector_name)
+    await svc.delete_vector_name(collection_name, vector_name)
     return ok(request, update_result(0))

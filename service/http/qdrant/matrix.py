@@ -33,7 +33,9 @@ class SearchMatrixRequest(BaseModel):
 async def _matrix(svc: Any, name: str, body: SearchMatrixRequest) -> tuple[list, list]:
     no_shard_key(body)
     sample, limit = body.sample or DEFAULT_SAMPLE, body.limit or DEFAULT_LIMIT
-    return await distance_matrix(svc, name, sample, limit, translate(body.filter), body.using, svc.response_budget())
+    return await distance_matrix(
+        svc.searcher, name, sample, limit, translate(body.filter), body.using, svc.response_budget()
+    )
 
 
 @router.post("/collections/{collection_name}/points/search/matrix/pairs")

@@ -227,7 +227,7 @@ async def _run(
     results = [
         await svc.query(name, s.node, budget=budget)
         if s.node is not None
-        else await mmr.search(svc, name, s.search, s.mmr, f"{param}.mmr", budget)
+        else await mmr.search(svc.searcher, name, s.search, s.mmr, f"{param}.mmr", budget)
         if s.mmr is not None
         else next(found)
         for s in specs

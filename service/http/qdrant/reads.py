@@ -1,5 +1,5 @@
 """Reads of stored points by id for the Qdrant layer's answers (retrieve, hits' vectors, lookups), through the
-collections core's scroll with an ``$ids`` filter."""
+collections core's :meth:`~service.collections.point_reads.PointReads.retrieve`."""
 
 from __future__ import annotations
 
@@ -25,15 +25,9 @@ async def fetch(
     Raises:
         CollectionNotFound; ResponseTooLarge: over ``budget``.
     """
-    ids = list(dict.fromkeys(ids))
-    found: dict[Any, dict[str, Any]] = {}
-    step = min(svc.settings.max_top_k, svc.settings.max_filter_values)  # one scroll page, one $ids filter
-    for i in range(0, len(ids), step):
-        part = ids[i : i + step]
-        flt = {"$ids": part} if where is None else {"$and": [{"$ids": part}, where]}
-        points, _ = await svc.scroll(name, None, len(part), flt, with_vector, budget, budget is None, payload)
-        found.update({(type(p["id"]), p["id"]): p for p in points})
-    return [found[(type(i), i)] for i in ids if (type(i), i) in found]
+    return await svc.retrieve(
+        name, ids, with_payload=payload, with_vectors=with_vector, with_text=budget is None, where=where, budget=budget
+    )
 
 
 async def points_by_id(

@@ -86,7 +86,7 @@ async def recover_snapshot(
 ) -> Response:
     """Qdrant's "Recover from a snapshot": ``true`` once the collection is replaced (or created)."""
     snapshots.snapshot_store(svc.backend)
-    coro = snapshots.recover(svc, collection_name, body.location, body.checksum, body.api_key)
+    coro = svc.recovery.recover(collection_name, body.location, body.checksum, body.api_key)
     _, done = await snapshots.run_or_accept(coro, wait)
     return ok(request, True) if done else _accepted(request)
 
@@ -104,6 +104,6 @@ async def upload_snapshot(
     store = snapshots.snapshot_store(svc.backend)
     snapshots.check_name(collection_name)
     path = await receive_upload(request, store.directory)
-    coro = snapshots.recover_file(svc, collection_name, path, checksum, remove=True)
+    coro = svc.recovery.recover_file(collection_name, path, checksum, remove=True)
     _, done = await snapshots.run_or_accept(coro, wait)
     return ok(request, True) if done else _accepted(request)

@@ -388,12 +388,13 @@ def test_set_payload_never_writes_back_vectors_of_a_model_switched_away(tmp_path
     from service.collections.embedded.backend import EmbeddedBackend
     from service.collections.service import CollectionService
     from service.collections.vector_backend import CollectionSettings
+    from service.inference_port import InferenceAdapter
     from service.settings import Settings
 
     async def run() -> tuple[list[float], dict]:
         backend = EmbeddedBackend(tmp_path / "root", CollectionSettings(Settings()))
         backend.root.mkdir(parents=True, exist_ok=True)
-        svc = CollectionService(backend, lambda: None)
+        svc = CollectionService(backend, InferenceAdapter(lambda: None, None, {}))
         c = await backend.create("c", single_config("c", "flat", None, "cosine", MODEL, 4))
         eye = np.eye(4, dtype=np.float32)
         await svc.upsert("c", [1, 2, 3, 4], ["a", "b", "c", "d"], [None] * 4, eye.tolist())
@@ -426,6 +427,7 @@ def test_a_set_payload_refused_for_size_changes_nothing(tmp_path):
     from service.collections.errors import InvalidCollectionRequest
     from service.collections.service import CollectionService
     from service.collections.vector_backend import CollectionSettings
+    from service.inference_port import InferenceAdapter
     from service.settings import Settings
 
     async def run() -> list:
@@ -434,7 +436,7 @@ def test_a_set_payload_refused_for_size_changes_nothing(tmp_path):
         )
         backend = EmbeddedBackend(tmp_path / "root", CollectionSettings(small))
         backend.root.mkdir(parents=True, exist_ok=True)
-        svc = CollectionService(backend, lambda: None)
+        svc = CollectionService(backend, InferenceAdapter(lambda: None, None, {}))
         c = await backend.create("c", single_config("c", "flat", None, "cosine", MODEL, 4))
         payloads = [{"x": 1}, {"x": 2}, {"x": 3}, {"x": "y" * 80}]  # the last one has room for little more
         for i in (0, 2):
