@@ -21,19 +21,9 @@ from typing import Any
 import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.metric import unit_rows
+from service.collections.metric import similarity_matrix
 from service.collections.searching import Searcher
 from service.collections.vectors import stored_vector
-
-
-def _dense_sim(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
-    """``(n, m)`` similarities of the rows of ``a`` (``(n, d)``) to those of ``b`` (``(m, d)``)."""
-    if metric == "l2":
-        d2 = (a**2).sum(1)[:, None] - 2 * a @ b.T + (b**2).sum(1)[None, :]
-        return -np.maximum(d2, 0.0)
-    if metric == "cosine":
-        a, b = unit_rows(a), unit_rows(b)
-    return a @ b.T
 
 
 def similarity(x: Any, y: Any, metric: str, multivector: bool = False) -> float:
@@ -44,8 +34,8 @@ def similarity(x: Any, y: Any, metric: str, multivector: bool = False) -> float:
         return float(sum(v * ys[i] for i, v in zip(x["indices"], x["values"]) if i in ys))
     a, b = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if not multivector:
-        return float(_dense_sim(a[None], b[None], metric)[0, 0])
-    return float(_dense_sim(a, b, metric).max(1).sum())
+        return float(similarity_matrix(a[None], b[None], metric)[0, 0])
+    return float(similarity_matrix(a, b, metric).max(1).sum())
 
 
 def _swap_remove(xs: list[int], i: int) -> int:

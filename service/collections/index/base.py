@@ -19,6 +19,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from service.collections.metric import is_distance
+
 METRICS = ("cosine", "dot", "l2")
 
 
@@ -44,7 +46,7 @@ def faiss_metric(metric: str) -> int:
     """
     if metric not in METRICS:
         raise IndexConfigError(f"metric must be one of {METRICS}, got {metric!r}")
-    return faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    return faiss.METRIC_L2 if is_distance(metric) else faiss.METRIC_INNER_PRODUCT
 
 
 def int_param(params: dict[str, Any], name: str, lo: int, hi: int) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.collections.metric import is_distance
+
 
 def exact_search(
     queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray, k: int, metric: str
@@ -18,7 +20,7 @@ def exact_search(
     if len(ids) == 0:
         return np.zeros((nq, 0), np.float32), np.zeros((nq, 0), np.int64)
     k = min(k, len(ids))
-    if metric == "l2":
+    if is_distance(metric):
         d2 = (queries**2).sum(1)[:, None] - 2 * queries @ vectors.T + (vectors**2).sum(1)[None, :]
         score = -np.maximum(d2, 0)
     else:
@@ -28,7 +30,7 @@ def exact_search(
     order = np.argsort(-ps, axis=1, kind="stable")
     top = np.take_along_axis(part, order, 1)
     s = np.take_along_axis(score, top, 1).astype(np.float32)
-    if metric == "l2":  # the expansion above cancels for near points: the chosen ones' distances from differences
+    if is_distance(metric):  # the expansion above cancels for near points: the chosen ones' distances from differences
         s = np.stack([np.linalg.norm(vectors[top[i]] - queries[i], axis=1) for i in range(nq)]).astype(np.float32)
         order = np.argsort(s, axis=1, kind="stable")
         s, top = np.take_along_axis(s, order, 1), np.take_along_axis(top, order, 1)

@@ -23,6 +23,7 @@ from artifact_contract.fsio import fsync_dir
 from service.collections.index.base import IndexSpec
 from service.collections.index.exact import exact_search
 from service.collections.index.registry import get_type
+from service.collections.metric import is_distance
 
 _SNAP_MAGIC = b"EMBSNAP1"
 
@@ -166,7 +167,7 @@ class VectorIndex:
             params.sel = sel
         D, I = self.index.search(q, k, params=params)
         del keep
-        if self.spec.metric == "l2":
+        if is_distance(self.spec.metric):
             D = np.sqrt(np.maximum(D, 0))
         return D, I
 
