@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -46,12 +46,13 @@ from pydantic import (
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from service.collections import rerank_search
-from service.collections.errors import CollectionsNotReady, InvalidCollectionRequest
+from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import index_kinds
 from service.collections.payload_update import check_payload_values
 from service.collections.service import CollectionService
-from service.collections.vector_backend import CONSISTENCY_LEVELS, Hit, ReadConsistency
-from service.http.kit import JSONRoute, json_response, mark_write
+from service.collections.vector_backend import Hit, ReadConsistency
+from service.http.deps import WRITES, Consistency, Service
+from service.http.kit import JSONRoute, json_response
 from service.metrics import CollectionTimer, collection_timer
 
 router = APIRouter(tags=["collections"], route_class=JSONRoute)
@@ -227,43 +228,6 @@ class SearchBatch(BaseModel):
     searches: list[SearchRequest] = Field(min_length=1)
 
 
-def collection_service(request: Request) -> CollectionService:
-    """Dependency: the :class:`CollectionService` on ``app.state.collection_service``.
-
-    Raises:
-        CollectionsNotReady: the collections are not started yet.
-    """
-    svc = getattr(request.app.state, "collection_service", None)
-    if svc is None:
-        raise CollectionsNotReady("collections are not available yet")
-    return svc
-
-
-Service = Annotated[CollectionService, Depends(collection_service)]
-
-
-def read_consistency(
-    svc: Annotated[CollectionService, Depends(collection_service)],
-    consistency: Annotated[
-        Literal[CONSISTENCY_LEVELS] | None,
-        Query(
-            description="strong | bounded | eventual (default: collections_read_consistency); the embedded "
-            "backend is always strong"
-        ),
-    ] = None,
-    after_sequence: Annotated[
-        int | None,
-        Query(ge=0, le=2**63 - 1, description="a write's 'sequence': the read sees that write, on any replica"),
-    ] = None,
-) -> ReadConsistency:
-    """Dependency: the read consistency a request asks for (Qdrant API reference: the ``consistency`` query
-    parameter of reads; Milvus consistency levels); see :class:`~.backend.ReadConsistency`."""
-    return svc.read_consistency(consistency, after_sequence)
-
-
-Consistency = Annotated[ReadConsistency, Depends(read_consistency)]
-
-
 def _read(body: Any, svc: CollectionService, rc: ReadConsistency) -> Response:
     """A read's JSON answer, with the consistency it got in ``X-Read-Consistency``."""
     r = json_response(body)
@@ -271,10 +235,7 @@ def _read(body: Any, svc: CollectionService, rc: ReadConsistency) -> Response:
     return r
 
 
-Timer = Annotated[CollectionTimer, Depends(collection_timer)]
-WRITES = [
-    Depends(mark_write)
-]  # a write past its time budget answers that it may have been applied  # latency histograms by index type (service.metrics)
+Timer = Annotated[CollectionTimer, Depends(collection_timer)]  # latency histograms by index type (service.metrics)
 
 
 def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from service.collections.vector_names import create_vector_name, delete_vector_name
+from service.http.deps import WRITES, Service
 from service.http.kit import JSONRoute, json_response
-from service.http.native.collections import WRITES, DenseVectorIn, Service, SparseVectorIn
+from service.http.native.collections import DenseVectorIn, SparseVectorIn
 
 router = APIRouter(tags=["collections"], route_class=JSONRoute)
 
