@@ -78,7 +78,7 @@ def _first_stage(svc: Any, s: Any, reranker: Reranker, pre: str) -> Any:
         reranker.resolve(s.rerank.model, f"{pre}rerank.model")
     except NoRerankerLoaded as e:
         raise ModelUnavailable(f"no reranker is loaded for {pre}rerank: {e}") from e
-    return s.model_copy(update={"top_k": s.rerank.candidates, "with_text": True, "rerank": None})
+    return dataclasses.replace(s, top_k=s.rerank.candidates, with_text=True, rerank=None)
 
 
 async def _rerank(s: Any, hits: list[Hit], reranker: Reranker, pre: str) -> list[Hit]:

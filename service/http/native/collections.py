@@ -49,6 +49,7 @@ from service.collections import rerank_search
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import index_kinds
 from service.collections.payload_update import check_payload_values
+from service.collections.query_model import Rerank, SearchQuery
 from service.collections.service import CollectionService
 from service.collections.vector_backend import Hit, ReadConsistency
 from service.http.deps import WRITES, Consistency, Service
@@ -220,6 +221,25 @@ class SearchRequest(BaseModel):
     with_text: StrictBool = True
     rerank: rerank_search.RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
 
+    def compiled(self) -> SearchQuery:
+        """The core's query (:class:`~service.collections.query_model.SearchQuery`) of this search."""
+        r = self.rerank
+        return SearchQuery(
+            query=self.query.model_dump() if isinstance(self.query, SparseIn) else self.query,
+            top_k=self.top_k,
+            filter=self.filter,
+            score_threshold=self.score_threshold,
+            with_payload=self.with_payload,
+            with_text=self.with_text,
+            using=self.using,
+            exact=self.exact,
+            mode=self.mode,
+            fusion=self.fusion,
+            rrf_k=self.rrf_k,
+            candidates=self.candidates,
+            rerank=None if r is None else Rerank(r.model, r.candidates, r.top_n),
+        )
+
 
 class SearchBatch(BaseModel):
     """Body of ``POST /collections/{name}/search/batch``."""
@@ -359,7 +379,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
     """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter), read at
     ``consistency``."""
     with timed("search", name):
-        hits = (await rerank_search.search(svc, name, [body], "query", rc))[0]
+        hits = (await rerank_search.search(svc, name, [body.compiled()], "query", rc))[0]
     return _read([_hit_json(h, body.with_payload, body.with_text) for h in hits], svc, rc)
 
 
@@ -367,7 +387,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
 async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer, rc: Consistency) -> Response:
     """One result list per search, in order, all read at ``consistency``."""
     with timed("search_batch", name):
-        results = await rerank_search.search(svc, name, body.searches, "searches", rc)
+        results = await rerank_search.search(svc, name, [s.compiled() for s in body.searches], "searches", rc)
     return _read(
         [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)], svc, rc
     )

@@ -36,11 +36,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from service.collections import mmr
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound
+from service.collections.query_model import SearchQuery
 from service.collections.searching import QueryNode
 from service.collections.service import CollectionService
 from service.collections.vector_backend import ResponseBudget
 from service.http.kit import JSONRoute
-from service.http.native.collections import SearchRequest
 from service.http.qdrant import explore, ordered, prefetch
 from service.http.qdrant.envelope import PREFIX, Service, ok, unsupported
 from service.http.qdrant.filters import translate
@@ -71,10 +71,10 @@ _POINT_ID = TypeAdapter(QdrantId)
 
 @dataclass
 class Spec:
-    """One native search (the native API's ``SearchRequest``, a ``SearchSpec`` of the collection service) and how
-    to show its hits: skip ``offset``, select payload and vector as Qdrant's ``with_payload``/``with_vector`` ask."""
+    """One search of the core (its query model's :class:`~service.collections.query_model.SearchQuery`) and how to
+    show its hits: skip ``offset``, select payload and vector as Qdrant's ``with_payload``/``with_vector`` ask."""
 
-    search: SearchRequest
+    search: SearchQuery
     offset: int
     payload_sel: Any
     vector_sel: Any
@@ -97,7 +97,7 @@ def _spec(
     using: str | None = None,
     params: dict[str, Any] | None = None,
 ) -> Spec:
-    search = SearchRequest.model_construct(
+    search = SearchQuery(
         query=query,
         top_k=top_k,
         filter=where,
