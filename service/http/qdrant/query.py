@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
-from service.collections import mmr
+from service.collections import mmr, recommend
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound
 from service.collections.query_model import SearchQuery
 from service.collections.searching import QueryNode
@@ -155,9 +155,9 @@ async def _query_vector(
     if isinstance(q, SparseVector):
         return q.model_dump(), [], None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
-        src, src_using = explore.source(name, using, lookup)
+        src, src_using = recommend.source(name, using, explore.lookup_of(lookup))
         c = await svc.collection(src)
-        vname = explore.vector_name(c.vectors, src_using, param)
+        vname = recommend.vector_name(c.vectors, src_using, param)
         model = c.model and dict(c.model)  # the stored vector read below is this model's
         points = await fetch(svc, src, [q], True)
         if not points:
