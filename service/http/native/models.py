@@ -16,7 +16,6 @@ from pydantic import (
     model_validator,
 )
 
-from service.collections import rerank_search
 from service.collections.index import index_kinds
 from service.collections.payload_update import check_payload_values
 from service.collections.query_model import Rerank, SearchQuery
@@ -146,6 +145,16 @@ class CountRequest(BaseModel):
     filter: Any = None
 
 
+class RerankOptions(BaseModel):
+    """A search's ``rerank``: ``model`` (a loaded reranker; default the first loaded), ``candidates`` (first-stage
+    hits scored, default 100, at most ``collections_max_top_k``), ``top_n`` (hits answered, default ``top_k``)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model: StrictStr | None = None
+    candidates: StrictInt = Field(100, ge=1)
+    top_n: StrictInt | None = Field(None, ge=1)
+
+
 class SearchRequest(BaseModel):
     """One search: ``query`` (a text, a dense vector or a sparse ``{indices, values}``) by the vector ``using``
     (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``;
@@ -172,7 +181,7 @@ class SearchRequest(BaseModel):
     score_threshold: FiniteFloat | None = None
     with_payload: StrictBool = True
     with_text: StrictBool = True
-    rerank: rerank_search.RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
+    rerank: RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
 
     def compiled(self) -> SearchQuery:
         """The core's query (:class:`~service.collections.query_model.SearchQuery`) of this search."""
