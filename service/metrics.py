@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from fastapi import Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -279,9 +278,3 @@ def open_collections(state: Any) -> Mapping[str, Any] | None:
     """The collections of an app (name -> handle, from its collections backend), or None before start."""
     svc = getattr(state, "collection_service", None)
     return {c.name: c for c in svc.backend.list()} if svc is not None else None
-
-
-def collection_timer(request: Request) -> CollectionTimer:
-    """FastAPI dependency: a :class:`CollectionTimer` on the app's metrics and collections."""
-    state = request.app.state
-    return CollectionTimer(state.metrics, lambda: open_collections(state))

@@ -96,6 +96,11 @@ class Aliases:
         """The collection an alias names, or None."""
         return self.map.get(name)
 
+    def listing(self, collection: str | None = None) -> list[dict[str, str]]:
+        """``[{alias_name, collection_name}]`` sorted by alias, of ``collection`` only when given (Qdrant API
+        reference: the answers of "List collections aliases" and "List aliases for collection")."""
+        return [{"alias_name": a, "collection_name": c} for a, c in sorted(self.map.items()) if collection in (None, c)]
+
     def of(self, collection: str) -> list[str]:
         """The aliases of ``collection``, sorted."""
         return sorted(a for a, c in self.map.items() if c == collection)

@@ -20,22 +20,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
-
 from service.collections.errors import InvalidCollectionRequest, ModelUnavailable, RerankerNotLoaded
 from service.collections.ports import InferencePort
 from service.collections.searching import Searcher
 from service.collections.vector_backend import Hit, ReadConsistency
-
-
-class RerankOptions(BaseModel):
-    """A search's ``rerank``: ``model`` (a loaded reranker; default the first loaded), ``candidates`` (first-stage
-    hits scored, default 100, at most ``collections_max_top_k``), ``top_n`` (hits answered, default ``top_k``)."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
-    model: StrictStr | None = None
-    candidates: StrictInt = Field(100, ge=1)
-    top_n: StrictInt | None = Field(None, ge=1)
 
 
 async def search(
@@ -45,7 +33,7 @@ async def search(
 
     Args:
         searcher: the collections' :class:`~.searching.Searcher` (its inference port scores the pairs).
-            searches: the API's ``SearchRequest``\\ s. param: ``query`` (one search) or ``searches`` (a batch),
+            searches: :class:`~.query_model.SearchQuery`\\ s. param: ``query`` (one search) or ``searches`` (a batch),
             naming the field at fault.
 
     Raises:
@@ -84,7 +72,7 @@ def _first_stage(max_top_k: int, s: Any, reranker: InferencePort, pre: str) -> A
         reranker.check_reranker(s.rerank.model, f"{pre}rerank.model")
     except RerankerNotLoaded as e:
         raise ModelUnavailable(f"no reranker is loaded for {pre}rerank: {e}") from e
-    return s.model_copy(update={"top_k": s.rerank.candidates, "with_text": True, "rerank": None})
+    return dataclasses.replace(s, top_k=s.rerank.candidates, with_text=True, rerank=None)
 
 
 async def _rerank(s: Any, hits: list[Hit], reranker: InferencePort, pre: str) -> list[Hit]:

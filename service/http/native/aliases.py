@@ -20,8 +20,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from starlette.responses import Response
 
+from service.http.deps import WRITES, Service
 from service.http.kit import JSONRoute, json_response
-from service.http.native.collections import WRITES, Service
 
 router = APIRouter(tags=["collections"], route_class=JSONRoute)
 
@@ -74,12 +74,6 @@ class ChangeAliases(_Strict):
         return [a.model_dump(exclude_none=True) for a in self.actions]
 
 
-def alias_list(svc: Any, collection: str | None = None) -> list[dict[str, str]]:
-    """``[{alias_name, collection_name}]`` sorted by alias (of ``collection`` only, when given)."""
-    m = svc.backend.aliases.map
-    return [{"alias_name": a, "collection_name": c} for a, c in sorted(m.items()) if collection in (None, c)]
-
-
 @router.post("/collections/aliases", dependencies=WRITES)
 async def update_aliases(body: ChangeAliases, svc: Service) -> Response:
     """Apply the alias actions in order, all or none."""
@@ -90,11 +84,11 @@ async def update_aliases(body: ChangeAliases, svc: Service) -> Response:
 @router.get("/aliases")
 async def list_aliases(svc: Service) -> Response:
     """Every alias."""
-    return json_response({"aliases": alias_list(svc)})
+    return json_response({"aliases": svc.backend.aliases.listing()})
 
 
 @router.get("/collections/{name}/aliases")
 async def collection_aliases(name: str, svc: Service) -> Response:
     """The aliases of one collection (404 if there is no such collection)."""
     c = await svc.collection(name)
-    return json_response({"aliases": alias_list(svc, c.name)})
+    return json_response({"aliases": svc.backend.aliases.listing(c.name)})

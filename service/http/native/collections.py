@@ -20,8 +20,8 @@
 ``POST   /collections/{name}/search/batch``   ``{searches: [search, ...]}`` -> ``[[hit, ...], ...]``
 ============================================  ==================================================
 
-``query`` is a text (embedded with the collection's model) or a vector of the
-collection's dimension. Every read (the GETs and both searches) takes ``?consistency=strong|bounded|eventual``
+The request bodies are :mod:`.models`'s. ``query`` is a text (embedded with the collection's model) or a vector of
+the collection's dimension. Every read (the GETs and both searches) takes ``?consistency=strong|bounded|eventual``
 and ``?after_sequence=`` (a write's ``sequence``), answering the consistency it got in ``X-Read-Consistency``
 (:class:`~.backend.ReadConsistency`). Errors: 404 ``collection_not_found`` / ``point_not_found``,
 409 ``collection_exists`` / ``model_unavailable``, 413 ``too_many_points``, 422
@@ -30,29 +30,27 @@ and ``?after_sequence=`` (a write's ``sequence``), answering the consistency it 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    field_validator,
-    model_validator,
-)
+from fastapi import APIRouter, Response
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from service.collections import rerank_search
-from service.collections.errors import CollectionsNotReady, InvalidCollectionRequest
-from service.collections.index import index_kinds
-from service.collections.payload_checks import check_payload_values
-from service.collections.reads import CONSISTENCY_LEVELS, Hit, ReadConsistency
+from service.collections.errors import InvalidCollectionRequest
+from service.collections.reads import Hit, ReadConsistency
 from service.collections.service import CollectionService
-from service.http.kit import JSONRoute, json_response, mark_write
-from service.metrics import CollectionTimer, collection_timer
+from service.http.deps import WRITES, Consistency, Service, Timer
+from service.http.kit import JSONRoute, json_response
+from service.http.native.models import (
+    CountRequest,
+    CreateCollection,
+    DeletePoints,
+    ScrollRequest,
+    SearchBatch,
+    SearchRequest,
+    SparseIn,
+    UpsertPoints,
+)
 
 router = APIRouter(tags=["collections"], route_class=JSONRoute)
 
@@ -66,215 +64,12 @@ class _AnyPath(PathConvertor):
 
 register_url_convertor("anypath", _AnyPath())
 
-IndexKind = Literal[index_kinds()]  # the registered index types, listed in the OpenAPI schema
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]  # a number: not true/false, not a string
-PointId = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)] | Annotated[StrictStr, Field(min_length=1, max_length=512)]
-
-
-class DenseVectorIn(BaseModel):
-    """One named dense vector of a new collection: ``model: true`` binds it to the active model (the service embeds
-    each point's text; ``size`` is the model's), else it is client-supplied (``size`` required, vectors sent in each
-    point's ``vectors``); ``multivector: true``: a matrix of ``size``-float rows per point, searched by MAX_SIM
-    (:class:`~.schema.DenseVector`; client-supplied, no index)."""
-
-    model_config = ConfigDict(extra="forbid")
-    model: StrictBool = False
-    size: Annotated[StrictInt, Field(ge=1, le=65536)] | None = None
-    metric: Literal["cosine", "dot", "l2"] = "cosine"
-    index: IndexKind = "flat"
-    params: dict[str, Any] | None = None
-    multivector: StrictBool = False
-
-
-class SparseVectorIn(BaseModel):
-    """One named sparse vector of a new collection: ``modifier: idf`` weights query terms by their IDF over the
-    collection (Qdrant's ``SparseVectorParams.modifier``); ``model: qdrant/bm25`` makes it here from each point's
-    text (and a text query's), as fastembed's ``Bm25`` does (with ``modifier: idf``, BM25 scores)."""
-
-    model_config = ConfigDict(extra="forbid")
-    modifier: Literal["none", "idf"] = "none"
-    model: Literal["qdrant/bm25"] | None = None
-
-
-class CreateCollection(BaseModel):
-    """Body of ``PUT /collections/{name}``: one unnamed vector bound to the active model (``index``, ``params``,
-    ``metric``), or the named ``vectors`` and ``sparse_vectors`` given (then ``index``/``params``/``metric`` are
-    those of each vector)."""
-
-    model_config = ConfigDict(extra="forbid")
-    index: IndexKind = "flat"
-    params: dict[str, Any] | None = None
-    metric: Literal["cosine", "dot", "l2"] = "cosine"
-    vectors: dict[StrictStr, DenseVectorIn] | None = None
-    sparse_vectors: dict[StrictStr, SparseVectorIn] | None = None
-
-    @model_validator(mode="after")
-    def _one_shape(self) -> CreateCollection:
-        named = self.vectors is not None or self.sparse_vectors is not None
-        if named and self.model_fields_set & {"index", "params", "metric"}:
-            raise ValueError("with 'vectors' or 'sparse_vectors', give index, params and metric per vector")
-        return self
-
-
-class SparseIn(BaseModel):
-    """A sparse vector: ``indices`` (unsigned 32-bit, unique) and their ``values``."""
-
-    model_config = ConfigDict(extra="forbid")
-    indices: list[StrictInt]
-    values: list[FiniteFloat]
-
-
-class PointIn(BaseModel):
-    """One point to upsert: ``id`` (unsigned int or string), ``text`` (embedded here) and/or ``vector`` (made by the
-    collection's model elsewhere, e.g. ``/v1/embeddings``: stored as given, the text kept for re-embedding; a point
-    without text cannot follow a model switch), optional JSON-object ``payload``."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: PointId
-    text: Annotated[StrictStr, Field(min_length=1)] | None = None
-    vector: Annotated[list[FiniteFloat], Field(min_length=1)] | None = None
-    vectors: (
-        dict[StrictStr, Annotated[list[FiniteFloat], Field(min_length=1)] | list[list[FiniteFloat]] | SparseIn] | None
-    ) = None
-    payload: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _text_or_vector(self) -> PointIn:
-        if self.text is None and self.vector is None and not self.vectors:
-            raise ValueError("give 'text' (embedded here), 'vector' (made by the collection's model) or 'vectors'")
-        return self
-
-    @field_validator("payload")
-    @classmethod
-    def _plain_json(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            check_payload_values(v)
-        return v
-
-
-class UpsertPoints(BaseModel):
-    """Body of ``PUT /collections/{name}/points``."""
-
-    model_config = ConfigDict(extra="forbid")
-    points: list[PointIn] = Field(min_length=1)
-
-
-class DeletePoints(BaseModel):
-    """Body of ``POST /collections/{name}/points/delete``: exactly one of ``ids`` and ``filter``."""
-
-    model_config = ConfigDict(extra="forbid")
-    ids: list[PointId] | None = None
-    filter: Any = None
-
-    @model_validator(mode="after")
-    def _one(self) -> DeletePoints:
-        if (self.ids is None) == (self.filter is None):
-            raise ValueError("give exactly one of 'ids' and 'filter'")
-        return self
-
-
-class ScrollRequest(BaseModel):
-    """Body of ``POST /collections/{name}/points/scroll``: a page of points in id order (their stored JSON text,
-    byte order: string ids first), from ``start`` (inclusive; the previous page's ``next``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    filter: Any = None
-    start: PointId | None = None
-    limit: StrictInt = Field(10, ge=1)
-    with_vector: StrictBool | list[StrictStr] = False
-
-
-class CountRequest(BaseModel):
-    """Body of ``POST /collections/{name}/points/count``."""
-
-    model_config = ConfigDict(extra="forbid")
-    filter: Any = None
-
-
-class SearchRequest(BaseModel):
-    """One search: ``query`` (a text, a dense vector or a sparse ``{indices, values}``) by the vector ``using``
-    (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``;
-    ``exact``: score every stored vector instead of searching the approximate index. ``mode``: ``dense`` (the
-    model-bound vector), ``sparse`` (the sparse vector bound to ``qdrant/bm25``) or ``hybrid`` (a text searched by
-    both, ``candidates`` hits each, fused by ``fusion``: ``rrf``, its constant ``rrf_k`` default 2 as Qdrant's, or
-    ``dbsf``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    query: (
-        Annotated[StrictStr, Field(min_length=1)]
-        | Annotated[list[FiniteFloat], Field(min_length=1)]
-        | SparseIn
-        | Annotated[list[list[FiniteFloat]], Field(min_length=1)]
-    )  # the last: a multivector's rows
-    using: StrictStr | None = None
-    mode: Literal["dense", "sparse", "hybrid"] | None = None
-    fusion: Literal["rrf", "dbsf"] = "rrf"
-    rrf_k: StrictInt | None = Field(None, ge=1)
-    candidates: StrictInt = Field(100, ge=1)
-    exact: StrictBool = False
-    top_k: StrictInt = Field(10, ge=1)
-    filter: Any = None
-    score_threshold: FiniteFloat | None = None
-    with_payload: StrictBool = True
-    with_text: StrictBool = True
-    rerank: rerank_search.RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
-
-
-class SearchBatch(BaseModel):
-    """Body of ``POST /collections/{name}/search/batch``."""
-
-    model_config = ConfigDict(extra="forbid")
-    searches: list[SearchRequest] = Field(min_length=1)
-
-
-def collection_service(request: Request) -> CollectionService:
-    """Dependency: the :class:`CollectionService` on ``app.state.collection_service``.
-
-    Raises:
-        CollectionsNotReady: the collections are not started yet.
-    """
-    svc = getattr(request.app.state, "collection_service", None)
-    if svc is None:
-        raise CollectionsNotReady("collections are not available yet")
-    return svc
-
-
-Service = Annotated[CollectionService, Depends(collection_service)]
-
-
-def read_consistency(
-    svc: Annotated[CollectionService, Depends(collection_service)],
-    consistency: Annotated[
-        Literal[CONSISTENCY_LEVELS] | None,
-        Query(
-            description="strong | bounded | eventual (default: collections_read_consistency); the embedded "
-            "backend is always strong"
-        ),
-    ] = None,
-    after_sequence: Annotated[
-        int | None,
-        Query(ge=0, le=2**63 - 1, description="a write's 'sequence': the read sees that write, on any replica"),
-    ] = None,
-) -> ReadConsistency:
-    """Dependency: the read consistency a request asks for (Qdrant API reference: the ``consistency`` query
-    parameter of reads; Milvus consistency levels); see :class:`~.backend.ReadConsistency`."""
-    return svc.read_consistency(consistency, after_sequence)
-
-
-Consistency = Annotated[ReadConsistency, Depends(read_consistency)]
-
 
 def _read(body: Any, svc: CollectionService, rc: ReadConsistency) -> Response:
     """A read's JSON answer, with the consistency it got in ``X-Read-Consistency``."""
     r = json_response(body)
     r.headers["X-Read-Consistency"] = svc.backend.applied(rc)
     return r
-
-
-Timer = Annotated[CollectionTimer, Depends(collection_timer)]
-WRITES = [
-    Depends(mark_write)
-]  # a write past its time budget answers that it may have been applied  # latency histograms by index type (service.metrics)
 
 
 def _hit_json(h: Hit, with_payload: bool, with_text: bool) -> dict[str, Any]:
@@ -398,7 +193,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
     """``[{id, score, text, payload}]``, best first: the top_k points (among those matching the filter), read at
     ``consistency``."""
     with timed("search", name):
-        hits = (await rerank_search.search(svc.searcher, name, [body], "query", rc))[0]
+        hits = (await rerank_search.search(svc.searcher, name, [body.compiled()], "query", rc))[0]
     return _read([_hit_json(h, body.with_payload, body.with_text) for h in hits], svc, rc)
 
 
@@ -406,7 +201,7 @@ async def search(name: str, body: SearchRequest, svc: Service, timed: Timer, rc:
 async def search_batch(name: str, body: SearchBatch, svc: Service, timed: Timer, rc: Consistency) -> Response:
     """One result list per search, in order, all read at ``consistency``."""
     with timed("search_batch", name):
-        results = await rerank_search.search(svc.searcher, name, body.searches, "searches", rc)
+        results = await rerank_search.search(svc.searcher, name, [s.compiled() for s in body.searches], "searches", rc)
     return _read(
         [[_hit_json(h, s.with_payload, s.with_text) for h in hits] for s, hits in zip(body.searches, results)], svc, rc
     )

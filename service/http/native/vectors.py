@@ -19,15 +19,16 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
+from service.http.deps import WRITES, Service
 from service.http.kit import JSONRoute, json_response
-from service.http.native.collections import WRITES, DenseVectorIn, Service, SparseVectorIn
+from service.http.native.models import DenseVectorIn, SparseVectorIn
 
 router = APIRouter(tags=["collections"], route_class=JSONRoute)
 
 
 class AddVector(BaseModel):
-    """Body of ``PUT /collections/{name}/vectors/{vector}``: exactly one of ``dense`` (:class:`~.api.DenseVectorIn`,
-    not bound to the model) and ``sparse`` (:class:`~.api.SparseVectorIn`)."""
+    """Body of ``PUT /collections/{name}/vectors/{vector}``: exactly one of ``dense`` (:class:`~.models.DenseVectorIn`,
+    not bound to the model) and ``sparse`` (:class:`~.models.SparseVectorIn`)."""
 
     model_config = ConfigDict(extra="forbid")
     dense: DenseVectorIn | None = None

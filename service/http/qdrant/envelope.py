@@ -9,23 +9,21 @@ place for every path under :data:`PREFIX` (``service.http.errors.shape_of``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Request, Response
+from fastapi import Request, Response
 
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.service import CollectionService
+from service.http.deps import WRITES, Service
 from service.http.errors import APIError, elapsed_s
-from service.http.kit import json_response, mark_write
-from service.http.native.collections import collection_service
+from service.http.kit import json_response
 
 PREFIX = "/qdrant"  # the native collections API owns /collections/...; Qdrant clients take a URL path prefix
 #: the Qdrant REST API version whose reference this surface follows (checked with qdrant-client 1.20); clients compare
 #: it with their own version
 API_VERSION = "1.20.0"
 
-Service = Annotated[CollectionService, Depends(collection_service)]
-WRITES = [Depends(mark_write)]
+__all__ = ["API_VERSION", "PREFIX", "WRITES", "Service", "error_body", "ok", "unsupported", "update_result"]
 
 
 def ok(request: Request, result: Any) -> Response:

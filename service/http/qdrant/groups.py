@@ -69,7 +69,7 @@ async def _grouped(svc: CollectionService, name: str, spec: Spec, key: str, limi
         if spec.node is not None:  # a query with prefetches
             hits = await svc.query(name, _widened(spec.node, top_k, cap))
         else:
-            search = spec.search.model_copy(update={"top_k": top_k, "with_payload": True})
+            search = replace(spec.search, top_k=top_k, with_payload=True)
             hits = (await svc.search(name, [search], "query"))[0]
         groups = group(hits, key, limit, size)
         full = len(groups) == limit and all(len(g) == size for g in groups.values())

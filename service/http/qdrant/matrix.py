@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, StrictInt
 
 from service.collections.matrix import distance_matrix
+from service.collections.service import CollectionService
 from service.http.kit import JSONRoute
 from service.http.qdrant.envelope import PREFIX, Service, ok
 from service.http.qdrant.filters import translate
@@ -30,7 +31,7 @@ class SearchMatrixRequest(BaseModel):
     shard_key: Any = None
 
 
-async def _matrix(svc: Any, name: str, body: SearchMatrixRequest) -> tuple[list, list]:
+async def _matrix(svc: CollectionService, name: str, body: SearchMatrixRequest) -> tuple[list, list]:
     no_shard_key(body)
     sample, limit = body.sample or DEFAULT_SAMPLE, body.limit or DEFAULT_LIMIT
     return await distance_matrix(

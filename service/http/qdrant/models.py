@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from service.http.native.collections import check_payload_values
+from service.collections.payload_checks import check_payload_values
 from service.http.qdrant.ids import QdrantId
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]

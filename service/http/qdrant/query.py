@@ -34,13 +34,13 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
-from service.collections import mmr
+from service.collections import mmr, recommend
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound
+from service.collections.query_model import SearchQuery
 from service.collections.searching import QueryNode
 from service.collections.service import CollectionService
 from service.collections.vector_backend import ResponseBudget
 from service.http.kit import JSONRoute
-from service.http.native.collections import SearchRequest
 from service.http.qdrant import explore, ordered, prefetch
 from service.http.qdrant.envelope import PREFIX, Service, ok, unsupported
 from service.http.qdrant.filters import translate
@@ -71,10 +71,10 @@ _POINT_ID = TypeAdapter(QdrantId)
 
 @dataclass
 class Spec:
-    """One native search (the native API's ``SearchRequest``, a ``SearchSpec`` of the collection service) and how
-    to show its hits: skip ``offset``, select payload and vector as Qdrant's ``with_payload``/``with_vector`` ask."""
+    """One search of the core (its query model's :class:`~service.collections.query_model.SearchQuery`) and how to
+    show its hits: skip ``offset``, select payload and vector as Qdrant's ``with_payload``/``with_vector`` ask."""
 
-    search: SearchRequest
+    search: SearchQuery
     offset: int
     payload_sel: Any
     vector_sel: Any
@@ -97,7 +97,7 @@ def _spec(
     using: str | None = None,
     params: dict[str, Any] | None = None,
 ) -> Spec:
-    search = SearchRequest.model_construct(
+    search = SearchQuery(
         query=query,
         top_k=top_k,
         filter=where,
@@ -155,9 +155,9 @@ async def _query_vector(
     if isinstance(q, SparseVector):
         return q.model_dump(), [], None
     if isinstance(q, (int, str)):  # a point id (QdrantId canonicalised it)
-        src, src_using = explore.source(name, using, lookup)
+        src, src_using = recommend.source(name, using, explore.lookup_of(lookup))
         c = await svc.collection(src)
-        vname = explore.vector_name(c.vectors, src_using, param)
+        vname = recommend.vector_name(c.vectors, src_using, param)
         model = c.model and dict(c.model)  # the stored vector read below is this model's
         points = await fetch(svc, src, [q], True)
         if not points:

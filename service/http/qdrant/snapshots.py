@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from service.collections import snapshots
 from service.http.errors import elapsed_s
 from service.http.kit import JSONRoute, json_response
-from service.http.native.snapshots import UPLOAD_BODY, Checksum, receive_upload
 from service.http.qdrant.envelope import PREFIX, WRITES, Service, ok
+from service.http.uploads import UPLOAD_BODY, Checksum, receive_upload
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 SNAPSHOTS = "/collections/{collection_name}/snapshots"

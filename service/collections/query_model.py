@@ -1,0 +1,57 @@
+"""The query model of the collections core: what a dialect's search request compiles to.
+
+Each HTTP dialect validates its own request shape (the native API's ``SearchRequest``, Qdrant's ``QueryRequest`` and
+legacy ``SearchRequest``) and builds a :class:`SearchQuery`, which the core's search planning
+(:func:`.searching.search`, through :meth:`~.service.CollectionService.search`) takes as a ``SearchSpec``. Plain
+Python: no validation happens here (the dialect validated; the planning checks the query against the collection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass
+class Rerank:
+    """A search's second stage (:mod:`.rerank_search`): the first ``candidates`` hits' texts scored against the
+    query's text by the reranker ``model`` (None: the first loaded), the best ``top_n`` kept (None: the search's
+    ``top_k``)."""
+
+    model: str | None = None
+    candidates: int = 100
+    top_n: int | None = None
+
+
+@dataclass
+class SearchQuery:
+    """One search (a ``SearchSpec`` of :mod:`.searching`).
+
+    Attributes:
+        query: a text (embedded by the collection's model for its model-bound vector; for a sparse vector bound to a
+            sparse model, made by that model), a dense vector, a multivector's rows, a sparse ``{indices, values}``,
+            ``{text, model}`` (a text for the named sparse model), a multi-example ``{scorer, ...}``
+            (:mod:`.scorers`), or None (no search: a scroll, in a query tree).
+        top_k: hits asked for. filter: the core's filter grammar (:mod:`.filters`), or None.
+        score_threshold: hits scoring below it are left out (None: none). with_payload / with_text: carried by the
+            hits. using: the vector searched (None: the collection's default one). exact: score every stored vector
+            instead of searching the approximate index.
+        mode: ``dense`` (the model-bound vector), ``sparse`` (the sparse vector bound to a sparse model), ``hybrid``
+            (a text searched by both, ``candidates`` hits each, fused by ``fusion`` (``rrf`` with ``rrf_k``, or
+            ``dbsf``); :func:`.searching.hybrid`), or None (the vector ``using`` names).
+        rerank: a second stage (:class:`Rerank`), or None.
+    """
+
+    query: Any
+    top_k: int = 10
+    filter: Any = None
+    score_threshold: float | None = None
+    with_payload: bool = True
+    with_text: bool = True
+    using: str | None = None
+    exact: bool = False
+    mode: Literal["dense", "sparse", "hybrid"] | None = None
+    fusion: Literal["rrf", "dbsf"] = "rrf"
+    rrf_k: int | None = None
+    candidates: int = 100
+    rerank: Rerank | None = None
