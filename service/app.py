@@ -31,7 +31,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from service.collections import CollectionService, open_backend
+from service.collections import CollectionService, VectorBackend, open_backend
 from service.collections.errors import BackendUnavailable
 from service.collections.reembed import Reembedder
 from service.http import meta
@@ -61,7 +61,7 @@ log = logging.getLogger("service")
 CONSOLE_DIR = Path(__file__).resolve().parent / "http" / "console"  # static HTML + JS + CSS (package data)
 
 
-async def _close_quietly(backend: Any) -> None:
+async def _close_quietly(backend: VectorBackend) -> None:
     try:
         await backend.close()
     except Exception:

@@ -4,6 +4,9 @@
 * No import cycle between modules (every import statement counts, lazy ones inside functions too).
 * No private attribute (``x._name``) of an object of another module is read: ``_name`` must be defined in the same
   file (or be accessed on ``self``/``cls``).
+* No function in ``service`` takes its host untyped: no parameter named like a host object (``svc``, ``b``,
+  ``backend``, ``host``, ``c``, ``coll``, ``collection``) is annotated ``Any`` (type it: the concrete part, or a
+  Protocol of what the function uses). Other parameters typed ``Any`` (payloads, JSON values) are fine.
 * No branch on an index type's name outside the index registry (``service/collections/index/``), and none on a
   metric's name outside the metric module (``service/collections/metric.py``).
 * No file over 400 lines in ``service/`` or ``training/`` (the code as ``ruff format`` writes it: ``make test`` runs
@@ -132,6 +135,30 @@ def test_no_private_attribute_of_another_module_is_read():
                 continue
             if node.attr not in own:
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno} .{node.attr}")
+    assert not bad, bad
+
+
+HOST_NAMES = {"svc", "b", "backend", "host", "c", "coll", "collection"}
+
+
+def _is_any(annotation: ast.expr | None) -> bool:
+    """``Any``, ``typing.Any`` or the string ``"Any"``."""
+    if isinstance(annotation, ast.Name):
+        return annotation.id == "Any"
+    if isinstance(annotation, ast.Attribute):
+        return annotation.attr == "Any" and isinstance(annotation.value, ast.Name) and annotation.value.id == "typing"
+    return isinstance(annotation, ast.Constant) and annotation.value == "Any"
+
+
+def test_no_host_passed_untyped():
+    """No free function or helper takes its host object as ``Any`` and reaches into it."""
+    bad = [
+        f"{path.relative_to(REPO)}:{node.lineno} {node.arg}: Any"
+        for mod, path in MODULES.items()
+        if mod.startswith("service.") or mod == "service"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.arg) and node.arg in HOST_NAMES and _is_any(node.annotation)
+    ]
     assert not bad, bad
 
 

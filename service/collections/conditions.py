@@ -245,7 +245,7 @@ def _geo_holds(g: Geo, x: Any) -> bool:
     return _in_ring(p, exterior, False) and not any(_in_ring(p, h, True) for h in holes)
 
 
-def _within(n: Any, b: Any) -> bool:
+def _within(n: Any, b: Count | DateRange) -> bool:
     return (
         (b.gt is None or n > b.gt)
         and (b.gte is None or n >= b.gte)

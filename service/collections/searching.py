@@ -87,8 +87,8 @@ def _leaves(node: QueryNode) -> int:
     return 1 if not node.prefetch else sum(_leaves(p) for p in node.prefetch)
 
 
-def _and(a: Any, b: Any) -> Any:
-    return b if a is None else a if b is None else {"$and": [a, b]}
+def _and(left: Any, right: Any) -> Any:
+    return right if left is None else left if right is None else {"$and": [left, right]}
 
 
 def _model_sparse(cfg: Any, pre: str) -> str:

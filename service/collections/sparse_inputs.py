@@ -9,6 +9,7 @@ from typing import Any
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.ports import SparseModel
+from service.collections.vector_backend import CollectionHandle
 
 
 def sparse_model(models: Mapping[str, SparseModel], name: str, param: str) -> SparseModel:
@@ -27,7 +28,7 @@ def sparse_model(models: Mapping[str, SparseModel], name: str, param: str) -> Sp
 
 
 async def sparse_from_texts(
-    models: Mapping[str, SparseModel], c: Any, texts: list[str], named: Any, fill: bool
+    models: Mapping[str, SparseModel], c: CollectionHandle, texts: list[str], named: Any, fill: bool
 ) -> list[dict[str, Any]] | None:
     """``named`` with every ``{text, model}`` sparse vector made by its model, and (``fill``) the sparse vectors
     bound to a model made from the points' texts where not given; the models run on worker threads."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from artifact_contract.fsio import fsync_dir
+from service.collections.embedded.collection import Collection
 from service.collections.embedded.snapshots import SNAPSHOT_RE, list_snapshots
 from service.collections.embedded.store.files import DB_FILE
 from service.collections.errors import InvalidCollectionRequest
@@ -79,9 +80,9 @@ class _Hashing(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, b: Any) -> int:
-        self.sha.update(b)
-        return self.f.write(b)
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
 
 
 def _add(tar: tarfile.TarFile, name: str, f: BinaryIO, size: int, mtime: float) -> None:
@@ -90,10 +91,10 @@ def _add(tar: tarfile.TarFile, name: str, f: BinaryIO, size: int, mtime: float) 
     tar.addfile(info, f)
 
 
-def write_archive(c: Any, directory: Path) -> dict[str, Any]:
-    """Write a snapshot of the open collection ``c`` (an embedded ``Collection``) into ``directory`` (created if
-    missing) as ``<collection>-<sequence>-<YYYY-MM-DD-HH-MM-SS>.snapshot`` plus its ``.checksum``, durably (a temporary
-    name, fsync, rename). Writes to ``c`` go on meanwhile; see the module docstring for what the archive holds.
+def write_archive(c: Collection, directory: Path) -> dict[str, Any]:
+    """Write a snapshot of the open collection ``c`` into ``directory`` (created if missing) as
+    ``<collection>-<sequence>-<YYYY-MM-DD-HH-MM-SS>.snapshot`` plus its ``.checksum``, durably (a temporary name,
+    fsync, rename). Writes to ``c`` go on meanwhile; see the module docstring for what the archive holds.
 
     Returns:
         its :func:`describe` dict.

@@ -14,17 +14,39 @@ import asyncio
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from artifact_contract.fsio import fsync_dir
+from service.collections.aliases import Aliases
 from service.collections.embedded.archive import NAME_RE as ARCHIVE_RE
 from service.collections.embedded.archive import extract_archive, list_archives, write_archive
+from service.collections.embedded.collection import Collection
 from service.collections.errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
 from service.collections.snapshots import clean_downloads
 from service.collections.vector_backend import NAME_RE
 
 RESTORED = ".restored-"
+T = TypeVar("T")
+
+
+class SnapshotHost(Protocol):
+    """What the snapshots use of their backend (:class:`~.backend.EmbeddedBackend`): its directory, aliases and
+    open collections, its thread pool, and the swap of a recovered collection into place under its lock."""
+
+    root: Path
+    aliases: Aliases
+    collections: dict[str, Collection]
+
+    def get(self, name: str) -> Collection:
+        """The open collection ``name`` (or that the alias ``name`` names). Raises CollectionNotFound."""
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run blocking ``fn(*args, **kw)`` on the backend's thread pool."""
+
+    async def swap_in(self, name: str, ready: Path) -> Collection:
+        """Make the collection directory ``ready`` collection ``name``, replacing the open one; returns it open."""
 
 
 def finish_swaps(root: Path) -> None:
@@ -40,11 +62,11 @@ class EmbeddedSnapshots:
     """Snapshots of an :class:`~.backend.EmbeddedBackend`'s collections.
 
     Args:
-        backend: the backend (its collections, lock and thread pool).
+        backend: the backend (its collections, aliases, thread pool and swap: :class:`SnapshotHost`).
         directory: the snapshots directory (a folder per collection inside).
     """
 
-    def __init__(self, backend: Any, directory: Path) -> None:
+    def __init__(self, backend: SnapshotHost, directory: Path) -> None:
         self.backend = backend
         self.directory = Path(directory)
         self._creating: dict[str, asyncio.Lock] = {}
@@ -96,7 +118,7 @@ class EmbeddedSnapshots:
 
         await self.backend.run(_rm)
 
-    async def recover(self, name: str, archive: Path, checksum: str | None) -> Any:
+    async def recover(self, name: str, archive: Path, checksum: str | None) -> Collection:
         """Replace or create collection ``name`` from ``archive`` (see the module docstring); returns it open.
 
         Raises:

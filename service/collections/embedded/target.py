@@ -7,14 +7,35 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from service.collections.embedded.store import ShadowTable
+from service.collections.embedded.store import ShadowTable, Store
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import IndexConfigError, IndexSpec, get_type, normalize_params
 from service.collections.metric import normalised
+
+
+class ReembeddedCollection(Protocol):
+    """What a re-embedding target uses of its collection (:class:`~.collection.Collection`)."""
+
+    name: str
+    store: Store
+
+    @property
+    def spec(self) -> IndexSpec | None:
+        """The model-bound vector's index spec."""
+
+    @property
+    def count(self) -> int:
+        """Live points."""
+
+    def complete_reembed(self, target: EmbeddedTarget) -> bool:
+        """Switch to ``target``'s vectors under the collection's locks (False while points still lack one)."""
+
+    def detach_reembed(self, target: EmbeddedTarget) -> None:
+        """Stop writing ``target``'s vectors."""
 
 
 class EmbeddedTarget:
@@ -29,7 +50,7 @@ class EmbeddedTarget:
         InvalidCollectionRequest: the collection's index params do not fit ``dimension`` (e.g. ivf_pq ``m``).
     """
 
-    def __init__(self, collection: Any, model: dict[str, Any], dimension: int) -> None:
+    def __init__(self, collection: ReembeddedCollection, model: dict[str, Any], dimension: int) -> None:
         self.collection = collection
         self.model = dict(model)
         self.dimension = dimension

@@ -13,7 +13,8 @@ reads, holding one JSON document per row:
 * ``r:<physical>``: a retired physical collection, ``{drop_after}``.
 * ``p:<physical>``: a physical collection being made or dropped, ``{claim, at}``: written before it is created (by
   a create or a re-embedding) or dropped (by a delete) and removed once a record points at it or it is gone, so that
-  one left by a crash is known and dropped by :func:`.sweep.sweep` once ``claim`` (the claim its maker held) lapsed.
+  one left by a crash is known and dropped by :meth:`.PhysicalCollections.sweep` once ``claim`` (the claim its
+  maker held) lapsed.
 * ``aliases``: the collection aliases, ``{map: {alias: collection}}`` (one row: a change of several is atomic).
 
 Reads are strongly consistent (``consistency_level="Strong"`` on every query): a row written before the read

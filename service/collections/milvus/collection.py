@@ -1,6 +1,6 @@
 """One collection on the milvus backend (:class:`~..backend.CollectionHandle`).
 
-The collection's record (:mod:`.registry`) says which physical Milvus collection holds its points and which model
+The collection's record (:mod:`.catalog`) says which physical Milvus collection holds its points and which model
 made their vectors; every replica keeps a view of it, refreshed every ``collections_milvus_refresh_s``. Reads use
 the view; a write first makes sure its view is at most ``refresh_s`` old, so once a re-embedding is announced, every
 write that starts ``refresh_s`` later goes to both physical collections (see :mod:`.target`).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,9 +28,10 @@ from service.collections.ids import decode_id, encode_id
 from service.collections.index import IndexSpec
 from service.collections.metric import higher_is_better, normalised
 from service.collections.milvus.catalog import older_status, revision
-from service.collections.milvus.client import long_call
-from service.collections.milvus.expr import keys_expr, payload_marks, to_expr
-from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params
+from service.collections.milvus.client import BoundedClient, long_call
+from service.collections.milvus.expr import keys_expr, to_expr
+from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params, to_rows
+from service.collections.milvus.target import MilvusTarget, Reembeddings
 from service.collections.reads import STRONG, Hit, ReadConsistency
 from service.collections.schema import VectorsConfig
 from service.collections.scorers import Scorer
@@ -59,13 +61,25 @@ class MilvusCollection:
     """A collection whose points live in Milvus.
 
     Args:
-        backend: the :class:`~.backend.MilvusBackend` (its client, registry and settings).
+        client: the backend's bounded Milvus client.
+        reread: re-reads the record of a collection by name and updates or closes its view (the backend's
+            :meth:`~.backend.MilvusBackend.refresh_one`).
+        refresh_s: the longest a write trusts its record view (``collections_milvus_refresh_s``).
+        reembeddings: starts this collection's re-embeddings (:mod:`.target`).
         record: the collection's registry record.
         status: its shared re-embedding status, or None.
     """
 
-    def __init__(self, backend: Any, record: dict[str, Any], status: dict[str, Any] | None = None) -> None:
-        self.backend = backend
+    def __init__(
+        self,
+        client: BoundedClient,
+        reread: Callable[[str], None],
+        refresh_s: float,
+        reembeddings: Reembeddings,
+        record: dict[str, Any],
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        self._client, self._reread, self._refresh_s, self._reembeddings = client, reread, refresh_s, reembeddings
         self.name: str = record["name"]
         self.closed = False
         self._local_status: dict[str, Any] | None = None
@@ -89,8 +103,8 @@ class MilvusCollection:
         Raises:
             CollectionClosed: the collection was deleted.
         """
-        if time.monotonic() - self.seen > self.backend.settings.milvus_refresh_s:
-            self.backend.refresh_one(self.name)
+        if time.monotonic() - self.seen > self._refresh_s:
+            self._reread(self.name)
         if self.closed:
             raise CollectionClosed(f"collection {self.name!r} not found (deleted)")
         return self.record
@@ -141,7 +155,7 @@ class MilvusCollection:
         except MilvusException as e:
             if "not found" not in str(e) and "not exist" not in str(e):
                 raise
-            self.backend.refresh_one(self.name)
+            self._reread(self.name)
             if self.closed:
                 raise CollectionClosed(f"collection {self.name!r} not found (deleted)") from e
             raise ModelChanged(f"collection {self.name} moved to {self.record['physical']}") from e
@@ -158,26 +172,11 @@ class MilvusCollection:
 
     def _count(self, rec: dict[str, Any], consistency: ReadConsistency = STRONG) -> int:
         rows = self._call(
-            self.backend.client.query, rec["physical"], filter="", output_fields=["count(*)"], **read_kw(consistency)
+            self._client.query, rec["physical"], filter="", output_fields=["count(*)"], **read_kw(consistency)
         )
         return int(rows[0]["count(*)"])
 
     # --- writes -----------------------------------------------------------------------------------------------
-    def to_rows(self, keys, texts, payloads, vectors, updated: int, metric: str, dim: int) -> list[dict[str, Any]]:
-        """Milvus rows for encoded ``keys``, with vectors float32 ``(n, dim)`` (unit-normalised for cosine).
-
-        Raises:
-            ValueError: vector shape mismatch.
-        """
-        v = np.asarray(vectors, dtype=np.float32)
-        if v.ndim != 2 or v.shape[1] != dim:
-            raise ValueError(f"vectors must have shape (n, {dim}), got {v.shape}")
-        v = normalised(v, metric)
-        return [
-            {"key": k, "text": t, "payload": p or {}, "nulls": payload_marks(p), "updated": updated, "vector": v[i]}
-            for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
-        ]
-
     def upsert(
         self, ids, texts, payloads, vectors, *, model=None, shadow_model=None, shadow_vectors=None, named=None
     ) -> int:
@@ -209,16 +208,14 @@ class MilvusCollection:
         texts_ = [texts[i] for i in order]
         payloads_ = [payloads[i] for i in order]
         updated = time.time_ns()
-        rows = self.to_rows(
-            keys, texts_, payloads_, np.asarray(vectors)[order], updated, rec["metric"], rec["dimension"]
-        )
-        self._call(self.backend.client.upsert, rec["physical"], rows)
+        rows = to_rows(keys, texts_, payloads_, np.asarray(vectors)[order], updated, rec["metric"], rec["dimension"])
+        self._call(self._client.upsert, rec["physical"], rows)
         if rb:
-            srows = self.to_rows(
+            srows = to_rows(
                 keys, texts_, payloads_, np.asarray(shadow_vectors)[order], updated, rec["metric"], rb["dimension"]
             )
-            self._call(self.backend.client.upsert, rb["physical"], srows)
-        return self.backend.client.timestamp()  # after the acknowledgement: a token for reading this write
+            self._call(self._client.upsert, rb["physical"], srows)
+        return self._client.timestamp()  # after the acknowledgement: a token for reading this write
 
     def delete(self, ids: list[int | str] | None = None, where: Filter | None = None) -> tuple[int, int]:
         """Delete by ids and/or filter (from both physical collections while re-embedding); ``(deleted, sequence)``,
@@ -230,14 +227,14 @@ class MilvusCollection:
         deleted = 0
         while parts:
             expr = " or ".join(f"({p})" for p in parts)
-            found = [r["key"] for r in self._call(self.backend.client.query, rec["physical"], filter=expr, limit=_PAGE)]
+            found = [r["key"] for r in self._call(self._client.query, rec["physical"], filter=expr, limit=_PAGE)]
             for physical in [rec["physical"]] + ([rec["reembed"]["physical"]] if rec.get("reembed") else []):
                 if found:
-                    self._call(self.backend.client.delete, physical, filter=keys_expr(found))
+                    self._call(self._client.delete, physical, filter=keys_expr(found))
             deleted += len(found)
             if len(found) < _PAGE:
                 break
-        return deleted, self.backend.client.timestamp()
+        return deleted, self._client.timestamp()
 
     # --- reads ------------------------------------------------------------------------------------------------
     def get(
@@ -248,7 +245,7 @@ class MilvusCollection:
         with_vector = wants_vector(with_vector, rec.get("vector_name", ""))
         fields = _FIELDS + (["vector"] if with_vector else [])
         rows = self._call(
-            self.backend.client.query,
+            self._client.query,
             rec["physical"],
             filter=keys_expr([encode_id(point_id)]),
             output_fields=fields,
@@ -273,7 +270,7 @@ class MilvusCollection:
         )
         expr = " and ".join(f"({p})" for p in parts) or 'key != ""'
         fields = ["key"] + [f for f, w in zip([*_FIELDS, "vector"], (with_text, with_payload, with_vector)) if w]
-        rows = self._call(self.backend.client.query, rec["physical"], filter=expr, output_fields=fields, limit=limit)
+        rows = self._call(self._client.query, rec["physical"], filter=expr, output_fields=fields, limit=limit)
         rows.sort(key=lambda r: r["key"])
         out = []
         for r in rows[:limit]:
@@ -288,7 +285,7 @@ class MilvusCollection:
     def count_matching(self, where: Filter | None = None) -> int:
         """Live points matching ``where`` (a strongly consistent count)."""
         rec = self.fresh()
-        rows = self._call(self.backend.client.query, rec["physical"], filter=to_expr(where), output_fields=["count(*)"])
+        rows = self._call(self._client.query, rec["physical"], filter=to_expr(where), output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
     def search(
@@ -322,7 +319,7 @@ class MilvusCollection:
         q = normalised(q, spec.metric)
         fields = (["text"] if with_text else []) + (["payload"] if with_payload else [])
         res = self._call(
-            self.backend.client.search,
+            self._client.search,
             rec["physical"],
             data=[row.tolist() for row in q],
             limit=top_k,
@@ -381,12 +378,10 @@ class MilvusCollection:
 
     # --- re-embedding -----------------------------------------------------------------------------------------
     @long_call
-    def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> Any:
+    def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> MilvusTarget | None:
         """Claim and attach the re-embedding towards ``model`` (see :mod:`.target`); None when another replica
         holds the claim."""
-        from service.collections.milvus.target import begin
-
-        return begin(self, model, dimension, owner)
+        return self._reembeddings.begin(self, model, dimension, owner)
 
     def record_json(self) -> str:
         """The record as JSON text (logs)."""

@@ -9,6 +9,7 @@ version, nanoseconds at the writer; a re-embedding compares it between the old a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,9 @@ from pymilvus import DataType, MilvusClient
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import IndexSpec
-from service.collections.metric import is_distance
+from service.collections.metric import is_distance, normalised
 from service.collections.milvus.client import LOAD_TIMEOUT_S
+from service.collections.milvus.expr import payload_marks
 from service.collections.schema import DenseVector, VectorsConfig
 
 MAX_KEY_BYTES = 4096  # an encoded 512-character string id, escapes included
@@ -113,3 +115,28 @@ def api_score(metric: str, distance: float) -> float:
     """The API's score: cosine/dot similarity as Milvus gives it; l2 as the Euclidean distance (Milvus reports
     its square)."""
     return float(np.sqrt(max(distance, 0.0))) if is_distance(metric) else float(distance)
+
+
+def to_rows(
+    keys: Sequence[str],
+    texts: Sequence[str],
+    payloads: Sequence[dict[str, Any] | None],
+    vectors: Any,
+    updated: int,
+    metric: str,
+    dim: int,
+) -> list[dict[str, Any]]:
+    """Rows of a physical collection (the fields above) for encoded ``keys``, their texts and payloads, write
+    version ``updated`` and vectors float32 ``(n, dim)`` (unit-normalised here for cosine).
+
+    Raises:
+        ValueError: vector shape mismatch.
+    """
+    v = np.asarray(vectors, dtype=np.float32)
+    if v.ndim != 2 or v.shape[1] != dim:
+        raise ValueError(f"vectors must have shape (n, {dim}), got {v.shape}")
+    v = normalised(v, metric)
+    return [
+        {"key": k, "text": t, "payload": p or {}, "nulls": payload_marks(p), "updated": updated, "vector": v[i]}
+        for i, (k, t, p) in enumerate(zip(keys, texts, payloads))
+    ]

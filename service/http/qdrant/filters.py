@@ -122,19 +122,19 @@ def _listed(raw: dict[str, Any], clause: str, param: str) -> list[Any]:
     return v
 
 
-def _condition(c: Any, param: str, depth: int) -> dict[str, Any] | None:
+def _condition(cond: Any, param: str, depth: int) -> dict[str, Any] | None:
     """One condition of a filter ``depth`` filters deep (None: matches every point)."""
-    if not isinstance(c, dict) or not c:
+    if not isinstance(cond, dict) or not cond:
         raise _bad(f"{param} must be a condition object", param)
-    if "key" in c:
-        return _field(c, param)
-    if set(c) <= set(_CLAUSES):
-        return translate(c, param, depth + 1)
-    if len(c) != 1:
+    if "key" in cond:
+        return _field(cond, param)
+    if set(cond) <= set(_CLAUSES):
+        return translate(cond, param, depth + 1)
+    if len(cond) != 1:
         raise _bad(
             f"{param}: a condition has one of key, is_empty, is_null, has_id, has_vector, nested, or a filter", param
         )
-    ((kind, arg),) = c.items()
+    ((kind, arg),) = cond.items()
     if kind in ("is_empty", "is_null"):
         if not isinstance(arg, dict) or set(arg) != {"key"} or not isinstance(arg["key"], str):
             raise _bad(f"{param}.{kind} must be {{'key': '<payload key>'}}", f"{param}.{kind}")

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from service.collections import open_backend
-from service.collections.milvus.collection import MilvusCollection
 from service.collections.vector_backend import single_config
 from service.settings import Settings
 from training.data.sts import load_task
@@ -70,7 +69,7 @@ def test_overlapping_claims_resolve_to_one_target(replicas):
     tb = b.get("docs").begin_reembed(M2, DIM, "replica-b")
     assert tb is not None and tb.new == ta.new  # B resumes A's announced target instead of making another
     ta.abandon(False)
-    assert b.exists(tb.new) and not b.registry.retired()  # A's release leaves B's target alone
+    assert b.physical.exists(tb.new) and not b.registry.retired()  # A's release leaves B's target alone
     assert b.get("docs").begin_reembed(M2, DIM, "replica-a2") is None  # a third replica waits
 
     cursor = None
@@ -136,8 +135,9 @@ def test_a_lapsed_claim_cannot_be_renewed_and_a_stale_view_does_not_restart_a_fi
     assert tb.complete()
     tb.abandon(False)
     ta.abandon(False)
-    view = MilvusCollection(a, stale)  # a replica whose view predates the switch (its refresh has not run since)
+    view = a.view(stale)  # a replica whose view predates the switch (its refresh has not run since)
     assert view.model == M1
     assert view.begin_reembed(M2, DIM, "replica-a") is None  # reads the record: already on M2
     assert view.model == M2 and a.registry.holder("docs") is None
-    assert a.count(a.registry.record("docs")["physical"]) == len(texts) and not a.registry.record("docs")["reembed"]
+    rec = a.registry.record("docs")
+    assert a.physical.count(rec["physical"]) == len(texts) and not rec["reembed"]

@@ -127,7 +127,7 @@ def test_a_delete_between_a_create_s_record_and_alias_waits_its_turn(replicas):
     """The interleaving that used to break a create: another replica's delete lands after the record is written
     and before the alias is made (it dropped the new physical collection; the create then failed on the alias)."""
     loop, a, b = replicas
-    point_alias, seen = a.point_alias, []
+    point_alias, seen = a.physical.point_alias, []
 
     def delete_first(name, physical):
         try:
@@ -137,11 +137,11 @@ def test_a_delete_between_a_create_s_record_and_alias_waits_its_turn(replicas):
             seen.append("404")
         point_alias(name, physical)
 
-    a.point_alias = delete_first
+    a.physical.point_alias = delete_first
     c = loop.run_until_complete(a.create("race", _config("race")))
-    a.point_alias = point_alias
+    a.physical.point_alias = point_alias
     assert seen == ["404"]  # the delete is ordered before the create: the name did not exist yet
-    assert a.client.describe_alias(a.alias("race"))["collection_name"] == c.record["physical"]
+    assert a.client.describe_alias(a.physical.alias("race"))["collection_name"] == c.record["physical"]
     loop.run_until_complete(b.run(b.refresh))
     assert b.get("race").count == 0 and c.record["physical"] in a.client.list_collections()
     assert not _orphans(a)
@@ -188,10 +188,9 @@ def test_concurrent_creates_and_deletes_leave_no_orphan(replicas):
 def test_the_sweep_drops_what_a_crash_left_and_nothing_in_flight(replicas):
     loop, a, b = replicas
     from service.collections.milvus.schema import create_physical
-    from service.collections.milvus.sweep import sweep
 
     spec = _config("c").dense[""].spec
-    crashed, in_flight = a.physical_name("crashed"), a.physical_name("flying")
+    crashed, in_flight = a.physical.physical_name("crashed"), a.physical.physical_name("flying")
     # a create that crashed after making its physical collection (its claim lapsed), and one still running
     a.registry.intend(crashed, "+crashed", at=time.time() - 60)
     create_physical(a.client, crashed, spec, "Strong")
@@ -202,11 +201,11 @@ def test_the_sweep_drops_what_a_crash_left_and_nothing_in_flight(replicas):
     stranger = f"{a.prefix}zz__g{time.time_ns() - 10**12:x}"  # never announced by the registry: never touched
     create_physical(a.client, stranger, spec, "Strong")
 
-    sweep(b)  # (or the refresh loops did already)
+    b.physical.sweep()  # (or the refresh loops did already)
     names = set(a.client.list_collections())
     assert crashed not in names
     assert in_flight in names and live.record["physical"] in names and stranger in names
     a.registry.release("+flying")
-    assert sweep(a) == [in_flight]
+    assert a.physical.sweep() == [in_flight]
     assert a.get("live").count == 0 and _orphans(a) == {stranger}
     a.client.drop_collection(stranger)
