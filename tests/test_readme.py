@@ -41,7 +41,7 @@ def test_client_snippets_are_the_ones_the_tests_run() -> None:
     tests, and every such block is in README."""
     import textwrap
 
-    tests = (REPO_ROOT / "tests" / "service" / "test_qdrant_clients.py").read_text()
+    tests = (REPO_ROOT / "tests" / "service" / "http" / "qdrant" / "test_qdrant_clients.py").read_text()
     ran = {
         m.group(1): textwrap.dedent(m.group(2)).strip("\n")
         for m in re.finditer(r"# --- snippet: ([^\n]+)\n(.*?)\n\s*# --- end snippet", tests, re.S)
@@ -50,5 +50,5 @@ def test_client_snippets_are_the_ones_the_tests_run() -> None:
     assert set(ran) == set(shown) and len(ran) >= 5, (sorted(ran), sorted(shown))
     for name, code in ran.items():
         assert shown[name] == code, (
-            f"README's {name} snippet differs from the one tests/service/test_qdrant_clients.py runs"
+            f"README's {name} snippet differs from the one tests/service/http/qdrant/test_qdrant_clients.py runs"
         )

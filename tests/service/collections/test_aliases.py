@@ -1,5 +1,5 @@
 """Collection aliases without the service: Qdrant's actions applied in order, all or none, and the embedded backend
-keeping them across a restart (the routes, both backends and qdrant-client: tests/service/test_qdrant_clients.py)."""
+keeping them across a restart (the routes, both backends and qdrant-client: tests/service/http/qdrant/test_qdrant_clients.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Collection snapshots of the embedded backend without the service: an archive is the collection as of one write
 while writes go on, recovery loads its FAISS snapshot and replays the rest, bad archives are refused, and a
 recovery interrupted between its two renames is finished at start (the HTTP routes and qdrant-client:
-tests/service/test_qdrant_clients.py)."""
+tests/service/http/qdrant/test_qdrant_clients.py)."""
 
 from __future__ import annotations
 

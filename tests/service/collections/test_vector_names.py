@@ -1,7 +1,7 @@
 """A named vector added to or deleted from an existing collection (Qdrant's create_vector_name / delete_vector_name):
 the policy (:mod:`service.collections.vector_names`), the embedded collection's durable change (reopened as a restart
 reads it: the config and the values together), and the milvus backend's refusal. The service routes, REST and gRPC
-against qdrant-client's local mode: tests/service/test_qdrant_vector_names.py."""
+against qdrant-client's local mode: tests/service/http/qdrant/test_qdrant_vector_names.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ shows the API's cosine for an STS-B pair; the activate button asks for an admin 
 a new version with the right one, and the collection's re-embedding shows up and completes. With API keys on, the
 page itself loads without a key and the API calls work once the key is entered. Screenshots
 (``console-*.png``) go to a temporary directory, or to ``$EMBED_CONSOLE_SHOTS`` (the README's come from
-``EMBED_CONSOLE_SHOTS=docs/img pytest tests/service/test_console.py``).
+``EMBED_CONSOLE_SHOTS=docs/img pytest tests/service/http/test_console.py``).
 """
 
 from __future__ import annotations
