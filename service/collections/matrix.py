@@ -13,7 +13,8 @@ from typing import Any
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.ordering import sample_ids
-from service.collections.searching import Search, Searcher
+from service.collections.query_model import SearchQuery
+from service.collections.searching import Searcher
 from service.collections.vectors import stored_vector
 
 
@@ -62,7 +63,7 @@ async def distance_matrix(
     for i in ids:
         others = {"$ids": [j for j in ids if (type(j), j) != (type(i), i)]}
         where = {"$and": [raw_filter, others]} if raw_filter else others
-        searches.append(Search(vec[(type(i), i)], limit, where, None, False, False, vname))
+        searches.append(SearchQuery(vec[(type(i), i)], limit, where, None, False, False, vname))
     step, hits = reads.settings.max_batch_searches, []
     for k in range(0, len(searches), step):
         hits.extend(await searcher.search(name, searches[k : k + step], "searches", budget=budget))

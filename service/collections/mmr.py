@@ -88,7 +88,7 @@ def params(raw: Any, max_candidates: int, param: str) -> tuple[float, int | None
 
 
 async def search(searcher: Searcher, name: str, spec: Any, raw: Any, param: str, budget: Any = None) -> list[Any]:
-    """The hits of the search ``spec`` (a ``SearchSpec``: dense, multivector or sparse ``query`` on ``using``)
+    """The hits of the search ``spec`` (a :class:`~.query_model.SearchQuery`: dense, multivector or sparse ``query`` on ``using``)
     re-ranked by MMR with the ``mmr`` object ``raw`` (module docstring), at most ``spec.top_k``, best first.
 
     Raises:

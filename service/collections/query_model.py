@@ -2,14 +2,17 @@
 
 Each HTTP dialect validates its own request shape (the native API's ``SearchRequest``, Qdrant's ``QueryRequest`` and
 legacy ``SearchRequest``) and builds a :class:`SearchQuery`, which the core's search planning
-(:func:`.searching.search`, through :meth:`~.service.CollectionService.search`) takes as a ``SearchSpec``. Plain
+(:class:`.searching.Searcher`, through :meth:`~.service.CollectionService.search`) plans and runs; a query with
+prefetches (Qdrant's Query API, the native ``mode: hybrid``) is a tree of :class:`QueryNode`\\ s over them. Plain
 Python: no validation happens here (the dialect validated; the planning checks the query against the collection).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from service.collections.formula import FormulaSpec
 
 
 @dataclass
@@ -25,7 +28,7 @@ class Rerank:
 
 @dataclass
 class SearchQuery:
-    """One search (a ``SearchSpec`` of :mod:`.searching`).
+    """One search: what a dialect's search request compiles to, and each node's search in a query tree.
 
     Attributes:
         query: a text (embedded by the collection's model for its model-bound vector; for a sparse vector bound to a
@@ -55,3 +58,23 @@ class SearchQuery:
     rrf_k: int | None = None
     candidates: int = 100
     rerank: Rerank | None = None
+
+
+@dataclass
+class QueryNode:
+    """A query of Qdrant's Query API (Qdrant API reference, "Query points": ``prefetch``, ``query``, ``fusion``):
+    without ``prefetch``, the search ``search``; with it, the prefetches run first (each a node, nested) and their
+    hits are fused (``fusion``: ``rrf`` with ``rrf_k`` and ``weights``, or ``dbsf``) or, without ``fusion``, re-scored
+    by ``search``'s query (a search restricted to the prefetched points). ``search.filter`` applies to this node and
+    every node below it (ANDed with theirs, as Qdrant propagates filters into prefetches); ``search.top_k`` is this
+    node's limit, ``search.score_threshold`` its threshold (on the fused score too). With ``formula`` (Qdrant's
+    ``FormulaQuery``), the prefetched points are re-scored by it instead (:mod:`.formula`). A node whose
+    ``search.query`` is None (and has no fusion or formula) pages through its points (those its prefetches found, if
+    any) in id order, each scoring 1, as Qdrant answers a query without one."""
+
+    search: SearchQuery
+    prefetch: list[QueryNode] = field(default_factory=list)
+    fusion: str | None = None
+    rrf_k: int | None = None
+    weights: list[float] | None = None
+    formula: FormulaSpec | None = None

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -21,63 +21,16 @@ from service.collections import formula
 from service.collections.embedding import Embedding
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
 from service.collections.filters import Filter
-from service.collections.formula import FormulaSpec
 from service.collections.formula_eval import rescore
 from service.collections.fusion import fuse
 from service.collections.point_reads import PointReads
+from service.collections.query_model import QueryNode, SearchQuery
 from service.collections.schema import SparseVec, dense_value, sparse_vec
 from service.collections.scorers import Scorer, scorer_of
 from service.collections.vector_backend import Hit, ReadConsistency, ResponseBudget
 from service.collections.vectors import query_problem
 
 HITS_PER_CALL = 1024  # queries of one multi-query backend call ask for at most this many hits (top_k each) together
-
-
-class SearchSpec(Protocol):
-    """One search as the routes receive it (the API's ``SearchRequest`` has these fields; ``using`` may be absent:
-    the default vector). ``query``: a text, a dense vector, or a sparse ``{indices, values}``."""
-
-    query: str | list[float] | dict[str, Any]
-    top_k: int
-    filter: Any
-    score_threshold: float | None
-    with_payload: bool
-    with_text: bool
-
-
-@dataclass
-class Search:
-    """One search (implements :class:`SearchSpec`): ``query`` a text, dense vector or sparse ``{indices, values}``
-    on the vector ``using``."""
-
-    query: Any
-    top_k: int = 10
-    filter: Any = None
-    score_threshold: float | None = None
-    with_payload: bool = True
-    with_text: bool = True
-    using: str | None = None
-    exact: bool = False
-
-
-@dataclass
-class QueryNode:
-    """A query of Qdrant's Query API (Qdrant API reference, "Query points": ``prefetch``, ``query``, ``fusion``):
-    without ``prefetch``, the search ``search``; with it, the prefetches run first (each a node, nested) and their
-    hits are fused (``fusion``: ``rrf`` with ``rrf_k`` and ``weights``, or ``dbsf``) or, without ``fusion``, re-scored
-    by ``search``'s query (a search restricted to the prefetched points). ``search.filter`` applies to this node and
-    every node below it (ANDed with theirs, as Qdrant propagates filters into prefetches); ``search.top_k`` is this
-    node's limit, ``search.score_threshold`` its threshold (on the fused score too). With ``formula`` (Qdrant's
-    ``FormulaQuery``), the prefetched points are re-scored by it instead (:mod:`.formula`). A node whose
-    ``search.query`` is None (and has no fusion or formula) pages through its points (those its prefetches found, if
-    any) in id order, each scoring 1, as Qdrant answers a query without one."""
-
-    search: Search
-    prefetch: list[QueryNode] = field(default_factory=list)
-    fusion: str | None = None
-    rrf_k: int | None = None
-    weights: list[float] | None = None
-    formula: FormulaSpec | None = None
 
 
 MAX_PREFETCH_DEPTH = 4  # nesting of prefetches
@@ -117,7 +70,7 @@ def _on_mode(cfg: Any, s: Any, pre: str) -> Any:
     if mode is None:
         return s
     using = s.using if s.using is not None else _bound_dense(cfg, pre) if mode == "dense" else _model_sparse(cfg, pre)
-    return Search(s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact)
+    return SearchQuery(s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact)
 
 
 def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
@@ -132,10 +85,10 @@ def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
         raise InvalidCollectionRequest("mode hybrid takes a text query", f"{pre}query")
     k = max(getattr(s, "candidates", None) or 100, s.top_k)
     leaves = [
-        QueryNode(Search(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
+        QueryNode(SearchQuery(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
         for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))
     ]
-    top = Search(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
+    top = SearchQuery(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
     return QueryNode(top, leaves, getattr(s, "fusion", None) or "rrf", getattr(s, "rrf_k", None))
 
 
@@ -150,7 +103,7 @@ class Searcher:
     async def search(
         self,
         name: str,
-        searches: Sequence[SearchSpec],
+        searches: Sequence[SearchQuery],
         param: str,
         consistency: ReadConsistency | None = None,
         budget: ResponseBudget | None = None,
@@ -197,14 +150,14 @@ class Searcher:
     async def _search_once(
         self,
         name: str,
-        searches: Sequence[SearchSpec],
+        searches: Sequence[SearchQuery],
         param: str,
         consistency: ReadConsistency,
         budget: ResponseBudget,
     ) -> list[list[Hit]]:
         c = await self.reads.collection(name)
         cfg, model = c.vectors, dict(c.model) if c.model else None
-        plans: list[tuple[SearchSpec, Filter | None, str, int | np.ndarray | SparseVec]] = []
+        plans: list[tuple[SearchQuery, Filter | None, str, int | np.ndarray | SparseVec]] = []
         texts: list[str] = []
         for i, s in enumerate(searches):
             pre = f"{param}[{i}]." if param == "searches" else ""
@@ -384,7 +337,7 @@ class Searcher:
         return await self._search_or_scroll(name, replace(s, filter=_and(where, {"$ids": ids})), consistency, budget)
 
     async def _search_or_scroll(
-        self, name: str, s: Search, consistency: ReadConsistency, budget: ResponseBudget | None
+        self, name: str, s: SearchQuery, consistency: ReadConsistency, budget: ResponseBudget | None
     ) -> list[Hit]:
         """The hits of the search ``s``, or without a query the first ``top_k`` points matching its filter in id order,
         each scoring 1 (a scroll, at the service's consistency)."""

@@ -22,8 +22,9 @@ from service.collections.embedding import Embedding
 from service.collections.payload_update import PayloadUpdates
 from service.collections.point_reads import PointReads
 from service.collections.ports import InferencePort, ModelSpec, SparseModel
+from service.collections.query_model import SearchQuery
 from service.collections.schema import new_vectors_config
-from service.collections.searching import Searcher, SearchSpec
+from service.collections.searching import Searcher
 from service.collections.snapshots import Recovery
 from service.collections.vector_backend import (
     CollectionHandle,
@@ -202,7 +203,7 @@ class CollectionService(PointReads):
     async def search(
         self,
         name: str,
-        searches: Sequence[SearchSpec],
+        searches: Sequence[SearchQuery],
         param: str,
         consistency: ReadConsistency | None = None,
         budget: ResponseBudget | None = None,

@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.searching import QueryNode
+from service.collections.query_model import QueryNode
 from service.collections.service import CollectionService
 from service.http.kit import JSONRoute
 from service.http.qdrant.envelope import PREFIX, Service, ok, unsupported

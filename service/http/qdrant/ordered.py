@@ -19,7 +19,7 @@ from typing import Any
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.ordering import OrderBy, ordered_ids, parse_order_by, sample_ids
-from service.collections.searching import QueryNode
+from service.collections.query_model import QueryNode
 from service.collections.service import CollectionService
 from service.collections.vector_backend import ResponseBudget
 from service.http.qdrant.filters import translate

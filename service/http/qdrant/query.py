@@ -36,8 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from service.collections import mmr, recommend
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, PointNotFound
-from service.collections.query_model import SearchQuery
-from service.collections.searching import QueryNode
+from service.collections.query_model import QueryNode, SearchQuery
 from service.collections.service import CollectionService
 from service.collections.vector_backend import ResponseBudget
 from service.http.kit import JSONRoute
