@@ -215,6 +215,25 @@ class Settings(BaseSettings):
         description="embedded backend: where collection snapshots (backups, POST /collections/{name}/snapshots) are "
         "kept, a folder per collection (default <data_dir>/snapshots; another volume keeps them off the data's disk)",
     )
+    collections_snapshot_max_bytes: int = Field(
+        32 * 2**30,
+        ge=1,
+        description="embedded backend: the largest collection snapshot accepted from an upload or a download "
+        "(bytes written, not bytes on the wire)",
+    )
+    collections_snapshot_download_timeout_s: float = Field(
+        3600.0, gt=0, description="longest a snapshot download for a recovery from a URL may take (seconds)"
+    )
+    collections_snapshot_idle_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="a snapshot upload or download that sends no byte for this long is stopped (seconds)",
+    )
+    collections_snapshot_url_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="URL prefixes a snapshot recovery may download from (end each with '/'); empty = any http(s) "
+        "URL (recovery from a location needs an admin key either way)",
+    )
     sparse_bm25_path: str | None = Field(
         None,
         description="the qdrant/bm25 sparse model's directory (english.txt stopwords, config.json; a snapshot of the "
@@ -264,7 +283,9 @@ class Settings(BaseSettings):
         description="most points per second a background re-embedding embeds (0 = unlimited); bounds its cost to live traffic during a model swap",
     )
 
-    @field_validator("providers", "api_keys", "admin_api_keys", "rerank_models", mode="before")
+    @field_validator(
+        "providers", "api_keys", "admin_api_keys", "rerank_models", "collections_snapshot_url_prefixes", mode="before"
+    )
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split_csv(v)

@@ -54,7 +54,7 @@ class CollectionService(PointReads):
         self.writes = PointWrites(self, self.embedding)
         self.payloads = PayloadUpdates(self, self.writes)
         self.searcher = Searcher(self, self.embedding)
-        self.recovery = Recovery(backend)
+        self.recovery = Recovery(backend, inference)
 
     @property
     def on_recover(self) -> list[Callable[[CollectionHandle], Awaitable[None]]]:

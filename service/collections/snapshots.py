@@ -6,10 +6,11 @@ downloaded and deleted by name, kept under the snapshots directory (``collection
 be recovered from its snapshots). Recovery (Qdrant's ``PUT /collections/{name}/snapshots/recover``,
 https://api.qdrant.tech/api-reference/snapshots/recover-from-snapshot) replaces the collection of that name, or
 creates it, from a snapshot named by location: ``file://`` inside the snapshots directory, or ``http(s)://`` (another
-server's download URL: how a collection moves between machines), or uploaded (``POST .../snapshots/upload``, a
-multipart form whose ``snapshot`` field is the file, streamed to disk). The recovered collection is then handed to the
-:attr:`Recovery.listeners` (the re-embedder: its model is loaded and, if it is not the active
-one, the collection is re-embedded towards the active model, as at start).
+server's download URL: how a collection moves between machines; bounded in size and time: :mod:`.snapshot_fetch`),
+or uploaded (``POST .../snapshots/upload``, a multipart form whose ``snapshot`` field is the file, streamed to disk).
+A recovery loads no model: the models the snapshot is bound to must be loaded already (:meth:`Recovery.vet`). The
+recovered collection is then handed to the :attr:`Recovery.listeners` (the re-embedder: if its model is not the
+active one, the collection is re-embedded towards the active model, as at start).
 
 The milvus backend has no snapshots (Milvus's own tool is ``milvus-backup``): asking answers 422 ``unsupported``.
 """
@@ -19,21 +20,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit
 
-import httpx
-
-from service.collections.errors import InvalidCollectionRequest
+from service.collections.completion import to_completion
+from service.collections.errors import InvalidCollectionRequest, ModelNotFound, ModelNotReady, ModelUnavailable
+from service.collections.ports import InferencePort, ModelRef
+from service.collections.snapshot_fetch import DOWNLOADS, FetchLimits, download_path, fetch
 from service.collections.vector_backend import NAME_RE, CollectionHandle, VectorBackend
 
+__all__ = ["DOWNLOADS", "Recovery", "SnapshotStore", "clean_downloads", "download_path", "snapshot_store"]
 T = TypeVar("T")
 log = logging.getLogger("service.collections")
-DOWNLOADS = ".downloads"  # under the snapshots directory: snapshots being fetched from a URL
 _tasks: set[asyncio.Task] = set()
+#: checks the ``(model record, dimension)`` pairs a snapshot's vectors are bound to (raises to refuse it)
+Vet = Callable[[list[tuple[dict[str, Any], int]]], None]
 
 
 class SnapshotStore(Protocol):
@@ -55,9 +57,14 @@ class SnapshotStore(Protocol):
     async def delete(self, name: str, snapshot: str) -> None:
         """Delete a snapshot. Raises :class:`~.errors.SnapshotNotFound`."""
 
-    async def recover(self, name: str, archive: Path, checksum: str | None) -> CollectionHandle:
+    async def recover(
+        self, name: str, archive: Path, checksum: str | None, vet: Vet | None = None, index: bool = True
+    ) -> CollectionHandle:
         """Replace (or create) collection ``name`` with the snapshot file ``archive``; returns the open collection.
-        Raises :class:`~.errors.InvalidCollectionRequest` (bad name, ``invalid_snapshot``, ``checksum_mismatch``)."""
+        ``vet`` is called with the models the snapshot is bound to before anything is replaced (what it raises
+        passes through); ``index`` false: a derived index the archive carries is not read but rebuilt (an untrusted
+        file). Raises :class:`~.errors.InvalidCollectionRequest` (bad name, ``invalid_snapshot``,
+        ``checksum_mismatch``)."""
 
 
 def snapshot_store(backend: VectorBackend) -> SnapshotStore:
@@ -84,18 +91,17 @@ def check_name(name: str) -> None:
 
 async def detached(coro: Awaitable[T]) -> T:
     """Await ``coro`` as a task that a cancelled caller (client gone, request time budget) does not stop: a snapshot
-    or a recovery, once begun, completes."""
-    task = asyncio.ensure_future(coro)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
-    return await asyncio.shield(task)
+    or a recovery, once begun, completes (:func:`.completion.to_completion`)."""
+    return await to_completion(coro)
 
 
-async def run_or_accept(coro: Awaitable[T], wait: bool) -> tuple[T | None, bool]:
-    """``(result, True)`` once ``coro`` completes (:func:`detached`), or, with ``wait`` false, ``(None, False)`` at once
-    with ``coro`` running in the background (:func:`in_background`): the API's ``?wait=false``."""
+async def run_or_accept(coro: Awaitable[T], wait: bool, detach: bool = True) -> tuple[T | None, bool]:
+    """``(result, True)`` once ``coro`` completes (:func:`detached` unless ``detach`` is false: ``coro`` then shields
+    what must complete itself, and the rest, a download, stops with its caller), or, with ``wait`` false,
+    ``(None, False)`` at once with ``coro`` running in the background (:func:`in_background`): the API's
+    ``?wait=false``."""
     if wait:
-        return await detached(coro), True
+        return (await detached(coro) if detach else await coro), True
     in_background(coro)
     return None, False
 
@@ -113,72 +119,55 @@ def in_background(coro: Awaitable[Any]) -> None:
     task.add_done_callback(_done)
 
 
-async def fetch(location: str, directory: Path, api_key: str | None = None) -> tuple[Path, bool]:
-    """The local file of snapshot ``location``: ``(path, downloaded)``; a downloaded file is the caller's to delete.
-
-    ``file:///...`` must lie inside ``directory`` (the snapshots directory, as Qdrant requires); ``http(s)://...`` is
-    downloaded, streaming, into ``directory/.downloads`` (with ``api-key: api_key`` when given: Qdrant's header).
-
-    Raises:
-        InvalidCollectionRequest: ``invalid_value`` (another scheme; a path outside ``directory`` or missing) or
-            ``snapshot_unreachable`` (the download failed or answered other than 200).
-    """
-    u = urlsplit(location)
-    if u.scheme == "file":
-        root = directory.resolve()
-        p = Path(unquote(u.path)).resolve()
-        if not p.is_relative_to(root):
-            raise InvalidCollectionRequest(f"a file location must lie inside {root}", param="location")
-        if not p.is_file():
-            raise InvalidCollectionRequest(f"no snapshot file at {p}", param="location")
-        return p, False
-    if u.scheme not in ("http", "https"):
-        raise InvalidCollectionRequest("location must be a file://, http:// or https:// URL", param="location")
-    dest = download_path(directory)
-    headers = {"api-key": api_key} if api_key else {}
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), follow_redirects=True) as client:
-            async with client.stream("GET", location, headers=headers) as r:
-                if r.status_code != 200:
-                    raise InvalidCollectionRequest(
-                        f"GET {location} answered {r.status_code}", param="location", code="snapshot_unreachable"
-                    )
-                with open(dest, "wb") as f:
-                    async for chunk in r.aiter_bytes(1 << 20):
-                        await asyncio.to_thread(f.write, chunk)
-    except httpx.HTTPError as e:
-        dest.unlink(missing_ok=True)
-        raise InvalidCollectionRequest(
-            f"GET {location} failed: {e}", param="location", code="snapshot_unreachable"
-        ) from e
-    except BaseException:
-        dest.unlink(missing_ok=True)
-        raise
-    return dest, True
-
-
 class Recovery:
     """Recovery of collections from snapshots on ``backend`` (module docstring); each recovered collection is handed
-    to the :attr:`listeners`."""
+    to the :attr:`listeners`.
 
-    def __init__(self, backend: VectorBackend) -> None:
+    No model is loaded on a recovery's behalf: every model the snapshot's vectors are bound to must be loaded
+    (exactly: name, version, sha256; and of the snapshot's dimension), else the recovery is refused before the
+    collection is touched (:class:`~.errors.ModelUnavailable`, 409). Load it first (``POST /admin/models/.../load``).
+
+    Args:
+        backend: the collections' backend (its ``snapshots`` store and ``settings``: the download limits).
+        inference: the inference port, asked which models are loaded.
+    """
+
+    def __init__(self, backend: VectorBackend, inference: InferencePort) -> None:
         self.backend = backend
+        self.inference = inference
         #: awaited with each collection recovered (the re-embedder's ``adopt``)
         self.listeners: list[Callable[[CollectionHandle], Awaitable[None]]] = []
 
     async def recover(self, name: str, location: str, checksum: str | None, api_key: str | None) -> CollectionHandle:
-        """Recover collection ``name`` from the snapshot at ``location`` (:func:`fetch`), then hand it to the
-        listeners. Errors: those of :func:`snapshot_store`, :func:`fetch` and :meth:`SnapshotStore.recover`."""
+        """Recover collection ``name`` from the snapshot at ``location`` (:func:`.snapshot_fetch.fetch`, within the
+        ``collections_snapshot_*`` limits), then hand it to the listeners. The download is the caller's (cancelled
+        with it, its file removed); the recovery proper, once begun, completes (:meth:`recover_file`).
+
+        Errors: those of :func:`snapshot_store`, :func:`.snapshot_fetch.fetch` and :meth:`recover_file`."""
         store = snapshot_store(self.backend)
         check_name(name)  # before a download
-        path, downloaded = await fetch(location, store.directory, api_key)
+        limits = FetchLimits.of(self.backend.settings)
+        path, downloaded = await fetch(location, store.directory, limits, api_key)
         return await self.recover_file(name, path, checksum, remove=downloaded)
 
-    async def recover_file(self, name: str, path: Path, checksum: str | None, remove: bool) -> CollectionHandle:
+    async def recover_file(
+        self, name: str, path: Path, checksum: str | None, remove: bool, trusted: bool = True
+    ) -> CollectionHandle:
         """Recover collection ``name`` from the snapshot file ``path`` (deleted afterwards when ``remove``: a download
-        or an upload), then hand it to the listeners. Errors: those of :meth:`SnapshotStore.recover`."""
+        or an upload), then hand it to the listeners; runs to its end whatever the caller does (:func:`detached`).
+        An untrusted file (``trusted`` false: an upload) gets its index rebuilt from its store, never read.
+
+        Raises:
+            InvalidCollectionRequest: as :meth:`SnapshotStore.recover`.
+            ModelUnavailable: a model the snapshot is bound to is not loaded (or not that exact one).
+        """
+        return await detached(self._recover_file(name, path, checksum, remove, trusted))
+
+    async def _recover_file(
+        self, name: str, path: Path, checksum: str | None, remove: bool, trusted: bool
+    ) -> CollectionHandle:
         try:
-            c = await snapshot_store(self.backend).recover(name, path, checksum)
+            c = await snapshot_store(self.backend).recover(name, path, checksum, vet=self.vet, index=trusted)
         finally:
             if remove:
                 await asyncio.to_thread(path.unlink, True)
@@ -186,12 +175,24 @@ class Recovery:
             await listener(c)
         return c
 
+    def vet(self, models: list[tuple[dict[str, Any], int]]) -> None:
+        """Check that each ``(model record, dimension)`` a snapshot's vectors are bound to is loaded as recorded.
 
-def download_path(directory: Path) -> Path:
-    """A fresh file name for a snapshot being received (downloaded or uploaded), in ``directory/.downloads``."""
-    dest = directory / DOWNLOADS / f"{uuid.uuid4().hex}.snapshot"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    return dest
+        Raises:
+            ModelUnavailable: a model is not loaded, or is loaded with another sha256 or dimension.
+        """
+        for model, dimension in models:
+            ref = ModelRef.from_dict(model)
+            try:
+                spec = self.inference.loaded(ref.id)
+            except (ModelNotFound, ModelNotReady):
+                spec = None
+            if spec is None or spec.ref.sha256 != ref.sha256 or spec.dimension != dimension:
+                raise ModelUnavailable(
+                    f"the snapshot's vectors are embedded by model {ref.id} (sha256 {ref.sha256[:12]}..., dimension "
+                    f"{dimension}), which is not loaded: a recovery loads no model; an admin loads it first "
+                    "(POST /admin/models/{name}/load)"
+                )
 
 
 def clean_downloads(directory: Path) -> None:

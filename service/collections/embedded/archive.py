@@ -32,10 +32,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from artifact_contract.fsio import fsync_dir
+from service.collections.embedded.archive_checks import (
+    check_index_file,
+    check_member,
+    invalid,
+    open_tar,
+    read_manifest,
+)
 from service.collections.embedded.collection import Collection
 from service.collections.embedded.snapshots import SNAPSHOT_RE, list_snapshots
 from service.collections.embedded.store.files import DB_FILE
-from service.collections.errors import InvalidCollectionRequest
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -158,55 +164,60 @@ def write_archive(c: Collection, directory: Path) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _invalid(message: str, code: str = "invalid_snapshot") -> InvalidCollectionRequest:
-    return InvalidCollectionRequest(message, param="location", code=code)
-
-
-def extract_archive(path: Path, dest: Path, checksum: str | None = None) -> dict[str, Any]:
+def extract_archive(path: Path, dest: Path, checksum: str | None = None, index: bool = True) -> dict[str, Any]:
     """Check the archive at ``path`` and unpack it into the new directory ``dest`` (a collection directory, files
-    fsynced); returns its manifest.
+    fsynced); returns its manifest. Every size it declares is checked first (:mod:`.archive_checks`). With ``index``
+    false its FAISS snapshot is left out (the index is then rebuilt from the store when the collection opens): bytes
+    from an untrusted client never reach FAISS's reader, whose inner size claims nothing checks.
 
     Raises:
         InvalidCollectionRequest: ``checksum_mismatch`` (``checksum``, SHA-256 hex, given and different), or
             ``invalid_snapshot``: not a tar archive of this format, a member other than the manifest, the store and
-            one FAISS snapshot (paths, links and devices are refused), a store that fails SQLite's
-            ``quick_check`` or whose last write differs from the manifest's.
+            one FAISS snapshot (paths, links, devices and sparse files are refused), a member declaring more bytes
+            than the archive holds, a manifest too large or nested too deep, a FAISS snapshot whose header does not
+            add up to its size, a store that fails SQLite's ``quick_check`` or whose last write differs from the
+            manifest's.
     """
     if checksum is not None and sha256_of(path) != checksum.strip().lower():
-        raise _invalid(f"the snapshot's SHA-256 is not {checksum}", code="checksum_mismatch")
+        raise invalid(f"the snapshot's SHA-256 is not {checksum}", code="checksum_mismatch")
     dest.mkdir(parents=True)
-    try:
-        tar = tarfile.open(path, mode="r:")
-    except (tarfile.TarError, OSError) as e:
-        raise _invalid(f"not a collection snapshot (a tar archive): {e}") from e
-    with tar:
+    size = path.stat().st_size
+    with open_tar(path) as tar:
         seen: set[str] = set()
-        for m in tar:
-            ok = m.name in (MANIFEST, DB_FILE) or SNAPSHOT_RE.match(m.name)
-            if not ok or not m.isreg() or m.name in seen or (m.name.startswith("index-") and "index" in seen):
-                raise _invalid(f"unexpected member {m.name!r} in the snapshot")
-            seen.add(m.name)
-            seen.add("index" if m.name.startswith("index-") else m.name)
-            with tar.extractfile(m) as f, open(dest / m.name, "wb") as out:
-                shutil.copyfileobj(f, out, _CHUNK)
-                out.flush()
-                os.fsync(out.fileno())
+        try:
+            for m in tar:
+                ok = m.name in (MANIFEST, DB_FILE) or SNAPSHOT_RE.match(m.name)
+                if not ok or not m.isreg() or m.name in seen or (m.name.startswith("index-") and "index" in seen):
+                    raise invalid(f"unexpected member {m.name!r} in the snapshot")
+                check_member(m, size)
+                seen.add(m.name)
+                seen.add("index" if m.name.startswith("index-") else m.name)
+                if m.name.startswith("index-") and not index:
+                    continue
+                with tar.extractfile(m) as f, open(dest / m.name, "wb") as out:
+                    shutil.copyfileobj(f, out, _CHUNK)
+                    out.flush()
+                    os.fsync(out.fileno())
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise invalid(f"the snapshot archive is damaged or truncated: {e}") from None
     if MANIFEST not in seen or DB_FILE not in seen:
-        raise _invalid(f"the snapshot lacks {MANIFEST} or {DB_FILE}")
+        raise invalid(f"the snapshot lacks {MANIFEST} or {DB_FILE}")
+    manifest = read_manifest(dest / MANIFEST)
+    if manifest.get("format") != FORMAT:
+        raise invalid(f"snapshot format {str(manifest.get('format'))[:20]!r}; this service reads format {FORMAT}")
+    for snap in dest.glob("index-*.snap"):
+        check_index_file(snap)
     try:
-        manifest = json.loads((dest / MANIFEST).read_text())
-        if manifest.get("format") != FORMAT:
-            raise _invalid(f"snapshot format {manifest.get('format')!r}; this service reads format {FORMAT}")
         conn = sqlite3.connect(dest / DB_FILE)
         try:
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
             seq = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()[0])
         finally:
             conn.close()
-    except (ValueError, KeyError, TypeError, AttributeError, sqlite3.Error) as e:
-        raise _invalid(f"the snapshot's manifest or store is unreadable: {e}") from e
+    except (ValueError, KeyError, TypeError, RecursionError, sqlite3.Error) as e:
+        raise invalid(f"the snapshot's store is unreadable: {e}") from None
     if check != "ok" or seq != manifest.get("sequence"):
-        raise _invalid(f"the snapshot's store is damaged (quick_check: {check}; sequence {seq})")
+        raise invalid(f"the snapshot's store is damaged (quick_check: {check}; sequence {str(seq)[:30]})")
     (dest / MANIFEST).unlink()
     fsync_dir(dest)
     return manifest

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from artifact_contract.fsio import atomic_write_bytes, fsync_dir
 from service.collections.aliases import Aliases
+from service.collections.completion import to_completion
 from service.collections.embedded.collection import Collection
 from service.collections.embedded.snapshot_store import EmbeddedSnapshots, finish_swaps
 from service.collections.errors import CollectionClosed, CollectionExists, CollectionNotFound
@@ -159,25 +160,33 @@ class EmbeddedBackend:
         return c
 
     async def create(self, name: str, vectors: VectorsConfig) -> Collection:
-        """Create collection ``name`` holding ``vectors`` (checked: :func:`~..schema.new_vectors_config`).
+        """Create collection ``name`` holding ``vectors`` (checked: :func:`~..schema.new_vectors_config`). Once begun
+        it completes whatever the caller does (:func:`~..completion.to_completion`), and one that fails leaves
+        nothing behind: the name is free again.
 
         Raises:
             InvalidCollectionRequest: bad name.
             CollectionExists: the name is taken.
         """
         check_name(name)
+        return await to_completion(self._create(name, vectors))
+
+    async def _create(self, name: str, vectors: VectorsConfig) -> Collection:
         async with self._lock:
             if name in self.collections or self.aliases.resolve(name):
                 raise CollectionExists(f"collection or alias {name!r} already exists")
+            path = self.root / name
+            if await self.run(path.exists):
+                raise CollectionExists(f"collection {name!r} already exists")
             try:
                 c = await self.run(
-                    Collection.create,
-                    self.root / name,
-                    vectors,
-                    exact_filter_threshold=self.settings.exact_filter_threshold,
+                    Collection.create, path, vectors, exact_filter_threshold=self.settings.exact_filter_threshold
                 )
             except FileExistsError as e:
                 raise CollectionExists(f"collection {name!r} already exists") from e
+            except BaseException:
+                await self.run(_discard, path)  # made here and not opened: the name is free again
+                raise
             self.collections[name] = c
             return c
 
@@ -192,24 +201,31 @@ class EmbeddedBackend:
 
     async def delete(self, name: str) -> None:
         """Delete collection ``name`` (not an alias), its aliases and its files (waits for running operations on it).
+        Once begun it completes whatever the caller does (:func:`~..completion.to_completion`): the collection is
+        closed and its directory moved aside before its name leaves the registry, all under the backend's lock, so
+        nobody sees it unlisted while its files still hold the name.
 
         Raises:
             CollectionNotFound: no such collection.
         """
+        await to_completion(self._delete(name))
+
+    async def _delete(self, name: str) -> None:
         async with self._lock:
-            c = self.collections.pop(name, None)  # a collection's own name: deleting by an alias is refused
+            c = self.collections.get(name)  # a collection's own name: deleting by an alias is refused
             if c is None:
                 raise CollectionNotFound(f"collection {name!r} not found")
-            await self.run(self.aliases.drop_collection, name)
-        await self.run(c.close)
-
-        def _remove() -> None:
+            await self.run(c.close)  # new operations on it fail (CollectionClosed: 404); running ones end first
             trash = c.path.with_name(f".deleted-{name}-{time.monotonic_ns()}")
-            os.rename(c.path, trash)
-            fsync_dir(c.path.parent)
-            shutil.rmtree(trash, ignore_errors=True)
 
-        await self.run(_remove)
+            def _move() -> None:
+                os.rename(c.path, trash)
+                fsync_dir(c.path.parent)
+
+            await self.run(_move)
+            await self.run(self.aliases.drop_collection, name)
+            del self.collections[name]
+        await self.run(shutil.rmtree, trash, True)
 
     async def swap_in(self, name: str, ready: Path) -> Collection:
         """Make the collection directory ``ready`` (in ``root``) collection ``name``, replacing the open one (closed
@@ -247,3 +263,10 @@ class EmbeddedBackend:
             self.collections[name] = c
         await self.run(shutil.rmtree, trash, True)
         return c
+
+
+def _discard(path: Path) -> None:
+    """Remove the directory of a collection whose creation failed (if it got as far as making one)."""
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+        fsync_dir(path.parent)

@@ -22,9 +22,10 @@ from artifact_contract.fsio import fsync_dir
 from service.collections.aliases import Aliases
 from service.collections.embedded.archive import NAME_RE as ARCHIVE_RE
 from service.collections.embedded.archive import extract_archive, list_archives, write_archive
+from service.collections.embedded.archive_checks import invalid, store_models
 from service.collections.embedded.collection import Collection
 from service.collections.errors import CollectionExists, CollectionNotFound, InvalidCollectionRequest, SnapshotNotFound
-from service.collections.snapshots import clean_downloads
+from service.collections.snapshots import Vet, clean_downloads
 from service.collections.vector_backend import NAME_RE
 
 RESTORED = ".restored-"
@@ -118,11 +119,19 @@ class EmbeddedSnapshots:
 
         await self.backend.run(_rm)
 
-    async def recover(self, name: str, archive: Path, checksum: str | None) -> Collection:
-        """Replace or create collection ``name`` from ``archive`` (see the module docstring); returns it open.
+    async def recover(
+        self, name: str, archive: Path, checksum: str | None, vet: Vet | None = None, index: bool = True
+    ) -> Collection:
+        """Replace or create collection ``name`` from ``archive`` (see the module docstring); returns it open. ``vet``
+        is called with the models the unpacked store is bound to (:func:`.archive_checks.store_models`) before
+        anything is replaced; ``index`` false leaves the archive's FAISS snapshot out (:func:`.archive.extract_archive`:
+        an untrusted upload). Whatever fails, nothing of the archive is left behind (no staging, no ``.failed-*``
+        copy).
 
         Raises:
-            InvalidCollectionRequest: a bad name, ``invalid_snapshot`` or ``checksum_mismatch``.
+            InvalidCollectionRequest: a bad name, ``invalid_snapshot`` (also: a store that passes the checks but
+                does not open; the collection it was to replace stays) or ``checksum_mismatch``; what ``vet``
+                raises.
         """
         if not NAME_RE.match(name):
             raise InvalidCollectionRequest(f"collection name {name!r} must match {NAME_RE.pattern}", param="name")
@@ -132,11 +141,28 @@ class EmbeddedSnapshots:
         staging = b.root / f".restoring-{name}-{os.getpid()}-{time.monotonic_ns()}"
         ready = b.root / f"{RESTORED}{name}"
         try:
-            await b.run(extract_archive, archive, staging, checksum)
+            await b.run(extract_archive, archive, staging, checksum, index)
+            models = await b.run(store_models, staging)
+            if vet is not None:
+                vet(models)
             try:
                 await b.run(os.rename, staging, ready)  # fails while another recovery of name is past this step
             except OSError as e:
                 raise InvalidCollectionRequest(f"collection {name!r} is being recovered already", param="name") from e
         finally:
             await b.run(shutil.rmtree, staging, True)
-        return await b.swap_in(name, ready)
+        try:
+            return await b.swap_in(name, ready)
+        except Exception as e:
+            await b.run(_remove_failed, b.root, name)
+            raise invalid(f"the snapshot's store does not open ({type(e).__name__}); nothing was replaced") from None
+
+
+def _remove_failed(root: Path, name: str) -> None:
+    """Remove the copies a recovery of ``name`` that did not open left (``.failed-<name>-<ns>``, and a ``.restored-``
+    directory the swap did not take)."""
+    prefix = f".failed-{name}-"
+    for p in root.iterdir():
+        if p.name.startswith(prefix) and p.name[len(prefix) :].isdigit():
+            shutil.rmtree(p, ignore_errors=True)
+    shutil.rmtree(root / f"{RESTORED}{name}", ignore_errors=True)

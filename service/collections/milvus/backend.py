@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from service.collections.aliases import Aliases
+from service.collections.completion import to_completion
 from service.collections.errors import (
     BackendUnavailable,
     CollectionNotFound,
@@ -317,8 +318,13 @@ class MilvusBackend:
         """
         check_name(name)
         b = supported_vector(vectors)
+        return await to_completion(self._locked(self._create, name, b.spec, b.model, b.name))
+
+    async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the pool under the backend's lock: a create or a delete, which completes once begun
+        whatever its caller does (:func:`~..completion.to_completion`): the lock is held until Milvus has answered."""
         async with self._lock:
-            return await self.run(self._create, name, b.spec, b.model, b.name)
+            return await self.run(fn, *args)
 
     @long_call
     def _create(self, name: str, spec: IndexSpec, model: dict[str, Any], vector_name: str = "") -> MilvusCollection:
@@ -355,8 +361,7 @@ class MilvusBackend:
         """
         if not NAME_RE.match(name):
             raise CollectionNotFound(f"collection {name!r} not found")
-        async with self._lock:
-            await self.run(self._delete, name)
+        await to_completion(self._locked(self._delete, name))
 
     @long_call
     def _delete(self, name: str) -> None:

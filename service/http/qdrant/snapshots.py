@@ -7,7 +7,10 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Snapshots
   ``DELETE .../snapshots/{snapshot_name}``;
 * ``PUT .../snapshots/recover`` ``{location, priority, checksum, api_key}``: replace the collection, or create it,
   from a ``file://`` snapshot inside the snapshots directory or an ``http(s)://`` URL (another server's download
-  URL). ``priority`` (replica / snapshot / no_sync) concerns replica sets: accepted, no effect on one node.
+  URL). ``priority`` (replica / snapshot / no_sync) concerns replica sets: accepted, no effect on one node. It needs
+  global manage access, as in Qdrant: an admin key (``service.http.access``); a download is bounded
+  (``service.collections.snapshot_fetch``), and a snapshot whose model is not loaded is refused (409: a recovery
+  loads no model).
 
 A snapshot is this service's archive (``service.collections.embedded.archive``), not Qdrant's storage format: a
 snapshot made by Qdrant cannot be recovered here, nor one of this service by Qdrant. ``POST .../snapshots/upload``
@@ -24,10 +27,12 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from service.collections import snapshots
+from service.collections.snapshot_fetch import MAX_LOCATION_CHARS
+from service.http.access import require_admin
 from service.http.errors import elapsed_s
 from service.http.kit import JSONRoute, json_response
 from service.http.qdrant.envelope import PREFIX, WRITES, Service, ok
-from service.http.uploads import UPLOAD_BODY, Checksum, receive_upload
+from service.http.uploads import UPLOAD_BODY, Checksum, receive_upload, upload_limits
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 SNAPSHOTS = "/collections/{collection_name}/snapshots"
@@ -38,7 +43,9 @@ class SnapshotRecover(BaseModel):
     """Qdrant's ``SnapshotRecover`` (Qdrant API reference)."""
 
     model_config = ConfigDict(extra="forbid")
-    location: StrictStr = Field(description="file:// inside the snapshots directory, or an http(s):// URL")
+    location: StrictStr = Field(
+        description="file:// inside the snapshots directory, or an http(s):// URL", max_length=MAX_LOCATION_CHARS
+    )
     priority: Literal["replica", "snapshot", "no_sync"] | None = Field(None, description="no effect on one node")
     checksum: StrictStr | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 hex to verify")
     api_key: StrictStr | None = Field(None, description="sent as the api-key header when downloading")
@@ -84,10 +91,12 @@ async def delete_snapshot(
 async def recover_snapshot(
     request: Request, collection_name: str, body: SnapshotRecover, svc: Service, wait: Wait = True
 ) -> Response:
-    """Qdrant's "Recover from a snapshot": ``true`` once the collection is replaced (or created)."""
+    """Qdrant's "Recover from a snapshot": ``true`` once the collection is replaced (or created). Global manage
+    access, as Qdrant: an admin key (``service.http.access``)."""
+    require_admin(request, "recovering a collection from a snapshot location")
     snapshots.snapshot_store(svc.backend)
     coro = svc.recovery.recover(collection_name, body.location, body.checksum, body.api_key)
-    _, done = await snapshots.run_or_accept(coro, wait)
+    _, done = await snapshots.run_or_accept(coro, wait, detach=False)
     return ok(request, True) if done else _accepted(request)
 
 
@@ -103,7 +112,7 @@ async def upload_snapshot(
     """Qdrant's "Recover from an uploaded snapshot" (multipart field ``snapshot``): ``true`` once recovered."""
     store = snapshots.snapshot_store(svc.backend)
     snapshots.check_name(collection_name)
-    path = await receive_upload(request, store.directory)
-    coro = svc.recovery.recover_file(collection_name, path, checksum, remove=True)
+    path = await receive_upload(request, store.directory, *upload_limits(svc))
+    coro = svc.recovery.recover_file(collection_name, path, checksum, remove=True, trusted=False)
     _, done = await snapshots.run_or_accept(coro, wait)
     return ok(request, True) if done else _accepted(request)
