@@ -128,6 +128,12 @@ class Examples:
                             f"the vector {vname!r} is the client's: no Document examples", at
                         )
                     texts.append(x.check(x.source, c.model, name, at))
+                elif isinstance(x, list) and x and isinstance(x[0], list):
+                    raise InvalidCollectionRequest(
+                        f"{at} is a matrix; the vector {vname!r} is not a multivector: give one vector",
+                        at,
+                        "wrong_dimension",
+                    )
                 elif isinstance(x, list) and len(x) != spec.dimension:
                     raise InvalidCollectionRequest(
                         f"{at} has dimension {len(x)}; the vector {vname!r} has {spec.dimension}", at, "wrong_dimension"

@@ -199,3 +199,10 @@ def test_recommend_and_discover_on_multivectors_answer_as_local_mode(clients):
             "mv", query=models.RecommendQuery(recommend=models.RecommendInput(positive=[[1.0, 2.0, 3.0]])), using="dot"
         )
     assert e.value.status_code == 422
+    remote = clients[0]
+    remote.create_collection("one", vectors_config=models.VectorParams(size=2, distance=models.Distance.DOT))
+    remote.upsert("one", [models.PointStruct(id=1, vector=[1.0, 2.0])])
+    matrix = models.RecommendQuery(recommend=models.RecommendInput(positive=[[[1.0, 2.0], [3.0, 4.0]]]))
+    with pytest.raises(UnexpectedResponse) as e:  # a matrix is no example of a single vector
+        remote.query_points("one", query=matrix)
+    assert e.value.status_code == 422 and b"not a multivector" in e.value.content
