@@ -14,6 +14,9 @@ Sources (Qdrant API reference and concepts, https://qdrant.tech/documentation/co
 * **datetime range**: RFC 3339 values and bounds, or the other formats Qdrant parses (``YYYY-MM-DD[ T]HH:MM[:SS[.f]]``
   with an optional ``±HH[:MM]``/``Z`` offset, or a date), read as UTC without an offset; fractions past
   microseconds are cut;
+* **is null** (``is_null``): one of the values the key reaches (arrays kept whole) is null or an array holding a
+  null element, one level deep (``[null, 1]`` is null, ``[[null]]`` is not; a missing key is not), as qdrant-client's
+  local mode and Qdrant's segment code test it;
 * **values count**: how many values a key holds (an array's length, 1 for a scalar, 0 for null or a missing key),
   tested against ``gt``/``gte``/``lt``/``lte``;
 * **geo**: a payload value ``{"lon": x, "lat": y}`` (finite numbers) within ``radius`` meters of a centre (haversine on
@@ -164,7 +167,14 @@ class Geo:
     area: tuple[Any, ...]
 
 
-LEAVES = (Text, DateRange, Count, Geo)
+@dataclass(frozen=True, eq=False)
+class Null:
+    """``payload[key]`` is null, or an array with a null element (Qdrant's ``is_null``: module docstring)."""
+
+    key: str
+
+
+LEAVES = (Text, DateRange, Count, Geo, Null)
 
 
 def tokens(text: str) -> list[str]:
@@ -256,6 +266,8 @@ def _within(n: Any, b: Count | DateRange) -> bool:
 
 def leaf_holds(leaf: Any, payload: Any) -> bool:
     """Whether ``payload`` (a point's payload object) satisfies one of :data:`LEAVES` (module docstring)."""
+    if isinstance(leaf, Null):
+        return any(v is None or (isinstance(v, list) and None in v) for v in values_at(payload, leaf.key, False))
     if isinstance(leaf, Count):
         counts = [0 if v is None else len(v) if isinstance(v, list) else 1 for v in values_at(payload, leaf.key, False)]
         return any(_within(n, leaf) for n in counts or [0])

@@ -19,7 +19,7 @@ Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
     OP: ARG   := "$eq": SCALAR | "$ne": SCALAR | "$in": [SCALAR, ...] | "$nin": [SCALAR, ...]
                | "$gt" | "$gte" | "$lt" | "$lte": NUMBER
                | "$gt" | "$gte" | "$lt" | "$lte": DATETIME  # a datetime range (every bound a datetime)
-               | "$exists": BOOL | "$empty": BOOL
+               | "$exists": BOOL | "$empty": BOOL | "$null": BOOL   # $null: null or an array holding a null
                | "$text" | "$text_any" | "$phrase": string  # full-text tokens (all / any / consecutive)
                | "$count": {"$gt" | "$gte" | "$lt" | "$lte": N, ...}  # how many values the key holds
                | "$geo_radius" | "$geo_box" | "$geo_polygon": AREA   # a geo point {"lon", "lat"} inside AREA
@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 from service.collections.conditions import (
     ConditionError,
+    Null,
     bounds,
     count_bound,
     datetime_bound,
@@ -87,6 +88,7 @@ _OPS = (
     "$lte",
     "$exists",
     "$empty",
+    "$null",
     "$text",
     "$text_any",
     "$phrase",
@@ -240,11 +242,11 @@ class _Parser:
             elif op in _RANGE_OPS:
                 self.count(1, at)
                 bounds[_RANGE_OPS[op]] = arg if isinstance(arg, str) else _number(arg, at)
-            elif op in ("$exists", "$empty"):
+            elif op in ("$exists", "$empty", "$null"):
                 if not isinstance(arg, bool):
                     raise FilterError(f"{at} must be true or false")
                 self.count(1, at)
-                f = Exists(key) if op == "$exists" else Empty(key)
+                f = Exists(key) if op == "$exists" else Empty(key) if op == "$empty" else Null(key)
                 out.append(f if arg else Not(f))
             elif op in _OPS:
                 self.count(1 if op != "$geo_polygon" else _points(arg), at)

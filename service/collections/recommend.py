@@ -14,7 +14,11 @@ embedded here (a model switch before the search makes it stale: the caller runs 
 * :func:`discover` (a target and context pairs) and :func:`context` (context pairs): scorer queries;
 * :func:`relevance_feedback`: the scorer ``relevance_feedback`` (Qdrant's naive strategy, ``a``, ``b``, ``c``).
 
-Dense examples are float64 rows, unit rows on a cosine vector (as Qdrant preprocesses them).
+Dense examples are float64 rows, unit rows on a cosine vector (as Qdrant preprocesses them). On a multivector every
+example is a matrix (``(m, d)`` rows, given or stored), as qdrant-client's local mode takes them: ``average_vector``
+makes one query matrix of the positive examples' rows and the negated rows of the negative ones
+(:func:`multi_average`); the other kinds are scorer queries of matrices (MAX_SIM to each example);
+``relevance_feedback`` is not offered there.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ Found = tuple[Any, list, dict | None]
 #: the stored vector ``vector`` (floats or ``{indices, values}``; None: not held) of the stored points among ``ids``
 #: of ``collection`` (whose vectors are ``cfg``), keyed by ``(type(id), id)``: ``read(collection, cfg, ids, vector)``
 StoredVectors = Callable[[str, VectorsConfig, list[int | str], str], Awaitable[dict[tuple[type, Any], Any]]]
+#: what :meth:`Examples.rows` answers as the metric of a multivector's examples (matrices)
+MULTIVECTOR = "multivector"
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,8 @@ class Examples:
         vname = vector_name(c.vectors, using, param)
         if vname in c.vectors.sparse:
             return await self._sparse_rows(sides, param)
+        if c.vectors.dense[vname].multivector:
+            return await self._multi_rows(sides, param, c.vectors.dense[vname].spec.dimension)
         spec, bound = c.vectors.dense[vname].spec, c.vectors.dense[vname].bound
         texts: list[str] = []
         ids: list[int | str] = []
@@ -120,6 +128,12 @@ class Examples:
                             f"the vector {vname!r} is the client's: no Document examples", at
                         )
                     texts.append(x.check(x.source, c.model, name, at))
+                elif isinstance(x, list) and x and isinstance(x[0], list):
+                    raise InvalidCollectionRequest(
+                        f"{at} is a matrix; the vector {vname!r} is not a multivector: give one vector",
+                        at,
+                        "wrong_dimension",
+                    )
                 elif isinstance(x, list) and len(x) != spec.dimension:
                     raise InvalidCollectionRequest(
                         f"{at} has dimension {len(x)}; the vector {vname!r} has {spec.dimension}", at, "wrong_dimension"
@@ -179,6 +193,53 @@ class Examples:
                     )
         return out, ([] if self.lookup is not None else list(dict.fromkeys(ids))), None, "sparse"
 
+    async def _multi_rows(self, sides: dict[str, list], param: str, d: int) -> tuple[dict[str, Any], list, None, str]:
+        """:meth:`rows` for a multivector of ``d`` floats a row: each side's examples as float64 matrices ``(m, d)``
+        (matrices given, or the stored ones of the ids named), the ids to leave out, no model, and the metric
+        :data:`MULTIVECTOR`.
+
+        Raises:
+            InvalidCollectionRequest: an example that is no matrix of finite rows of ``d`` floats (a single vector, a
+                sparse vector, a text; ``wrong_dimension``). PointNotFound: an id not stored (with that vector).
+        """
+        ids = [x for xs in sides.values() for x in xs if isinstance(x, (int, str))]
+        src, src_using = source(self.name, self.using, self.lookup)
+        sc = await self.svc.collection(src)
+        sname = vector_name(sc.vectors, src_using, param)
+        stored = await self.read(src, sc.vectors, ids, sname) if ids else {}
+        if missing := [x for x in ids if stored.get((type(x), x)) is None]:
+            raise PointNotFound(f"No point with id {missing[0]} found (holding the vector {sname!r})")
+        out: dict[str, Any] = {}
+        for side, xs in sides.items():
+            out[side] = []
+            for i, x in enumerate(xs):
+                m = _matrix(stored[(type(x), x)] if isinstance(x, (int, str)) else x, d)
+                if m is None:
+                    at = f"{param}.{side}[{i}]"
+                    what = f"point {x}'s vector {sname!r}" if isinstance(x, (int, str)) else at
+                    raise InvalidCollectionRequest(
+                        f"{what}: the vector is a multivector: an example is a point id or finite rows of {d} floats",
+                        at,
+                        "wrong_dimension",
+                    )
+                out[side].append(m)
+        return out, ([] if self.lookup is not None else list(dict.fromkeys(ids))), None, MULTIVECTOR
+
+
+def _matrix(x: Any, d: int) -> np.ndarray | None:
+    """float64 ``(m, d)`` (``m >= 1``) of ``x``, or None when it is no such matrix of finite numbers."""
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return a if a.ndim == 2 and a.shape[0] >= 1 and a.shape[1] == d and bool(np.isfinite(a).all()) else None
+
+
+def multi_average(positive: list[np.ndarray], negative: list[np.ndarray]) -> np.ndarray:
+    """Qdrant's ``average_vector`` recommendation on a multivector (qdrant-client's local mode): one query matrix of
+    every positive example's rows followed by every negative example's rows negated (``(sum of m_i, d)``)."""
+    return np.concatenate([*positive, *(-n for n in negative)])
+
 
 def sparse_average(positive: list[dict], negative: list[dict]) -> dict[str, list]:
     """Qdrant's ``average_vector`` recommendation on sparse vectors: ``avg(positive)``, or ``avg(positive) +
@@ -215,6 +276,10 @@ async def recommend(ex: Examples, positive: list, negative: list, strategy: str,
     if not positive and not negative:
         raise InvalidCollectionRequest("a recommendation needs an example", f"{param}.positive")
     rows, ids, model, metric = await ex.rows({"positive": positive, "negative": negative}, param)
+    if metric == MULTIVECTOR:
+        if strategy == "average_vector":
+            return multi_average(rows["positive"], rows["negative"]).tolist(), ids, None
+        return {"scorer": strategy, **{k: [m.tolist() for m in v] for k, v in rows.items()}}, ids, None
     if metric == "sparse":
         if strategy == "average_vector":
             return sparse_average(rows["positive"], rows["negative"]), ids, None
@@ -254,9 +319,13 @@ async def relevance_feedback(
     Qdrant's naive strategy ``{a, b, c}``.
 
     Raises:
-        as :meth:`Examples.rows`.
+        as :meth:`Examples.rows`; InvalidCollectionRequest (``unsupported``): a multivector.
     """
     rows, ids, model, metric = await ex.rows({"target": [target], "feedback": [x for x, _ in feedback]}, param)
+    if metric == MULTIVECTOR:
+        raise InvalidCollectionRequest(
+            "relevance_feedback on a multivector is not supported", f"{param}.target", "unsupported"
+        )
     as_json = _as_json(metric)
     query = {
         "scorer": "relevance_feedback",

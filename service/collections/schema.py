@@ -105,10 +105,12 @@ def idf(n_points: int, df: np.ndarray) -> np.ndarray:
 
 @dataclass
 class VectorsConfig:
-    """The vectors of a collection: ``dense`` and ``sparse`` by name (see the module docstring)."""
+    """The vectors of a collection: ``dense`` and ``sparse`` by name (see the module docstring); ``metadata``: the
+    client's JSON object kept with them (Qdrant's collection ``metadata``; None: never given)."""
 
     dense: dict[str, DenseVector] = field(default_factory=dict)
     sparse: dict[str, SparseVector] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
 
     @property
     def bound(self) -> DenseVector | None:
@@ -146,12 +148,22 @@ class VectorsConfig:
         dense = dict(self.dense)
         if b is not None:
             dense[b.name] = DenseVector(b.name, spec, dict(model))
-        return VectorsConfig(dense, dict(self.sparse))
+        return VectorsConfig(dense, dict(self.sparse), self.metadata)
+
+    def with_metadata(self, update: dict[str, Any]) -> VectorsConfig:
+        """This config with ``update`` merged into its metadata (Qdrant's collection update: a key given replaces
+        the one kept, a key given as null is removed; the whole of ``update`` when none was kept, as qdrant-client's
+        local mode keeps it)."""
+        if self.metadata is None:
+            merged = dict(update)
+        else:
+            merged = {k: v for k, v in {**self.metadata, **update}.items() if not (k in update and v is None)}
+        return VectorsConfig(dict(self.dense), dict(self.sparse), merged)
 
     def to_json(self) -> dict[str, Any]:
         """The stored and reported form: ``{dense: {name: {index, metric, params, dimension, model}}, sparse: {name:
-        {modifier, model}}}``."""
-        return {
+        {modifier, model}}[, metadata]}``."""
+        out = {
             "dense": {
                 n: {
                     "index": v.spec.kind,
@@ -165,6 +177,7 @@ class VectorsConfig:
             },
             "sparse": {n: {"modifier": v.modifier, "model": v.model} for n, v in self.sparse.items()},
         }
+        return {**out, "metadata": self.metadata} if self.metadata is not None else out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> VectorsConfig:
@@ -179,7 +192,7 @@ class VectorsConfig:
             for n, d in raw.get("dense", {}).items()
         }
         sparse = {n: SparseVector(n, s["modifier"], s.get("model")) for n, s in raw.get("sparse", {}).items()}
-        return cls(dense, sparse)
+        return cls(dense, sparse, raw.get("metadata"))
 
     @classmethod
     def single(cls, spec: IndexSpec, model: dict[str, Any], name: str = "") -> VectorsConfig:
@@ -216,6 +229,7 @@ def new_vectors_config(
     model: dict[str, Any] | None,
     model_dimension: int,
     sparse_models: tuple[str, ...] = (),
+    metadata: dict[str, Any] | None = None,
 ) -> VectorsConfig:
     """A checked :class:`VectorsConfig` for a new collection.
 
@@ -227,6 +241,7 @@ def new_vectors_config(
         model: the active model's record (what a model-bound vector is bound to).
         model_dimension: its embedding dimension.
         sparse_models: the server-side sparse models the service offers.
+        metadata: the client's JSON object kept with the vectors (:class:`VectorsConfig`), or None.
 
     A collection with no vector at all holds payloads only (Qdrant allows it).
 
@@ -237,7 +252,9 @@ def new_vectors_config(
     for what, given in (("vectors", dense), ("sparse_vectors", sparse)):
         if len(given) > MAX_VECTORS:
             raise InvalidCollectionRequest(f"{what}: at most {MAX_VECTORS} per collection", what)
-    out = VectorsConfig()
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidCollectionRequest("metadata must be a JSON object", "metadata")
+    out = VectorsConfig(metadata=metadata)
     for name, d in dense.items():
         param = f"vectors.{name}" if name else "vectors"
         _name(name, param, allow_empty=True)

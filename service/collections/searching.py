@@ -23,6 +23,7 @@ from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelC
 from service.collections.filters import Filter
 from service.collections.formula_eval import rescore
 from service.collections.fusion import fuse
+from service.collections.multivector_scoring import multi_scorer_of
 from service.collections.point_reads import PointReads
 from service.collections.query_model import QueryNode, SearchQuery
 from service.collections.schema import SparseVec, dense_value, sparse_vec
@@ -175,8 +176,8 @@ class Searcher:
                 if cfg.kind_of(using, f"{pre}using") == "sparse":
                     plans.append((s, where, using, scorer_of(s.query, "sparse", 0, f"{pre}query")))
                 else:
-                    spec = cfg.dense[using].spec
-                    plans.append((s, where, using, scorer_of(s.query, spec.metric, spec.dimension, f"{pre}query")))
+                    spec, of = cfg.dense[using].spec, multi_scorer_of if cfg.dense[using].multivector else scorer_of
+                    plans.append((s, where, using, of(s.query, spec.metric, spec.dimension, f"{pre}query")))
                 continue
             if cfg.kind_of(using, f"{pre}using") == "sparse":
                 q = (

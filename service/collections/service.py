@@ -90,11 +90,12 @@ class CollectionService(PointReads):
         metric: str = "cosine",
         dense: dict[str, dict[str, Any]] | None = None,
         sparse: dict[str, dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> CollectionHandle:
         """A new collection. Without ``dense`` and ``sparse``: one unnamed vector bound to the active model, indexed
         by ``index`` (``params``) with ``metric``. Else the named vectors given (:func:`.schema.new_vectors_config`:
         ``dense`` ``{name: {bound, size, metric, index, params}}``, ``sparse`` ``{name: {modifier, model}}``), a
-        model-bound one bound to the active model.
+        model-bound one bound to the active model, and the client's ``metadata`` kept with them.
 
         Raises:
             InvalidCollectionRequest, CollectionExists (see :meth:`VectorBackend.create`).
@@ -105,7 +106,8 @@ class CollectionService(PointReads):
             config = single_config(name, index, params, metric, model, active.dimension)
         else:
             check_name(name)
-            config = new_vectors_config(dense or {}, sparse or {}, model, active.dimension, tuple(self.sparse_models))
+            models = tuple(self.sparse_models)
+            config = new_vectors_config(dense or {}, sparse or {}, model, active.dimension, models, metadata)
         return await self.backend.create(name, config)
 
     async def create_vector_name(

@@ -75,7 +75,7 @@ def with_vector(
         raise InvalidCollectionRequest(
             f"at most {MAX_VECTORS} {'dense' if dense else 'sparse'} vectors per collection", "vector_name"
         )
-    return VectorsConfig({**cfg.dense, **one.dense}, {**cfg.sparse, **one.sparse})
+    return VectorsConfig({**cfg.dense, **one.dense}, {**cfg.sparse, **one.sparse}, cfg.metadata)
 
 
 def without_vector(cfg: VectorsConfig, name: str) -> VectorsConfig | None:
@@ -97,5 +97,7 @@ def without_vector(cfg: VectorsConfig, name: str) -> VectorsConfig | None:
             "the unnamed vector is the only dense vector: it cannot be deleted", "vector_name"
         )
     return VectorsConfig(
-        {n: v for n, v in cfg.dense.items() if n != name}, {n: v for n, v in cfg.sparse.items() if n != name}
+        {n: v for n, v in cfg.dense.items() if n != name},
+        {n: v for n, v in cfg.sparse.items() if n != name},
+        cfg.metadata,
     )

@@ -18,6 +18,7 @@ from service.collections.embedded.store import named as tables
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index import VectorIndex
 from service.collections.metric import is_distance, max_sim_score, normalised
+from service.collections.multivector_scoring import max_sim_totals
 from service.collections.schema import SparseVec, VectorsConfig
 from service.collections.scorers import Scorer
 
@@ -173,10 +174,20 @@ class NamedIndexes:
         """The ``top_k`` best points of each multivector query (``(m_q, d)``) by MAX_SIM over every stored matrix of
         the vector ``name`` (among ``allowed``): the sum over the query's rows of their best similarity to the point's
         rows (dot, on unit rows for cosine; minus the squared distance for l2, reported as the square root of its
-        magnitude, as Qdrant reports it). Returns ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 past the last)."""
-        if isinstance(queries, Scorer):
-            raise InvalidCollectionRequest(f"a {queries.kind} query on a multivector is not supported", "query")
+        magnitude, as Qdrant reports it). Returns ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 past the last).
+        A multi-example query (:class:`~..scorers.Scorer` of matrices) scores every point holding the vector by
+        MAX_SIM to its examples: ``(1, <=top_k)``."""
         metric, d = self.dense[name].spec.metric, self.dense[name].spec.dimension
+        if isinstance(queries, Scorer):  # its examples are matrices (..multivector_scoring), each scored by MAX_SIM
+            keep_ = None if allowed is None else set(allowed.tolist())
+            rows = [(i, b) for i, b in tables.iter_blobs(self.store.reader(), name) if keep_ is None or i in keep_]
+            ids = np.array([i for i, _ in rows], np.int64)
+            if not len(ids):  # nothing to score (score_with takes one candidate or more)
+                return np.zeros((1, 0), np.float32), ids[None]
+            mats = [np.frombuffer(b, dtype="<f4").reshape(-1, d) for _, b in rows]
+            s = queries.score_with(lambda e: max_sim_totals(e, mats, metric), len(ids))
+            order = np.lexsort((ids, -s))[:top_k]
+            return s[order][None], ids[order][None]
         qs = [prepared(np.asarray(q, np.float32).reshape(-1, d), metric) for q in queries]
         best: list[list[tuple[float, int]]] = [[] for _ in qs]
         keep = None if allowed is None else set(allowed.tolist())

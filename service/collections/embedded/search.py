@@ -135,7 +135,7 @@ def nearest(
     (:class:`~..scorers.Scorer`) is scored higher-is-better whatever the metric (``dot``)."""
     if named.scanned(using):  # a sparse vector or a multivector: no FAISS index
         D, I = named.sparse_search(using, queries, k, allowed)
-        return D, I, named.metric(using)
+        return D, I, "dot" if isinstance(queries, Scorer) else named.metric(using)
     if bound is not None:
         index, q = bound.index, queries if isinstance(queries, Scorer) else bound.prepare(queries)
         dim = index.spec.dimension

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.collections.conditions import key_names
+from service.collections.conditions import Null, key_names
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.filters import (
     INT64,
@@ -224,6 +224,8 @@ def filter_expr(f: Filter) -> str:
         return f"(not {filter_expr(f.part)})"
     if isinstance(f, Ids):
         return f"({keys_expr([json.dumps(i, ensure_ascii=False) for i in f.ids])})"
+    if isinstance(f, Null):  # the marks hold null values, not arrays holding one: an explicit null only here
+        return f"({_match(Match(f.key, (None,)))})"
     if isinstance(f, Match):
         return f"({_match(f)})"
     if isinstance(f, Range):

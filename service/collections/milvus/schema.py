@@ -60,7 +60,7 @@ def supported_vector(vectors: VectorsConfig) -> DenseVector:
 
     Raises:
         InvalidCollectionRequest: other vectors (``unsupported``: Milvus 2.3 has one vector field per collection and
-            no sparse vectors), or an index type it cannot build.
+            no sparse vectors), collection metadata (``unsupported``: not kept), or an index type it cannot build.
     """
     b = vectors.bound
     if b is None or len(vectors.dense) != 1 or vectors.sparse:
@@ -71,6 +71,8 @@ def supported_vector(vectors: VectorsConfig) -> DenseVector:
             param="vectors",
             code="unsupported",
         )
+    if vectors.metadata is not None:
+        raise InvalidCollectionRequest("the milvus backend keeps no collection metadata", "metadata", "unsupported")
     check_supported(b.spec.kind)
     return b
 

@@ -8,8 +8,8 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 * ``PATCH /collections/{collection_name}`` (update): the storage and cluster settings a creation ignores are accepted
   with no effect (``optimizers_config``, as in Qdrant's bulk-upload recipe that turns indexing off and on,
   ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``); refused with 422:
-  ``m``/``ef_construct`` (an existing collection's index is not rebuilt), quantization, sparse vectors, ``metadata``
-  (the service keeps the collection's model record there);
+  ``m``/``ef_construct`` (an existing collection's index is not rebuilt), quantization, sparse vectors; ``metadata``
+  is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
 * ``PUT /collections/{collection_name}/index`` (create a payload index) and ``DELETE .../index/{field_name}``
   (delete one): accepted, no effect (every payload key is filterable here);
 * ``PUT /collections/{collection_name}/vectors/{vector_name}`` (create vector name: ``{dense: {size, distance,
@@ -20,8 +20,9 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 A collection holds named vectors (:mod:`.vectors`; the data model is the collections core's,
 :mod:`service.collections.schema`). Creation maps ``vectors`` (one unnamed ``{size, distance}``, or ``{name: {size,
 distance}}``) -> dense vectors: ``Cosine`` cosine, ``Dot`` dot, ``Euclid`` l2; the first of the active model's
-dimension is bound to the model (``Document`` texts embedded here, re-embedded on a model switch; its record:
-``config.metadata.embedding_model``), every other is client-supplied (any size). ``hnsw_config`` (the collection's,
+dimension is bound to the model (``Document`` texts embedded here, re-embedded on a model switch; its record: the
+native ``GET /collections/{name}``'s ``model``), every other is client-supplied (any size). ``metadata`` (a JSON
+object) is kept with the collection and answered as given in ``config.metadata`` (null when none was given). ``hnsw_config`` (the collection's,
 then each vector's) -> an ``hnsw`` index (``m`` -> ``M``, ``ef_construct`` -> ``ef_construction``; ``m: 0``,
 Qdrant's "no HNSW graph", -> an exact ``flat`` index). ``sparse_vectors: {name: {modifier}}`` -> sparse vectors
 (``idf`` or none; searched exactly), multivectors (``multivector_config`` with ``max_sim``: client-supplied, searched
@@ -108,7 +109,7 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
             },
             "wal_config": {"wal_capacity_mb": 32, "wal_segments_ahead": 0},
             "quantization_config": None,
-            "metadata": {"embedding_model": info["model"], "index": info["index"]["type"]},
+            "metadata": (info.get("vectors") or {}).get("metadata"),
         },
         "payload_schema": {},
     }
@@ -141,7 +142,7 @@ async def create_collection(collection_name: str, body: CreateCollection, reques
     """Qdrant API reference: ``PUT /collections/{collection_name}`` -> ``true``. Errors: 409 exists, 422 a setting
     that does not map (module docstring)."""
     dense, sparse = collection_spec(body, svc.active_model().dimension)
-    await svc.create(collection_name, dense=dense, sparse=sparse)
+    await svc.create(collection_name, dense=dense, sparse=sparse, metadata=body.metadata)
     return ok(request, True)
 
 
@@ -160,7 +161,6 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
     for given, what, param in (
         (any(q not in (None, "Disabled") for q in quantization), "quantization", "quantization_config"),
         (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
-        (body.metadata, "updating metadata (it holds the collection's model record)", "metadata"),
         (
             {"m", "ef_construct"} & set(hnsw),
             "changing hnsw_config m/ef_construct (the index is not rebuilt)",
@@ -171,6 +171,8 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
             raise unsupported(what, param)
     if unknown := set(hnsw) - HNSW_IGNORED:
         raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
+    if (update := body.metadata) is not None:
+        await svc.backend.update_vectors(collection_name, lambda cfg: cfg.with_metadata(update))
     return ok(request, True)
 
 

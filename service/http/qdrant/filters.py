@@ -15,7 +15,7 @@ Qdrant                                   collections grammar
 ``{key, match: {except: [...]}}``        ``{key: {"$exists": true, "$nin": [...]}}`` (the key must hold a value)
 ``{key, range: {gt, gte, lt, lte}}``     ``{key: {"$gt": ..., ...}}`` (numbers only)
 ``{is_empty: {key}}``                    ``{key: {"$empty": true}}`` (missing, null or ``[]``)
-``{is_null: {key}}``                     ``{key: null}`` (an explicit null)
+``{is_null: {key}}``                     ``{key: {"$null": true}}`` (null, or an array holding a null)
 ``{has_id: [ids]}``                      ``{"$ids": [ids]}`` (UUIDs canonicalised, :mod:`.ids`)
 ``{has_vector: name}``                   ``{"$has_vector": name}``: the point holds that vector
 ``min_should: {conditions, min_count}``  ``{"$min_should": {"filters": [...], "count": min_count}}``
@@ -138,7 +138,7 @@ def _condition(cond: Any, param: str, depth: int) -> dict[str, Any] | None:
     if kind in ("is_empty", "is_null"):
         if not isinstance(arg, dict) or set(arg) != {"key"} or not isinstance(arg["key"], str):
             raise _bad(f"{param}.{kind} must be {{'key': '<payload key>'}}", f"{param}.{kind}")
-        return {arg["key"]: {"$empty": True}} if kind == "is_empty" else {arg["key"]: None}
+        return {arg["key"]: {"$empty": True} if kind == "is_empty" else {"$null": True}}
     if kind == "has_id":
         if not isinstance(arg, list):
             raise _bad(f"{param}.has_id must be a list of point ids", f"{param}.has_id")
@@ -178,7 +178,7 @@ def _field(c: dict[str, Any], param: str) -> dict[str, Any] | None:
     if given.get("is_empty") is not None:
         out.append({key: {"$empty": bool(given["is_empty"])}})
     if given.get("is_null") is not None:
-        out.append({key: None} if given["is_null"] else {key: {"$ne": None}})
+        out.append({key: {"$null": bool(given["is_null"])}})
     if not out:
         raise _bad(f"{param}: a field condition needs match, range, values_count or a geo area", param)
     return out[0] if len(out) == 1 else {"$and": out}

@@ -263,8 +263,8 @@ class QueryRequest(Prefetch):
     shard_key: Any = None
 
 
-#: one example of a recommendation: a vector, a point id (its stored vector) or a ``Document``
-Example = Vector | QdrantId | SparseVector | Document
+#: one example of a recommendation: a vector, a multivector's rows, a point id (its stored vector) or a ``Document``
+Example = Vector | MultiVector | QdrantId | SparseVector | Document
 
 
 class RecommendInput(_Body):

@@ -6,9 +6,9 @@ ways (Qdrant API reference, schemas ``VectorStruct``, ``VectorParams``, ``Sparse
   the model (``Document`` texts are embedded here and follow a model switch), every other one is client-supplied;
 * a point's ``vector`` (floats or a ``Document``: the unnamed vector ``""``; ``{name: floats | Document |
   SparseVector}``) -> its text, its model-bound vector and its other named vectors;
-* a stored point -> the ``vector`` Qdrant answers: a bare list for a collection whose only vector is the unnamed
-  dense one, else ``{name: floats | {indices, values}}`` of the vectors the point holds (``with_vector``: true, or
-  the names wanted).
+* a stored point -> the ``vector`` Qdrant answers: ``{name: floats | {indices, values}}`` of the vectors the point
+  holds among those wanted (``with_vector``: true, or the names), the value alone when that is the unnamed vector
+  only, ``{}`` when it holds none of them.
 """
 
 from __future__ import annotations
@@ -119,13 +119,15 @@ def all_vectors(point: dict[str, Any], cfg: VectorsConfig) -> dict[str, Any]:
 
 
 def shown(point: dict[str, Any] | None, sel: Any, cfg: VectorsConfig) -> Any:
-    """The ``vector`` of Qdrant's ``Record``/``ScoredPoint`` as ``with_vector`` (``sel``) asks (None: not asked)."""
+    """The ``vector`` of Qdrant's ``Record``/``ScoredPoint`` as ``with_vector`` (``sel``) asks (None: not asked): the
+    vectors asked for that the point holds, ``{name: value}``, or the bare value when that is the unnamed vector
+    alone (Qdrant answers a single default vector unnamed, and ``{}`` for a point holding none of them, as
+    qdrant-client's local mode does)."""
     if not sel or point is None:
         return None
     have = all_vectors(point, cfg)
-    if sel is True:
-        return have.get("") if set(cfg.dense) == {""} and not cfg.sparse else have
-    return {n: have[n] for n in sel if n in have}
+    out = have if sel is True else {n: have[n] for n in sel if n in have}
+    return out[""] if set(out) == {""} else out
 
 
 def params_of(info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
