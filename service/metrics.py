@@ -22,7 +22,9 @@ Read from every open collection (:class:`CollectionsCollector`, gauges): at scra
 last values read (a scrape never waits on a slow or unreachable vector store: Milvus answers ``info()`` over the
 network; see :class:`CollectionsCollector`):
 
-* ``embed_collection_info{collection,index,metric,model,version}`` — 1 per collection.
+* ``embed_collection_info{collection,index,metric,model,version}`` — 1 per collection; a collection without a
+  model-bound vector (client vectors only, sparse vectors only, payloads only) has ``none`` for those it lacks (its
+  other gauges carry ``index="none"`` too).
 * ``embed_collection_points{collection,index}`` — live points.
 * ``embed_collection_index_vectors{collection,index}`` / ``embed_collection_index_tombstones{collection,index}`` —
   vectors in the FAISS index and those of them removed but not yet rebuilt away.
@@ -220,28 +222,46 @@ class CollectionsCollector(Collector):
         yield from self._families().values()
 
     def collect(self) -> Iterator[Metric]:
-        """One sample per collection and family, from :meth:`snapshot` (the last values read)."""
+        """One sample per collection and family, from :meth:`snapshot` (the last values read). A collection whose
+        info cannot be rendered is left out of this scrape (logged); the scrape itself always answers."""
         f = self._families()
         for name, (age, info) in sorted(self.snapshot().items()):
-            f["stats_age_seconds"].add_metric([name], age)
-            idx = info["index"]
-            ci = [name, idx["type"]]
-            model = info.get("model") or {}
-            f["info"].add_metric([*ci, info["metric"], str(model.get("name")), str(model.get("version"))], 1)
-            f["points"].add_metric(ci, info["count"])
-            f["index_vectors"].add_metric(ci, idx["vectors"])
-            f["index_tombstones"].add_metric(ci, idx["tombstones"])
-            f["index_trained"].add_metric(ci, 1 if idx["trained"] else 0)
-            if info.get("snapshot_sequence") is not None:  # backends with local snapshots (embedded)
-                f["writes_since_snapshot"].add_metric([name], info["sequence"] - info["snapshot_sequence"])
-                f["snapshot_age_seconds"].add_metric([name], info["snapshot_age_seconds"])
-            re = info.get("reembedding") or {}
-            f["reembed_done"].add_metric([name], re.get("done") or 0)
-            f["reembed_total"].add_metric([name], re.get("total") or 0)
-            state = re.get("state", "none")
-            for s in dict.fromkeys((*REEMBED_STATES, state)):
-                f["reembed_state"].add_metric([name, s], 1 if s == state else 0)
+            try:
+                samples = list(self._samples(name, age, info))
+            except Exception:
+                log.warning("metrics: collection %s has an info the gauges cannot render", name, exc_info=True)
+                continue
+            for family, labels, value in samples:
+                f[family].add_metric(labels, value)
         yield from f.values()
+
+    @staticmethod
+    def _samples(name: str, age: float, info: dict[str, Any]) -> Iterator[tuple[str, list[str], float]]:
+        """``(family, label values, value)`` of each sample of collection ``name`` (its info read ``age`` s ago)."""
+        yield "stats_age_seconds", [name], age
+        idx = info.get("index") or {}
+        ci = [name, _label(idx.get("type"))]
+        model = info.get("model") or {}
+        yield "info", [*ci, _label(info.get("metric")), _label(model.get("name")), _label(model.get("version"))], 1
+        yield "points", ci, float(info.get("count") or 0)
+        yield "index_vectors", ci, float(idx.get("vectors") or 0)
+        yield "index_tombstones", ci, float(idx.get("tombstones") or 0)
+        yield "index_trained", ci, 1 if idx.get("trained", True) else 0
+        if info.get("snapshot_sequence") is not None:  # backends with local snapshots (embedded)
+            yield "writes_since_snapshot", [name], float(info["sequence"] - info["snapshot_sequence"])
+            yield "snapshot_age_seconds", [name], float(info["snapshot_age_seconds"])
+        re = info.get("reembedding") or {}
+        yield "reembed_done", [name], float(re.get("done") or 0)
+        yield "reembed_total", [name], float(re.get("total") or 0)
+        state = _label(re.get("state", "none"))
+        for s in dict.fromkeys((*REEMBED_STATES, state)):
+            yield "reembed_state", [name, s], 1 if s == state else 0
+
+
+def _label(value: object) -> str:
+    """A label value: ``"none"`` for a missing one (a collection without a model-bound vector has no index type,
+    metric or model), else the value as text (Prometheus label values are strings)."""
+    return "none" if value is None else str(value)
 
 
 class CollectionTimer:

@@ -47,7 +47,7 @@ from typing import Any
 from service.collections.conditions import parse_datetime, parse_path
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.filters import Filter
-from service.collections.formula_eval import DECAYS, Formula, is_number
+from service.collections.formula_eval import DECAYS, Formula, as_float, is_number
 
 MAX_DEPTH = 32  # nesting of an expression
 MAX_NODES = 1024  # operators, operands and conditions of one expression
@@ -64,7 +64,7 @@ OPERANDS: dict[str, tuple[str, ...]] = {
     "datetime_key": (),
 }
 _bad = InvalidCollectionRequest  # (message, param)
-_SCORE = re.compile(r"\$score(?:\[([0-9]+)\])?\Z")
+_SCORE = re.compile(r"\$score(?:\[([0-9]{1,20})\])?\Z")  # N: an unsigned 64-bit index (Qdrant's usize)
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,8 @@ def _variable(v: str, param: str) -> tuple[str, Any]:
 
 
 def _real(v: Any, what: str, param: str) -> float:
-    if not is_number(v) or not math.isfinite(v):
+    """``v`` as a finite float (an integer literal past the float range is not one)."""
+    if not is_number(v) or not math.isfinite(as_float(v)):
         raise _bad(f"{param}: {what} must be a finite number", param)
     return float(v)
 

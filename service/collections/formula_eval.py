@@ -51,6 +51,15 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def as_float(v: int | float) -> float:
+    """A JSON number as a float: an integer past the float range (JSON has no bound on integer literals, Python's
+    ``float()`` raises ``OverflowError`` on one) is an infinity of its sign."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 class Formula:
     """A parsed formula (:func:`parse`): :meth:`score` evaluates it for one point."""
 
@@ -110,12 +119,12 @@ class Formula:
             return t[1]
         if op == "s":
             got, d = scores[t[1]] if t[1] < len(scores) else None, self.defaults.get(f"$score[{t[1]}]")
-            return got if got is not None else float(d) if is_number(d) else 0.0
+            return got if got is not None else as_float(d) if is_number(d) else 0.0
         if op == "v":
             v = self._lookup(t[1], payload, "number")
             if not is_number(v):
                 raise _wrong("number", t[1], "Value is not a number", self.param)
-            return float(v) if abs(v) < 1e308 else math.copysign(math.inf, v)  # an integer past the float range
+            return as_float(v)
         if op == "f":
             return 1.0 if matches(self.filters[t[1]], payload, pid) else 0.0
         if op == "mult":
@@ -139,9 +148,10 @@ class Formula:
         if op == "geo":
             g = self._lookup(t[3], payload, "geo point")
             lat, lon = (g.get("lat"), g.get("lon")) if isinstance(g, dict) else (None, None)
-            if not (is_number(lat) and is_number(lon)):
+            lat, lon = (as_float(lat), as_float(lon)) if is_number(lat) and is_number(lon) else (math.nan, math.nan)
+            if not (math.isfinite(lat) and math.isfinite(lon)):
                 raise _wrong("geo point", t[3], "Value is not a geo point {lat, lon}", self.param)
-            return geo_distance(t[1], t[2], float(lat), float(lon))
+            return geo_distance(t[1], t[2], lat, lon)
         if op == "dt":
             dt = parse_datetime(self._lookup(t[1], payload, "datetime"))
             if dt is None:
@@ -180,12 +190,16 @@ class Formula:
         op, x, target, midpoint, scale = t
         x = self._eval(x, scores, payload, pid)
         target = 0.0 if target is None else self._eval(target, scores, payload, pid)
+        d = x - target
+        if d == 0.0:  # every decay is 1 at its target, whatever the scale (a tiny one makes the rate infinite)
+            return 1.0
         if op == "lin_decay":
             lam = (1.0 - midpoint) / scale
-            return max(0.0, -lam * abs(x - target) + 1.0)
+            return max(0.0, -lam * abs(d) + 1.0)
         if op == "exp_decay":
-            return math.exp(math.log(midpoint) / scale * abs(x - target))
-        lam, d = math.log(midpoint) / (scale * scale), x - target
+            return math.exp(math.log(midpoint) / scale * abs(d))
+        square = scale * scale  # 0.0 for a scale below 1e-162: the rate is then -infinity, the decay 0 off target
+        lam = math.log(midpoint) / square if square > 0.0 else -math.inf
         return math.exp(lam * d * d)
 
 

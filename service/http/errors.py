@@ -218,8 +218,15 @@ def install_error_handlers(app: FastAPI, shapes: dict[str, ErrorShape] | None = 
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # the client gets an id to quote; the exception text (paths, internals) stays in the server log
+        # the client gets an id to quote; the exception text (paths, internals) stays in the server log. Starlette
+        # raises the exception on to the server after this answer, and uvicorn then closes the connection: the
+        # answer says so (RFC 9112, 9.6), so that a client opens a new connection for its next request
         error_id = uuid.uuid4().hex[:12]
         log.error("error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
-        err = APIError(500, f"internal error (id {error_id}); see the server log", type="server_error")
+        err = APIError(
+            500,
+            f"internal error (id {error_id}); see the server log",
+            type="server_error",
+            headers={"Connection": "close"},
+        )
         return render(request, err)

@@ -13,7 +13,9 @@ Order per HTTP request:
    ``\\uXXXX`` escape that leaves an unpaired UTF-16 surrogate (valid JSON, but not Unicode text: no tokenizer
    or database can take it) → 422 ``invalid_text``;
 4. the app, with the already-read body replayed to it, under a time budget (``request_timeout_s``; not for
-   ``/admin`` nor collection snapshots, which take as long as the data: creating, recovering, downloading): past it the app is cancelled and, if nothing was sent yet, 503 ``request_timeout`` answers (for a
+   ``/admin`` nor the collection snapshot routes that take as long as the data, :data:`UNTIMED_ROUTES`: creating,
+   recovering, uploading, downloading): past it the app is cancelled and, if nothing was sent yet, 503
+   ``request_timeout`` answers (for a
    route that writes data, saying that the write may have been applied and that retrying is safe); a
    client that disconnects has its app task cancelled at once (status ``499`` in the metrics). Cancelling drops
    the request's queued inputs from the batcher (a batch already running finishes, nothing more of it runs);
@@ -91,10 +93,40 @@ def _once(message: Message, receive: Receive) -> Receive:
     return _receive
 
 
+def _route(method: str, template: str) -> tuple[str, re.Pattern[str]]:
+    """``(method, regex)`` matching the paths of a route template (``{param}``: one path segment, as Starlette's
+    default convertor)."""
+    parts = re.split(r"(\{[^}]+\})", template)
+    return method, re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts) + r"\Z")
+
+
+_SNAPSHOT = "/collections/{name}/snapshots"
+#: the routes that take as long as their data, with no time budget: a collection snapshot's creation, download,
+#: recovery and upload, on the native API and under ``/qdrant`` (``service.http.native.snapshots``,
+#: ``service.http.qdrant.snapshots``). Matched as templates, method and path together: a collection or alias
+#: whose name holds ``snapshots`` gets no exemption for its other routes
+UNTIMED_ROUTES = tuple(
+    _route(method, prefix + _SNAPSHOT + tail)
+    for prefix in ("", "/qdrant")
+    for method, tail in (("POST", ""), ("GET", "/{snapshot_name}"), ("PUT", "/recover"), ("POST", "/upload"))
+)
+_UPLOADS = tuple(_route("POST", prefix + _SNAPSHOT + "/upload") for prefix in ("", "/qdrant"))
+
+
+def _matches(method: str, path: str, routes: tuple[tuple[str, re.Pattern[str]], ...]) -> bool:
+    return any(method == m and rx.match(path) for m, rx in routes)
+
+
+def untimed(method: str, path: str) -> bool:
+    """Whether a request has no time budget: under ``/admin`` (model loads, re-embeddings) or one of
+    :data:`UNTIMED_ROUTES`."""
+    return path == "/admin" or path.startswith("/admin/") or _matches(method, path, UNTIMED_ROUTES)
+
+
 def _streamed(scope: Scope) -> bool:
     """A collection snapshot upload (``POST .../snapshots/upload``): its body, a file as large as a collection, goes to
     the app unread, unbounded and with no time budget (the route streams it to disk and checks it)."""
-    return scope.get("method") == "POST" and str(scope.get("path", "")).endswith("/snapshots/upload")
+    return _matches(scope.get("method", ""), str(scope.get("path", "")), _UPLOADS)
 
 
 def bearer_token(authorization: bytes) -> bytes | None:
@@ -207,8 +239,7 @@ class ServiceMiddleware:
 
         app_task = asyncio.ensure_future(self.app(scope, app_receive, tracking_send))
         watcher = asyncio.ensure_future(watch())
-        path = str(scope.get("path", ""))
-        timeout = None if path.startswith("/admin") or "/snapshots" in path else self.request_timeout_s
+        timeout = None if untimed(scope["method"], str(scope.get("path", ""))) else self.request_timeout_s
         try:
             done, _ = await asyncio.wait({app_task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -28,6 +28,7 @@ from artifact_contract import (
     postprocess,
     validate_artifact,
 )
+from service.inference.prompts import prompts_leaving_no_room
 from service.inference.providers import CUDA, ProviderError, open_session
 
 log = logging.getLogger("service.inference.onnx_encoder")
@@ -116,7 +117,8 @@ class OnnxModel:
 
     Raises:
         ModelLoadError: the artifact is invalid (wraps :class:`ArtifactError`), the graph's
-            inputs/outputs or output width disagree with the manifest, the canary
+            inputs/outputs or output width disagree with the manifest, a prompt leaves no room for an input
+            within ``max_seq_length`` (:func:`~service.inference.prompts.prompts_leaving_no_room`), the canary
             embeddings are not reproduced within ``canary.atol``, or an explicitly named provider (not ``auto``)
             could not be initialised (``auto`` falls back to the CPU, logged).
         PrecisionUnsupported: an fp16 artifact, and the session has no CUDA provider.
@@ -164,6 +166,8 @@ class OnnxModel:
         self._check_signature()
         self._tok_trunc, self._tok_left, self._tok_full = self._load_tokenizers()
         self.pad_id = self._pad_id()
+        if (problem := prompts_leaving_no_room(m, lambda t: len(self.tokenize([t]).ids[0]))) is not None:
+            raise ModelLoadError(f"{self.path}: {problem}")
 
     # ---------------------------------------------------------------- loading
     def _open_session(self, providers: list[str], intra: int, inter: int, spinning: bool) -> ort.InferenceSession:

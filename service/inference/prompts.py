@@ -14,6 +14,8 @@ and token counts include it, as ``SentenceTransformer.encode(prompt_name=...)`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from artifact_contract import Manifest
 
 #: the prompt names each role takes, in order of preference
@@ -66,6 +68,26 @@ def prompt_prefix(
     if manifest.default_prompt_name is not None:
         return prompts.get(manifest.default_prompt_name, "")
     return ""
+
+
+def prompts_leaving_no_room(manifest: Manifest, n_tokens: Callable[[str], int]) -> str | None:
+    """Why the prompts of ``manifest`` cannot be served, or None: a prompt whose tokens (``n_tokens(prompt)``, special
+    tokens included, counted up to ``max_seq_length``) fill the whole ``max_seq_length`` leaves no token of an input
+    after truncation from the right, so every input would embed to the same vector as the prompt alone.
+
+    Args:
+        manifest: the artifact's manifest (``prompts``, ``max_seq_length`` in tokens, special tokens included).
+        n_tokens: the model's token count of a text alone (its special tokens included).
+    """
+    limit = manifest.max_seq_length
+    over = {name: n for name, text in sorted((manifest.prompts or {}).items()) if (n := n_tokens(text)) >= limit}
+    if not over:
+        return None
+    which = ", ".join(f"{name!r} ({'at least ' if n == limit else ''}{n} tokens)" for name, n in over.items())
+    return (
+        f"prompts {which} leave no room for the input within max_seq_length={limit} tokens (special tokens "
+        "included): every input would embed to the same vector; shorten the prompt"
+    )
 
 
 def with_prefix(prefix: str, texts: list[str]) -> list[str]:

@@ -9,15 +9,22 @@ keys, limits, metrics and error table: nothing is answered that REST would not a
 back (``RestToGrpc``). The servicers (:mod:`.grpc_points`, :mod:`.grpc_collections`) are that translation only.
 
 Errors: the HTTP status of the REST answer becomes a gRPC status (:data:`STATUS`), its Qdrant error text the
-details. API keys: the metadata ``api-key`` (qdrant-client's) or ``authorization: Bearer <key>``, checked by the
-same middleware as HTTP. Calls the REST surface does not serve answer ``UNIMPLEMENTED``.
+details. API keys: the metadata ``api-key`` (qdrant-client's) or ``authorization: Bearer <key>``, checked before
+the request is read (``service.http.qdrant.grpc_server.Guard``) and again by the same middleware as HTTP. Calls the
+REST surface does not serve answer ``UNIMPLEMENTED``.
+
+Nothing that grows with a message runs on the event loop: the servicers hand the bridge a function making the REST
+body (the conversion of a 60 MB upsert takes seconds), which runs with the JSON encoding on a worker thread, and a
+large answer is decoded there too (:data:`THREAD_BYTES`).
 
 Listens on ``qdrant_grpc_port`` (0: off, the default) of ``host`` (loopback by default, as the HTTP port).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import json
 import logging
 from typing import Any
 from urllib.parse import quote
@@ -46,6 +53,8 @@ STATUS = {
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 _FORWARDED = ("api-key", "authorization")
+#: messages and answers larger than this (bytes) are parsed, converted and decoded on a worker thread
+THREAD_BYTES = 64 * 1024
 
 
 def dump(x: Any) -> Any:
@@ -62,9 +71,20 @@ def dump(x: Any) -> Any:
     return x
 
 
+def encode(body: Any) -> bytes:
+    """The JSON text of a REST body (:func:`dump`; ``body`` may be a function making it), encoded as httpx's
+    ``json=`` encodes it (UTF-8, compact, no NaN)."""
+    x = dump(body() if callable(body) else body)
+    return json.dumps(x, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 def path(template: str, *names: str) -> str:
     """A REST path under :data:`~.envelope.PREFIX` with ``names`` (collection names, keys) percent-quoted into it."""
     return PREFIX + template.format(*(quote(n, safe="") for n in names))
+
+
+#: a REST body: JSON values (REST models of qdrant-client included), or a function of no argument making them
+Body = Any
 
 
 class Bridge:
@@ -82,22 +102,30 @@ class Bridge:
         )
 
     async def call(
-        self, context: grpc.aio.ServicerContext, method: str, url: str, body: Any = None
+        self, context: grpc.aio.ServicerContext, method: str, url: str, body: Body = None
     ) -> tuple[Any, float]:
-        """``(result, time)`` of the REST call ``method url`` with JSON ``body`` (:meth:`send`)."""
-        data = (await self.send(context, method, url, body)).json()
+        """``(result, time)`` of the REST call ``method url`` with JSON ``body`` (:meth:`send`); an answer over
+        :data:`THREAD_BYTES` is decoded on a worker thread."""
+        r = await self.send(context, method, url, body)
+        data = await asyncio.to_thread(r.json) if len(r.content) > THREAD_BYTES else r.json()
         return data.get("result"), float(data.get("time") or 0.0)
 
-    async def send(self, context: grpc.aio.ServicerContext, method: str, url: str, body: Any = None) -> httpx.Response:
+    async def send(self, context: grpc.aio.ServicerContext, method: str, url: str, body: Body = None) -> httpx.Response:
         """The answer of the REST call ``method url`` with JSON ``body``, the caller's API-key metadata forwarded as
-        headers.
+        headers. ``body``: the JSON body, or a function making it from the gRPC message (it runs with the JSON
+        encoding on a worker thread).
 
         Raises:
             grpc.aio.AbortError: (through ``context.abort``) the REST call answered an error: its status mapped by
                 :data:`STATUS`, its message as the details.
+            ValueError: ``body`` cannot be made from the message (a converter's refusal; a NaN).
         """
         headers = {k: v for k, v in context.invocation_metadata() or () if k in _FORWARDED and isinstance(v, str)}
-        r = await self.client.request(method, url, json=body, headers=headers)
+        content = None
+        if body is not None:
+            content = await asyncio.to_thread(encode, body) if callable(body) else encode(body)
+            headers["content-type"] = "application/json"
+        r = await self.client.request(method, url, content=content, headers=headers)
         if r.status_code >= 400:
             try:
                 message = r.json()["status"]["error"]

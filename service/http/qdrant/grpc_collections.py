@@ -4,6 +4,7 @@ sharding), as their REST routes are not served."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from qdrant_client import grpc as g
@@ -12,6 +13,7 @@ from qdrant_client.conversions.conversion import RestToGrpc as R
 from qdrant_client.grpc import collections_service_pb2_grpc, qdrant_pb2_grpc
 from qdrant_client.http import models as rest
 
+from service.http.qdrant.collections import root
 from service.http.qdrant.grpc_bridge import Bridge, dump, path
 
 #: fields of a gRPC ``CreateCollection`` and how each becomes the REST body's field
@@ -54,16 +56,19 @@ class Collections(collections_service_pb2_grpc.CollectionsServicer):
 
     async def Create(self, req: g.CreateCollection, ctx: Any) -> g.CollectionOperationResponse:
         """``qdrant.Collections/Create`` as ``PUT /qdrant/collections/{...}``."""
-        body = {
-            rest_name: dump(convert(getattr(req, f))) for f, (rest_name, convert) in _CREATE.items() if req.HasField(f)
-        }
-        if req.metadata:
-            body["metadata"] = G.convert_payload(req.metadata)
+
+        def body() -> dict[str, Any]:
+            out = {n: dump(convert(getattr(req, f))) for f, (n, convert) in _CREATE.items() if req.HasField(f)}
+            return {**out, "metadata": G.convert_payload(req.metadata)} if req.metadata else out
+
         return _done(*await self.b.call(ctx, "PUT", path("/collections/{}", req.collection_name), body))
 
     async def Update(self, req: g.UpdateCollection, ctx: Any) -> g.CollectionOperationResponse:
         """``qdrant.Collections/Update`` as ``PATCH /qdrant/collections/{...}``."""
-        body = dump(G.convert_update_collection(req))
+
+        def body() -> Any:
+            return G.convert_update_collection(req)
+
         return _done(*await self.b.call(ctx, "PATCH", path("/collections/{}", req.collection_name), body))
 
     async def Delete(self, req: g.DeleteCollection, ctx: Any) -> g.CollectionOperationResponse:
@@ -72,7 +77,10 @@ class Collections(collections_service_pb2_grpc.CollectionsServicer):
 
     async def UpdateAliases(self, req: g.ChangeAliases, ctx: Any) -> g.CollectionOperationResponse:
         """``qdrant.Collections/UpdateAliases`` as ``POST /qdrant/collections/aliases``."""
-        body = {"actions": dump([G.convert_alias_operations(a) for a in req.actions])}
+
+        def body() -> dict[str, Any]:
+            return {"actions": [G.convert_alias_operations(a) for a in req.actions]}
+
         return _done(*await self.b.call(ctx, "POST", path("/collections/aliases"), body))
 
     async def _aliases(self, ctx: Any, url: str) -> g.ListAliasesResponse:
@@ -96,12 +104,11 @@ class Collections(collections_service_pb2_grpc.CollectionsServicer):
 
 
 class Health(qdrant_pb2_grpc.QdrantServicer):
-    """``qdrant.Qdrant``'s ``HealthCheck``: the title and version ``GET /qdrant/`` answers."""
-
-    def __init__(self, bridge: Bridge) -> None:
-        self.b = bridge
+    """``qdrant.Qdrant``'s ``HealthCheck``: the title and version ``GET /qdrant/`` answers, without an API key (Qdrant
+    exempts its health checks from authentication)."""
 
     async def HealthCheck(self, req: g.HealthCheckRequest, ctx: Any) -> g.HealthCheckReply:
-        """``qdrant.Qdrant/HealthCheck`` as ``GET /qdrant/``."""
-        info = (await self.b.send(ctx, "GET", path("/"))).json()
+        """``qdrant.Qdrant/HealthCheck``: the answer of ``GET /qdrant/`` (the route's own function: open, unlike
+        the route under an API key)."""
+        info = json.loads(bytes((await root()).body))
         return R.convert_health_check_reply(rest.VersionInfo(title=info["title"], version=info["version"]))
