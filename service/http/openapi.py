@@ -199,6 +199,8 @@ EMBED = (*COMMON, 404, 429)
 COLLECTION = (*COMMON, 404, 409, 429)
 ADMIN = (*COMMON, 403, 404, 409)
 READ = (401, 404, 422, 503)  # a GET of something named: auth, missing, a bad parameter, unavailable
+RECOVER = (*COLLECTION, 403)  # recovery from a location needs an admin key
+UPLOAD = (*COLLECTION, 408)  # an upload silent for collections_snapshot_idle_timeout_s
 TOKENIZE = (*COMMON, 404)
 
 #: (method, path) -> (success status, success body schema (None: plain text), error statuses)
@@ -233,8 +235,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", "/collections/{name}/snapshots"): (200, SnapshotList, READ),
     ("GET", "/collections/{name}/snapshots/{snapshot_name}"): (200, BINARY, READ),
     ("DELETE", "/collections/{name}/snapshots/{snapshot_name}"): (200, _Open, READ),
-    ("PUT", "/collections/{name}/snapshots/recover"): (200, CollectionInfo, COLLECTION),
-    ("POST", "/collections/{name}/snapshots/upload"): (200, CollectionInfo, COLLECTION),
+    ("PUT", "/collections/{name}/snapshots/recover"): (200, CollectionInfo, RECOVER),
+    ("POST", "/collections/{name}/snapshots/upload"): (200, CollectionInfo, UPLOAD),
     ("POST", "/collections/aliases"): (200, _Open, COLLECTION),
     ("GET", "/aliases"): (200, _Open, (401, 503)),
     ("GET", "/collections/{name}/aliases"): (200, _Open, READ),
@@ -279,8 +281,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", f"{QDRANT_COLLECTION}/snapshots"): (200, _q(list[SnapshotDescription], "QdrantSnapshots"), READ),
     ("GET", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, BINARY, READ),
     ("DELETE", f"{QDRANT_COLLECTION}/snapshots/{{snapshot_name}}"): (200, _q(bool, "QdrantSnapshotDeleted"), READ),
-    ("PUT", f"{QDRANT_COLLECTION}/snapshots/recover"): (200, _q(bool, "QdrantRecovered"), COLLECTION),
-    ("POST", f"{QDRANT_COLLECTION}/snapshots/upload"): (200, _q(bool, "QdrantUploaded"), COLLECTION),
+    ("PUT", f"{QDRANT_COLLECTION}/snapshots/recover"): (200, _q(bool, "QdrantRecovered"), RECOVER),
+    ("POST", f"{QDRANT_COLLECTION}/snapshots/upload"): (200, _q(bool, "QdrantUploaded"), UPLOAD),
     ("POST", "/qdrant/collections/aliases"): (200, _q(bool, "QdrantAliasesUpdated"), COLLECTION),
     ("GET", "/qdrant/aliases"): (200, _q(ALIASES, "QdrantAliases"), (401, 503)),
     ("GET", f"{QDRANT_COLLECTION}/aliases"): (200, _q(ALIASES, "QdrantCollectionAliases"), READ),
@@ -305,7 +307,8 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
 _DESCRIPTIONS = {
     400: "malformed HTTP request (an invalid Content-Length header)",
     401: "missing or wrong API key",
-    403: "the key lacks admin rights, or the admin API is disabled",
+    403: "the key lacks admin rights (the admin API, a snapshot recovery from a location), or the admin API is disabled",
+    408: "the upload stopped sending for collections_snapshot_idle_timeout_s",
     404: "no such model, collection or point",
     409: "conflict: exists already, in use, or the collection's model is not loaded",
     413: "body, batch or input too large",
