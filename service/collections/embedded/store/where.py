@@ -40,6 +40,7 @@ from service.collections.filters import (
     value_kind,
 )
 from service.collections.ids import encode_id
+from service.collections.stopping import interrupt_reads
 
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(leaf) -> leaf, while a query holds it
 
@@ -54,8 +55,10 @@ def filter_leaf(payload: str, leaf_id: int) -> int:
 
 
 def register(conn: sqlite3.Connection) -> None:
-    """Make :func:`filter_leaf` callable on ``conn``."""
+    """Make :func:`filter_leaf` callable on ``conn``, and its reads stop when their request is cancelled
+    (:func:`...stopping.interrupt_reads`)."""
     conn.create_function("filter_leaf", 2, filter_leaf)
+    interrupt_reads(conn)
 
 
 def _python_leaf(f: Filter, column: str) -> Sql:
