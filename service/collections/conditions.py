@@ -264,16 +264,17 @@ def leaf_holds(leaf: Any, payload: Any) -> bool:
         return any(_geo_holds(leaf, v) for v in values)
     if isinstance(leaf, DateRange):
         return any((dt := parse_datetime(v)) is not None and _within(dt, leaf) for v in values)
+    want = set(leaf.tokens)
+    phrase = " " + " ".join(leaf.tokens) + " "  # tokens hold no space: a phrase is a substring of the joined tokens
     for v in values:  # Text
         if not isinstance(v, str):
             continue
         have = tokens(v)
-        if leaf.mode == "any" and set(leaf.tokens) & set(have):
+        if leaf.mode == "any" and not want.isdisjoint(have):
             return True
-        if leaf.mode == "all" and leaf.tokens and set(leaf.tokens) <= set(have):
+        if leaf.mode == "all" and want and want.issubset(have):
             return True
-        n = len(leaf.tokens)
-        if leaf.mode == "phrase" and n and any(tuple(have[i : i + n]) == leaf.tokens for i in range(len(have) - n + 1)):
+        if leaf.mode == "phrase" and leaf.tokens and phrase in " " + " ".join(have) + " ":
             return True
     return False
 

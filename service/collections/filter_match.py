@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.collections.conditions import LEAVES, key_names, leaf_holds, values_at
+from service.collections.conditions import LEAVES, Geo, Text, key_names, leaf_holds, values_at
 from service.collections.filter_tree import (
     And,
     Empty,
     Exists,
     Filter,
     Ids,
+    Match,
     MinShould,
     Nested,
     Not,
@@ -103,6 +104,26 @@ def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | st
     if isinstance(x, list):
         return any(_equal(e, v) for e in x for v in f.values if v is not None)
     return any(_equal(x, v) for v in f.values)
+
+
+def filter_size(f: Filter | None) -> int:
+    """The values a parsed filter holds (0 for None): each compared value, listed id, full-text token and polygon
+    point, 1 for any other leaf; what evaluating it on one point costs, as :func:`matches` runs it."""
+    if f is None:
+        return 0
+    if isinstance(f, (And, Or, MinShould)):
+        return sum(filter_size(p) for p in f.parts) + isinstance(f, MinShould)
+    if isinstance(f, (Not, Nested)):
+        return filter_size(f.part)
+    if isinstance(f, Ids):
+        return len(f.ids)
+    if isinstance(f, Match):
+        return len(f.values)
+    if isinstance(f, Text):
+        return max(1, len(f.tokens))
+    if isinstance(f, Geo) and f.kind == "polygon":
+        return sum(len(ring) for ring in f.area)
+    return 1
 
 
 def nested_elements(payload: Any, key: str) -> list[dict[str, Any]]:

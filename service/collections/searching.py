@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from service.collections import formula
+from service.collections.costs import check_formula_work
 from service.collections.embedding import Embedding
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
 from service.collections.filters import Filter
@@ -357,6 +358,7 @@ class Searcher:
         if node.formula is not None:  # checked before any prefetch runs; it reads the payloads of their points
             cfg = (await self.reads.collection(name)).vectors
             fx = formula.parse(node.formula, lambda raw, at: self.reads.parse_filter(raw, at, cfg))
+            check_formula_work(self.reads.settings, fx.filters, sum(p.search.top_k for p in node.prefetch))
         with_payload = s.with_payload or node.formula is not None
         leaves = [
             replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text))
