@@ -172,6 +172,11 @@ def tokens(text: str) -> list[str]:
     return [t.lower() for t in re.findall(r"[^\W_]+", text)]
 
 
+@functools.lru_cache(maxsize=64)  # a row's text is tested by every full-text leaf of a filter
+def _tokens_of(text: str) -> tuple[str, ...]:
+    return tuple(tokens(text))
+
+
 def parse_datetime(text: Any) -> datetime | None:
     """An aware datetime of a string in one of the formats Qdrant parses (module docstring), or None."""
     if not isinstance(text, str):
@@ -269,7 +274,7 @@ def leaf_holds(leaf: Any, payload: Any) -> bool:
     for v in values:  # Text
         if not isinstance(v, str):
             continue
-        have = tokens(v)
+        have = _tokens_of(v)
         if leaf.mode == "any" and not want.isdisjoint(have):
             return True
         if leaf.mode == "all" and want and want.issubset(have):
