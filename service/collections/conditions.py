@@ -182,6 +182,8 @@ def parse_datetime(text: Any) -> datetime | None:
     if not isinstance(text, str):
         return None
     s = text.lstrip()
+    if not (s[:4].isdigit() and s[4:5] == "-"):  # every format starts with a 4-digit year and "-": skip strptime
+        return None
     s = s[:-4] + "+00:00" if s.endswith(" UTC") else s[:-1] + "Z" if s.endswith("z") else s
     if (dot := s.find(".")) != -1:  # fractions past microseconds are cut
         end = dot + 1

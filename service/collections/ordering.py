@@ -28,7 +28,7 @@ from typing import Any
 from service.collections.conditions import parse_datetime, parse_path, values_at
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.point_reads import PointReads
-from service.collections.stopping import check, for_collection
+from service.collections.stopping import check, every, for_collection
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROS_PER_DAY = 86_400_000_000
@@ -110,7 +110,8 @@ def _scan(c: Any, where: Any, order_by: OrderBy, limit: int, page: int, cap: int
         read += min(len(rows), page)
         if read > cap:
             raise _too_many(order_by.key, cap)
-        for p in rows[:page]:
+        for i, p in enumerate(rows[:page]):
+            every(i)
             seen: set[int | float] = set()
             for v in values_at(p.get("payload") or {}, order_by.key):
                 ov = order_value(v)

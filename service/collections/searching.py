@@ -28,6 +28,7 @@ from service.collections.fusion import fuse
 from service.collections.point_reads import PointReads
 from service.collections.schema import SparseVec, dense_value, sparse_vec
 from service.collections.scorers import Scorer, scorer_of
+from service.collections.stopping import for_collection
 from service.collections.vector_backend import Hit, ReadConsistency, ResponseBudget
 from service.collections.vectors import query_problem
 
@@ -372,7 +373,8 @@ class Searcher:
             return hits
         if node.fusion is not None:
             try:
-                fused = fuse(node.fusion, sources, s.top_k, node.rrf_k, node.weights)
+                job = for_collection(name, fuse, node.fusion, sources, s.top_k, node.rrf_k, node.weights)
+                fused = await self.reads.backend.run(job)  # up to max_batch_searches x max_top_k hits: off the loop
             except ValueError as e:
                 raise InvalidCollectionRequest(str(e), "query") from e
             t = s.score_threshold

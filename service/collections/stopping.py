@@ -4,9 +4,10 @@ awaiting it is cancelled (asyncio cancels the wait, not the thread), so a reques
 
 :func:`run_stoppable` runs a function on an executor under a :class:`Stop` flag (a context variable, so the flag
 follows the work into its thread); the flag is raised when the awaiting coroutine is cancelled. Long loops call
-:func:`check` (it raises :class:`WorkStopped` once the flag is up), and :func:`interrupt_reads` makes a SQLite
-connection abort a running read statement then (SQLite's progress handler, "interrupted"; a statement inside a
-write transaction is never interrupted). Without a flag (work not started by :func:`run_stoppable`) both do
+:func:`check` (it raises :class:`WorkStopped` once the flag is up), SQL functions written in Python look at
+:func:`stop_requested` on each row, and :func:`interrupt_reads` makes a SQLite connection abort a running read
+statement then (SQLite's progress handler, "interrupted"; a statement inside a write transaction is never
+interrupted). Without a flag (work not started by :func:`run_stoppable`) both do
 nothing.
 
 :class:`CollectionWork` marks CPU work done for one collection (MMR selection, formula scoring, an order scan), so
@@ -27,8 +28,8 @@ from typing import Any, Generic, TypeVar
 from service.collections.errors import CollectionError
 
 T = TypeVar("T")
-CHECK_EVERY = 256  # iterations of a Python loop between two checks (:func:`every`)
-PROGRESS_STEPS = 1_000  # SQLite virtual-machine steps between two looks at the flag (a few rows of a filter)
+CHECK_EVERY = 16  # iterations of a Python loop between two checks (:func:`every`)
+PROGRESS_STEPS = 100_000  # SQLite steps between two looks at the flag (a few ms of SQL: each look takes the GIL)
 
 
 class WorkStopped(CollectionError):

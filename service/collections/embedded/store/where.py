@@ -41,7 +41,7 @@ from service.collections.filters import (
     value_kind,
 )
 from service.collections.ids import encode_id
-from service.collections.stopping import interrupt_reads
+from service.collections.stopping import WorkStopped, interrupt_reads, stop_requested
 
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(leaf) -> leaf, while a query holds it
 
@@ -55,6 +55,20 @@ def filter_leaf(payload: str, leaf_id: int) -> int:
     return int(matches(leaf, _parsed(payload)))
 
 
+def register(conn: sqlite3.Connection) -> None:
+    """Make :func:`filter_leaf` callable on ``conn``; a read calling it stops at the first row after its request is
+    cancelled (:func:`...stopping.stop_requested`; never inside a write transaction, which runs to its end), and any
+    read at SQLite's next progress step (:func:`...stopping.interrupt_reads`)."""
+
+    def leaf(payload: str, leaf_id: int) -> int:
+        if stop_requested() and not conn.in_transaction:
+            raise WorkStopped("the request was stopped")  # SQLite ends the statement with an error
+        return filter_leaf(payload, leaf_id)
+
+    conn.create_function("filter_leaf", 2, leaf)
+    interrupt_reads(conn)
+
+
 _ROW = threading.local()  # the last payload parsed on this thread: a row's leaves share one parse
 
 
@@ -63,13 +77,6 @@ def _parsed(payload: str) -> Any:
     if getattr(_ROW, "text", None) != payload:
         _ROW.value, _ROW.text = json.loads(payload), payload
     return _ROW.value
-
-
-def register(conn: sqlite3.Connection) -> None:
-    """Make :func:`filter_leaf` callable on ``conn``, and its reads stop when their request is cancelled
-    (:func:`...stopping.interrupt_reads`)."""
-    conn.create_function("filter_leaf", 2, filter_leaf)
-    interrupt_reads(conn)
 
 
 def _python_leaf(f: Filter, column: str) -> Sql:
