@@ -271,8 +271,9 @@ def leaf_holds(leaf: Any, payload: Any) -> bool:
         return any(_geo_holds(leaf, v) for v in values)
     if isinstance(leaf, DateRange):
         return any((dt := parse_datetime(v)) is not None and _within(dt, leaf) for v in values)
-    want = set(leaf.tokens)
-    phrase = " " + " ".join(leaf.tokens) + " "  # tokens hold no space: a phrase is a substring of the joined tokens
+    want = set(leaf.tokens) if leaf.mode != "phrase" else set()
+    # a phrase: a substring of the tokens joined by spaces (a token holds none)
+    phrase = " " + " ".join(leaf.tokens) + " " if leaf.mode == "phrase" else ""
     for v in values:  # Text
         if not isinstance(v, str):
             continue

@@ -7,8 +7,7 @@ follows the work into its thread); the flag is raised when the awaiting coroutin
 :func:`check` (it raises :class:`WorkStopped` once the flag is up), SQL functions written in Python look at
 :func:`stop_requested` on each row, and :func:`interrupt_reads` makes a SQLite connection abort a running read
 statement then (SQLite's progress handler, "interrupted"; a statement inside a write transaction is never
-interrupted). Without a flag (work not started by :func:`run_stoppable`) both do
-nothing.
+interrupted). Without a flag (work not started by :func:`run_stoppable`) none of them does anything.
 
 :class:`CollectionWork` marks CPU work done for one collection (MMR selection, formula scoring, an order scan), so
 that a pool bounding each collection's share of its threads counts it (:mod:`.embedded.pool`).

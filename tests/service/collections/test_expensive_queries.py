@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(300)
 
 N, DIM, TAGS = 3000, 32, 20
 TIMEOUT_S = 4.0  # the server's request_timeout_s
-HEAVY, LIGHT = "heavy", "light"
+HEAVY, LIGHT, DOCS = "heavy", "light", "docs"  # DOCS: 1,000 short texts embedded by the model
 Q = "/qdrant/collections"
 SENTENCE = "A man is playing a guitar."
 
@@ -53,10 +53,10 @@ def _polygon(n: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(default_artifact: Path, tmp_path_factory):
+def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
     work = tmp_path_factory.mktemp("expensive")
     args = ["--default-model", default_artifact.name, "--intra-op-threads", "1", "--log-level", "warning",
-            "--request-timeout-s", str(TIMEOUT_S)]  # fmt: skip
+            "--rerank-models", reranker_artifact.name, "--request-timeout-s", str(TIMEOUT_S)]  # fmt: skip
     with run_server(default_artifact.parent, workdir=work, args=args) as srv:
         rng = np.random.default_rng(0)
         with httpx.Client(base_url=srv.url, timeout=120) as c:
@@ -69,6 +69,12 @@ def server(default_artifact: Path, tmp_path_factory):
                     ]
                     r = c.put(f"{Q}/{name}/points?wait=true", json={"points": pts})
                     assert r.status_code == 200, r.text
+            assert c.put(f"/collections/{DOCS}", json={"index": "flat", "metric": "cosine"}).status_code == 200
+            texts = [
+                {"id": i, "text": f"note {i}: {' '.join(f'w{(i * j) % 97}' for j in range(6))}"} for i in range(1000)
+            ]
+            r = c.put(f"/collections/{DOCS}/points", json={"points": texts})
+            assert r.status_code == 200, r.text
         yield srv
         assert srv.alive(), srv.log()[-3000:]
 
@@ -192,6 +198,14 @@ def test_the_largest_request_of_each_kind_leaves_the_service_responsive(server, 
     r, health_s, embed_s = _beside(server.url, lambda c: c.post(f"{Q}/{HEAVY}/{path}", json=body))
     assert r.status_code in statuses, (kind, r.status_code, r.text[:500])
     assert health_s < 1.0 and embed_s < 1.0, (kind, health_s, embed_s)
+
+
+def test_a_search_reranking_its_largest_candidates_leaves_the_service_responsive(server):
+    """Rerank-in-search at ``collections_max_top_k`` candidates: 1,000 pairs through the reranker's batcher."""
+    body = {"query": SENTENCE, "top_k": 10, "rerank": {"candidates": 1000}}
+    r, health_s, embed_s = _beside(server.url, lambda c: c.post(f"/collections/{DOCS}/search", json=body))
+    assert r.status_code in (200, 503), r.text[:500]
+    assert health_s < 1.0 and embed_s < 1.0, (health_s, embed_s)
 
 
 def test_mmr_candidates_are_bounded(server):
