@@ -27,8 +27,10 @@ from typing import Any
 
 from service.collections.conditions import parse_datetime, parse_path, values_at
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.filters import Filter
 from service.collections.point_reads import PointReads
 from service.collections.stopping import check, every, for_collection
+from service.collections.vector_backend import CollectionHandle
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROS_PER_DAY = 86_400_000_000
@@ -92,7 +94,9 @@ async def _pages(reads: PointReads, name: str, raw_filter: Any, payload: bool):
             return
 
 
-def _scan(c: Any, where: Any, order_by: OrderBy, limit: int, page: int, cap: int) -> list[tuple[int | str, Any]]:
+def _scan(
+    c: CollectionHandle, where: Filter | None, order_by: OrderBy, limit: int, page: int, cap: int
+) -> list[tuple[int | str, Any]]:
     """The first ``limit`` entries of the points of the collection handle ``c`` matching the parsed filter ``where``,
     read page by page with their payloads (blocking: call it off the event loop; it stops at a stop request).
 
