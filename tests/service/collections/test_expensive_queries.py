@@ -24,7 +24,7 @@ from tests.server_utils import run_server
 pytestmark = pytest.mark.timeout(300)
 
 N, DIM, TAGS = 3000, 32, 20
-TIMEOUT_S = 4.0  # the server's request_timeout_s
+TIMEOUT_S = 5.0  # the server's request_timeout_s
 HEAVY, LIGHT, DOCS = "heavy", "light", "docs"  # DOCS: 1,000 short texts embedded by the model
 Q = "/qdrant/collections"
 SENTENCE = "A man is playing a guitar."
@@ -63,9 +63,9 @@ def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
             for name, n in ((HEAVY, N), (LIGHT, 10)):
                 r = c.put(f"{Q}/{name}", json={"vectors": {"size": DIM, "distance": "Cosine"}})
                 assert r.status_code == 200, r.text
-                for k in range(0, n, 1000):
+                for k in range(0, n, 250):  # small writes: each well within request_timeout_s on a busy machine
                     pts = [
-                        {"id": i, "vector": _vec(rng), "payload": _payload(i, rng)} for i in range(k, min(n, k + 1000))
+                        {"id": i, "vector": _vec(rng), "payload": _payload(i, rng)} for i in range(k, min(n, k + 250))
                     ]
                     r = c.put(f"{Q}/{name}/points?wait=true", json={"points": pts})
                     assert r.status_code == 200, r.text
@@ -73,8 +73,9 @@ def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
             texts = [
                 {"id": i, "text": f"note {i}: {' '.join(f'w{(i * j) % 97}' for j in range(6))}"} for i in range(1000)
             ]
-            r = c.put(f"/collections/{DOCS}/points", json={"points": texts})
-            assert r.status_code == 200, r.text
+            for k in range(0, len(texts), 250):
+                r = c.put(f"/collections/{DOCS}/points", json={"points": texts[k : k + 250]})
+                assert r.status_code == 200, r.text
         yield srv
         assert srv.alive(), srv.log()[-3000:]
 
