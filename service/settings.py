@@ -261,8 +261,8 @@ class Settings(BaseSettings):
         1024,
         ge=1,
         le=16384,
-        description="most values in one payload filter (each compared value, range bound, $exists/$empty and listed "
-        "id counts one; more: 422 invalid_filter), the same on both backends",
+        description="most values in one payload filter (each compared value, range bound, $exists/$empty, listed "
+        "id and full-text token counts one; more: 422 invalid_filter), the same on both backends",
     )
     collections_max_response_bytes: int = Field(
         32 * 1024 * 1024,
@@ -272,6 +272,24 @@ class Settings(BaseSettings):
         "also counts the vectors returned (with_vector) and bounds scroll and retrieve",
     )
     collections_max_batch_searches: int = Field(256, ge=1, description="most searches in one /search/batch request")
+    collections_max_mmr_candidates: int = Field(
+        1000,
+        ge=1,
+        description="largest candidates_limit of an MMR query (its n x n similarity matrix is computed per request); "
+        "at most collections_max_top_k",
+    )
+    collections_max_formula_work: int = Field(
+        2_000_000,
+        ge=1,
+        description="most condition checks of one formula query: the values of its conditions' filters (each at least "
+        "one) times the points its prefetches may return (more: 422 before any work)",
+    )
+    collections_max_order_scan: int = Field(
+        100_000,
+        ge=1,
+        description="most points an order_by scan reads when no index serves it (a key into arrays or nested objects): "
+        "more matching points than this is 422; narrow the filter",
+    )
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
     collections_faiss_threads: int = Field(

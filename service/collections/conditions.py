@@ -182,11 +182,18 @@ def tokens(text: str) -> list[str]:
     return [t.lower() for t in re.findall(r"[^\W_]+", text)]
 
 
+@functools.lru_cache(maxsize=64)  # a row's text is tested by every full-text leaf of a filter
+def _tokens_of(text: str) -> tuple[str, ...]:
+    return tuple(tokens(text))
+
+
 def parse_datetime(text: Any) -> datetime | None:
     """An aware datetime of a string in one of the formats Qdrant parses (module docstring), or None."""
     if not isinstance(text, str):
         return None
     s = text.lstrip()
+    if not (s[:4].isdigit() and s[4:5] == "-"):  # every format starts with a 4-digit year and "-": skip strptime
+        return None
     s = s[:-4] + "+00:00" if s.endswith(" UTC") else s[:-1] + "Z" if s.endswith("z") else s
     if (dot := s.find(".")) != -1:  # fractions past microseconds are cut
         end = dot + 1
@@ -276,16 +283,18 @@ def leaf_holds(leaf: Any, payload: Any) -> bool:
         return any(_geo_holds(leaf, v) for v in values)
     if isinstance(leaf, DateRange):
         return any((dt := parse_datetime(v)) is not None and _within(dt, leaf) for v in values)
+    want = set(leaf.tokens) if leaf.mode != "phrase" else set()
+    # a phrase: a substring of the tokens joined by spaces (a token holds none)
+    phrase = " " + " ".join(leaf.tokens) + " " if leaf.mode == "phrase" else ""
     for v in values:  # Text
         if not isinstance(v, str):
             continue
-        have = tokens(v)
-        if leaf.mode == "any" and set(leaf.tokens) & set(have):
+        have = _tokens_of(v)
+        if leaf.mode == "any" and not want.isdisjoint(have):
             return True
-        if leaf.mode == "all" and leaf.tokens and set(leaf.tokens) <= set(have):
+        if leaf.mode == "all" and want and want.issubset(have):
             return True
-        n = len(leaf.tokens)
-        if leaf.mode == "phrase" and n and any(tuple(have[i : i + n]) == leaf.tokens for i in range(len(have) - n + 1)):
+        if leaf.mode == "phrase" and leaf.tokens and phrase in " " + " ".join(have) + " ":
             return True
     return False
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.collections.conditions import LEAVES, key_names, leaf_holds, values_at
+from service.collections.conditions import LEAVES, Geo, Text, key_names, leaf_holds, values_at
 from service.collections.filter_tree import (
     And,
     Empty,
     Exists,
     Filter,
     Ids,
+    Match,
     MinShould,
     Nested,
     Not,
@@ -49,14 +50,30 @@ def _lookup(payload: Any, key: str) -> Any:
     return cur
 
 
-def _equal(stored: Any, v: Any) -> bool:
-    if v is None:
-        return stored is None
+def _key(v: Any) -> tuple[str, Any] | None:
+    """A scalar's value tagged with its JSON kind, so that a set lookup is the typed equality of the module docstring
+    (numbers compare as numbers: ``2020 == 2020.0``; ``true`` is not ``1``); None for arrays and objects (equal to no
+    filter value) and for null (tested apart)."""
     if isinstance(v, bool):
-        return stored is v
+        return ("bool", v)
     if isinstance(v, (int, float)):
-        return isinstance(stored, (int, float)) and not isinstance(stored, bool) and stored == v
-    return isinstance(stored, str) and stored == v
+        return ("num", v)
+    return ("str", v) if isinstance(v, str) else None
+
+
+_KEYS: dict[int, tuple[Match, frozenset, bool]] = {}  # id(match) -> (the match, its value keys, null among them)
+
+
+def _keys(m: Match) -> tuple[frozenset, bool]:
+    """The typed keys (:func:`_key`) of a match's non-null values and whether null is one of them, made once per
+    match while it is in use (a filter is evaluated on many rows): a stored value is then tested in O(1), not against
+    every value."""
+    got = _KEYS.get(id(m))
+    if got is None or got[0] is not m:
+        if len(_KEYS) > 4096:
+            _KEYS.clear()
+        got = _KEYS[id(m)] = (m, frozenset(_key(v) for v in m.values if v is not None), None in m.values)
+    return got[1], got[2]
 
 
 def _in_range(x: Any, r: Range) -> bool:
@@ -100,9 +117,30 @@ def matches(f: Filter | None, payload: dict[str, Any] | None, point_id: int | st
         return False
     if isinstance(f, Range):
         return _in_range(x, f)
-    if isinstance(x, list):
-        return any(_equal(e, v) for e in x for v in f.values if v is not None)
-    return any(_equal(x, v) for v in f.values)
+    keys, null = _keys(f)
+    if isinstance(x, list):  # null is not looked for inside arrays
+        return any(_key(e) in keys for e in x)
+    return null if x is None else _key(x) in keys
+
+
+def filter_size(f: Filter | None) -> int:
+    """The values a parsed filter holds (0 for None): each compared value, listed id, full-text token and polygon
+    point, 1 for any other leaf; what evaluating it on one point costs, as :func:`matches` runs it."""
+    if f is None:
+        return 0
+    if isinstance(f, (And, Or, MinShould)):
+        return sum(filter_size(p) for p in f.parts) + isinstance(f, MinShould)
+    if isinstance(f, (Not, Nested)):
+        return filter_size(f.part)
+    if isinstance(f, Ids):
+        return len(f.ids)
+    if isinstance(f, Match):
+        return len(f.values)
+    if isinstance(f, Text):
+        return max(1, len(f.tokens))
+    if isinstance(f, Geo) and f.kind == "polygon":
+        return sum(len(ring) for ring in f.area)
+    return 1
 
 
 def nested_elements(payload: Any, key: str) -> list[dict[str, Any]]:
@@ -122,4 +160,5 @@ def _projected(f: Filter, payload: Any) -> bool:
     vals = values_at(payload, f.key)
     if isinstance(f, Range):
         return any(_in_range(x, f) for x in vals)
-    return any(_equal(x, v) if v is not None else x is None for x in vals for v in f.values)
+    keys, null = _keys(f)
+    return any(null if x is None else _key(x) in keys for x in vals)

@@ -31,9 +31,9 @@ Qdrant's ``must``/``should``/``must_not`` onto this grammar)::
 
 The semantics, the same on every backend, are :func:`.filter_match.matches`' (the reference).
 
-Size: a filter holds at most ``max_values`` values in all (each compared value, bound, ``$exists``/``$empty`` and
-listed id counts one; the setting ``collections_max_filter_values``) and nests ``$and``/``$or``/``$not`` at most
-:data:`MAX_DEPTH` deep. Backends translate conjunctions and disjunctions as balanced trees, so a filter at the limit
+Size: a filter holds at most ``max_values`` values in all (each compared value, bound, ``$exists``/``$empty``,
+listed id and full-text token counts one; the setting ``collections_max_filter_values``) and nests
+``$and``/``$or``/``$not`` at most :data:`MAX_DEPTH` deep. Backends translate conjunctions and disjunctions as balanced trees, so a filter at the limit
 runs on both (a left-deep chain of ~50 ``and`` overflowed Milvus's plan; ~1,000 overflowed SQLite's expression
 depth). Anything malformed or over the limits raises :class:`FilterError`, answered as 422 ``invalid_filter``.
 """
@@ -249,7 +249,7 @@ class _Parser:
                 f = Exists(key) if op == "$exists" else Empty(key) if op == "$empty" else Null(key)
                 out.append(f if arg else Not(f))
             elif op in _OPS:
-                self.count(1 if op != "$geo_polygon" else _points(arg), at)
+                self.count(_points(arg) if op == "$geo_polygon" else _tokens(op, arg), at)
                 out.append(self.leaf(key, op, arg, at))
             else:
                 raise FilterError(f"{where}: unknown operator {op!r} (supported: {', '.join(_OPS)})")
@@ -263,6 +263,12 @@ class _Parser:
                 _number(v, f"{where}.${k}")  # a string beside a number: not a datetime range
             out.append(Range(key, **bounds))
         return out[0] if len(out) == 1 else And(tuple(out))
+
+
+def _tokens(op: str, arg: Any) -> int:
+    """The tokens of a full-text argument (a token is a value: each is tested on every row), at least 1; 1 for any
+    other operator."""
+    return max(1, len(tokens(arg))) if op in _TEXT_MODES and isinstance(arg, str) else 1
 
 
 def _points(arg: Any) -> int:

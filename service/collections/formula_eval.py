@@ -21,6 +21,7 @@ from service.collections.errors import InvalidCollectionRequest
 from service.collections.filter_match import matches
 from service.collections.filters import And, Filter, HasVector, Ids, MinShould, Nested, Not, Or
 from service.collections.point_reads import PointReads
+from service.collections.stopping import every, for_collection
 from service.collections.vector_backend import Hit
 
 DECAYS = ("lin_decay", "exp_decay", "gauss_decay")
@@ -232,14 +233,15 @@ async def rescore(
             )
             holders[vname] = tuple(p["id"] for p in held)
         formula = formula.bind_vectors(holders)
-    out = [
-        Hit(
-            pid,
-            formula.score([s.get(pid) for s in scores], h.payload or {}, pid),
-            h.text,
-            h.payload if with_payload else None,
-        )
-        for pid, h in first.items()
-    ]
+
+    def evaluate() -> list[Hit]:  # off the event loop, stopped with its request
+        hits = []
+        for i, (pid, h) in enumerate(first.items()):
+            every(i)
+            score = formula.score([s.get(pid) for s in scores], h.payload or {}, pid)
+            hits.append(Hit(pid, score, h.text, h.payload if with_payload else None))
+        return hits
+
+    out = await reads.backend.run(for_collection(name, evaluate))
     out.sort(key=lambda h: h.score, reverse=True)
     return [h for h in out[:limit] if score_threshold is None or h.score >= score_threshold]

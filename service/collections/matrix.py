@@ -9,17 +9,38 @@ still applying), scored as any search of that vector is. Fewer than two sampled 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from service.collections.errors import InvalidCollectionRequest
+from service.collections.errors import InvalidCollectionRequest, ResponseTooLarge
 from service.collections.ordering import sample_ids
 from service.collections.query_model import SearchQuery
+from service.collections.reads import HIT_OVERHEAD_BYTES, ResponseBudget
 from service.collections.searching import Searcher
 from service.collections.vectors import stored_vector
 
 
 def _point_order(i: int | str) -> tuple[int, int | str]:
     return (1, i) if isinstance(i, str) else (0, i)
+
+
+def _check_size(ids: list[int | str], limit: int, budget: ResponseBudget) -> None:
+    """Refuse, before any search, a matrix whose hits cannot fit ``budget``: each of the ``n`` sampled points has
+    ``min(limit, n - 1)`` neighbours, each hit at least its id and :data:`~.reads.HIT_OVERHEAD_BYTES`.
+
+    Raises:
+        ResponseTooLarge: that lower bound exceeds what ``budget`` has left.
+    """
+    if len(ids) < 2:
+        return
+    per_hit = HIT_OVERHEAD_BYTES + min(len(json.dumps(i)) for i in ids)
+    need = len(ids) * min(limit, len(ids) - 1) * per_hit
+    if need > budget.limit - budget.used:
+        raise ResponseTooLarge(
+            f"a matrix of {len(ids)} points with {min(limit, len(ids) - 1)} neighbours each holds at least {need} "
+            f"bytes, over the {budget.limit - budget.used} left (collections_max_response_bytes): lower sample or "
+            "limit"
+        )
 
 
 async def distance_matrix(
@@ -32,11 +53,13 @@ async def distance_matrix(
     budget: Any = None,
 ) -> tuple[list[int | str], list[list[Any]]]:
     """``(ids, hits)``: the sampled point ids in point order, and for each its ``limit`` nearest other sampled points
-    (``Hit`` s, best first).
+    (``Hit`` s, best first). A matrix whose hits cannot fit the response (``budget``, or one of
+    ``collections_max_response_bytes``) is refused once the points are sampled, before any search.
 
     Raises:
         CollectionNotFound; InvalidCollectionRequest: ``sample`` below 2 or over ``collections_max_filter_values``,
             ``limit`` below 1 or over ``collections_max_top_k``, an unknown vector, a bad filter.
+        ResponseTooLarge: the matrix cannot fit the response (checked before the searches).
     """
     reads = searcher.reads
     cap = min(reads.settings.max_filter_values, reads.settings.max_top_k)
@@ -59,6 +82,8 @@ async def distance_matrix(
     dense = c.vectors.dense.get(vname)
     vec = {(type(p["id"]), p["id"]): stored_vector(p, bool(dense and dense.bound), vname) for p in points}
     ids = [i for i in ids if vec.get((type(i), i)) is not None]
+    budget = budget or ResponseBudget(reads.settings.max_response_bytes)  # one for the whole matrix
+    _check_size(ids, limit, budget)
     searches = []
     for i in ids:
         others = {"$ids": [j for j in ids if (type(j), j) != (type(i), i)]}

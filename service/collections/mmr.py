@@ -19,23 +19,50 @@ import copy
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from service.collections.errors import InvalidCollectionRequest
-from service.collections.metric import similarity_matrix
+from service.collections.metric import example_metric, normalised, similarity_matrix
 from service.collections.searching import Searcher
+from service.collections.stopping import check, for_collection
 from service.collections.vectors import stored_vector
 
 
 def similarity(x: Any, y: Any, metric: str, multivector: bool = False) -> float:
     """The raw similarity (module docstring) of two vectors of one named vector: lists of floats (dense), lists of
     rows (multivectors, ``multivector`` True) or ``{indices, values}`` (``metric`` ``sparse``)."""
+    return float(gram([x, y], metric, multivector)[0, 1])
+
+
+def _sparse_rows(vectors: list[Any]) -> sparse.csr_matrix:
+    """The ``{indices, values}`` vectors as the rows of one CSR matrix over the indices they use."""
+    idx = [np.asarray(v["indices"], np.int64) for v in vectors]
+    used, cols = np.unique(np.concatenate(idx) if idx else np.zeros(0, np.int64), return_inverse=True)
+    vals = np.concatenate([np.asarray(v["values"], np.float64) for v in vectors]) if vectors else np.zeros(0)
+    ptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])])
+    return sparse.csr_matrix((vals, cols.reshape(-1), ptr), shape=(len(vectors), max(1, len(used))))
+
+
+def gram(vectors: list[Any], metric: str, multivector: bool) -> np.ndarray:
+    """``(n, n)`` float64 raw similarities ``G[i, j] = sim(vectors[i], vectors[j])`` (module docstring), computed
+    with matrix products: dense rows at once; a multivector's rows against every row of the others, the best per
+    other vector summed (MAX_SIM, not symmetric); sparse vectors as a sparse matrix product. Checks for a stop
+    request (:func:`..stopping.check`) between multivectors."""
     if metric == "sparse":
-        ys = dict(zip(y["indices"], y["values"]))
-        return float(sum(v * ys[i] for i, v in zip(x["indices"], x["values"]) if i in ys))
-    a, b = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        m = _sparse_rows(vectors)
+        return np.asarray((m @ m.T).toarray(), np.float64)
     if not multivector:
-        return float(similarity_matrix(a[None], b[None], metric)[0, 0])
-    return float(similarity_matrix(a, b, metric).max(1).sum())
+        x = np.asarray(vectors, np.float64)
+        return similarity_matrix(x, x, metric).astype(np.float64)
+    rows = [np.asarray(v, np.float64).reshape(len(v), -1) for v in vectors]
+    flat = normalised(np.concatenate(rows), metric)  # normalised once: then compared by the examples' metric
+    starts = np.concatenate([[0], np.cumsum([len(r) for r in rows])[:-1]])
+    out = np.empty((len(rows), len(rows)), np.float64)
+    for i in range(len(rows)):
+        check()
+        s = similarity_matrix(flat[starts[i] : starts[i] + len(rows[i])], flat, example_metric(metric))
+        out[i] = np.maximum.reduceat(s, starts, axis=1).sum(0)
+    return out
 
 
 def _swap_remove(xs: list[int], i: int) -> int:
@@ -45,25 +72,30 @@ def _swap_remove(xs: list[int], i: int) -> int:
     return x
 
 
-def _last_argmax(values: list[float]) -> int:
-    best = max(values)
-    return max(i for i, v in enumerate(values) if v == best)
+def _last_argmax(values: np.ndarray) -> int:
+    return len(values) - 1 - int(np.argmax(values[::-1]))
 
 
 def select(query: Any, candidates: list[Any], metric: str, multivector: bool, lambda_: float, k: int) -> list[int]:
     """The positions in ``candidates`` (their vectors, the search's order) of the ``k`` points MMR takes, in the
-    order taken (module docstring)."""
+    order taken (module docstring). Blocking (one ``(n + 1)^2`` similarity matrix, then ``k`` vectorised steps):
+    call it off the event loop; it stops at a stop request (:func:`..stopping.check`)."""
     if not candidates:
         return []
-    rel = [similarity(query, x, metric, multivector) for x in candidates]
-    pair = [[similarity(x, y, metric, multivector) for y in candidates] for x in candidates]
+    g = gram([query, *candidates], metric, multivector)
+    rel, pair = g[0, 1:], g[1:, 1:]
     pending = list(range(len(candidates)))
-    taken = [_swap_remove(pending, _last_argmax([rel[i] for i in pending]))]
+    taken = [_swap_remove(pending, _last_argmax(rel))]
+    closest = pair[:, taken[0]].copy()  # each candidate's highest similarity to a taken one
     while len(taken) < k and pending:
-        scores = [lambda_ * rel[i] - (1.0 - lambda_) * max(pair[i][j] for j in taken) for i in pending]
-        if all(np.isneginf(s) for s in scores):
+        check()
+        at = np.asarray(pending)
+        scores = lambda_ * rel[at] - (1.0 - lambda_) * closest[at]
+        if np.all(np.isneginf(scores)):
             break
-        taken.append(_swap_remove(pending, _last_argmax(scores)))
+        j = _swap_remove(pending, _last_argmax(scores))
+        taken.append(j)
+        np.maximum(closest, pair[:, j], out=closest)
     return taken
 
 
@@ -95,7 +127,7 @@ async def search(searcher: Searcher, name: str, spec: Any, raw: Any, param: str,
         InvalidCollectionRequest: bad ``raw``, a text query for a sparse vector; and what the search raises.
     """
     reads = searcher.reads
-    lambda_, n = params(raw, reads.settings.max_top_k, param)
+    lambda_, n = params(raw, min(reads.settings.max_mmr_candidates, reads.settings.max_top_k), param)
     c = await reads.collection(name)
     vname = spec.using if spec.using is not None else c.vectors.default_using()
     kind = c.vectors.kind_of(vname, f"{param}.using")
@@ -117,5 +149,6 @@ async def search(searcher: Searcher, name: str, spec: Any, raw: Any, param: str,
     vecs = {(type(p["id"]), p["id"]): stored_vector(p, bound, vname) for p in points}
     kept = [h for h in hits if vecs.get((type(h.id), h.id)) is not None]
     multi = bool(dense is not None and getattr(dense, "multivector", False))
-    chosen = select(query, [vecs[(type(h.id), h.id)] for h in kept], metric, multi, lambda_, spec.top_k)
+    vectors = [vecs[(type(h.id), h.id)] for h in kept]
+    chosen = await reads.backend.run(for_collection(c.name, select, query, vectors, metric, multi, lambda_, spec.top_k))
     return [kept[i] for i in chosen]

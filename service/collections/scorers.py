@@ -31,6 +31,7 @@ import numpy as np
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.metric import example_metric, normalised, similarity_matrix
 from service.collections.schema import sparse_vec
+from service.collections.stopping import check
 
 EPSILON = np.float32(1.1920929e-7)
 KINDS = ("best_score", "sum_scores", "discover", "context", "relevance_feedback")
@@ -110,6 +111,7 @@ def top(scorer: Scorer, chunks, k: int) -> tuple[np.ndarray, np.ndarray]:
     best_s = np.zeros(0, np.float32)
     best_i = np.zeros(0, np.int64)
     for ids, x in chunks:
+        check()  # a chunk at a time: the scan stops with its request
         if len(ids) == 0:
             continue
         s = np.concatenate([best_s, scorer.scores(np.asarray(x, np.float32))])

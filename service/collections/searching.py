@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from service.collections import formula
+from service.collections.costs import check_formula_work
 from service.collections.embedding import Embedding
 from service.collections.errors import RETRIES, InvalidCollectionRequest, ModelChanged, TooManyItems
 from service.collections.filters import Filter
@@ -28,6 +29,7 @@ from service.collections.point_reads import PointReads
 from service.collections.query_model import QueryNode, SearchQuery
 from service.collections.schema import SparseVec, dense_value, sparse_vec
 from service.collections.scorers import Scorer, scorer_of
+from service.collections.stopping import for_collection
 from service.collections.vector_backend import Hit, ReadConsistency, ResponseBudget
 from service.collections.vectors import query_problem
 
@@ -311,6 +313,7 @@ class Searcher:
         if node.formula is not None:  # checked before any prefetch runs; it reads the payloads of their points
             cfg = (await self.reads.collection(name)).vectors
             fx = formula.parse(node.formula, lambda raw, at: self.reads.parse_filter(raw, at, cfg))
+            check_formula_work(self.reads.settings, fx.filters, sum(p.search.top_k for p in node.prefetch))
         with_payload = s.with_payload or node.formula is not None
         leaves = [
             replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text))
@@ -324,7 +327,8 @@ class Searcher:
             return hits
         if node.fusion is not None:
             try:
-                fused = fuse(node.fusion, sources, s.top_k, node.rrf_k, node.weights)
+                job = for_collection(name, fuse, node.fusion, sources, s.top_k, node.rrf_k, node.weights)
+                fused = await self.reads.backend.run(job)  # up to max_batch_searches x max_top_k hits: off the loop
             except ValueError as e:
                 raise InvalidCollectionRequest(str(e), "query") from e
             t = s.score_threshold

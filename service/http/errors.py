@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.collections import errors as col
+from service.collections.stopping import WorkStopped
 from service.inference.batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull, RequestTooLarge
 from service.inference.embedder import InvalidInput, ModelNotReady
 from service.inference.model_registry import ModelNotFound
@@ -156,6 +157,7 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], APIError]] = {
     col.ModelUnavailable: lambda e: APIError(409, str(e), code="model_unavailable"),
     col.ReembeddingInProgress: lambda e: APIError(409, str(e), code="reembedding_in_progress"),
     col.ModelChanged: lambda e: APIError(503, str(e), code="model_changed", headers={"Retry-After": "1"}),
+    WorkStopped: lambda e: APIError(503, str(e), code="request_timeout", headers={"Retry-After": "1"}),
     # the inference port's errors (service.collections.ports), answered as the inference errors they stand for
     col.ModelNotFound: lambda e: APIError(404, str(e), param=e.param, code="model_not_found"),
     col.ModelNotReady: lambda e: APIError(503, str(e), code="model_not_ready"),

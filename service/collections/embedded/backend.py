@@ -11,14 +11,12 @@ last snapshot if anything changed, and right after a training or rebuild);
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +24,7 @@ from artifact_contract.fsio import atomic_write_bytes, fsync_dir
 from service.collections.aliases import Aliases
 from service.collections.completion import to_completion
 from service.collections.embedded.collection import Collection
+from service.collections.embedded.pool import SharedPool
 from service.collections.embedded.snapshot_store import EmbeddedSnapshots, finish_swaps
 from service.collections.errors import CollectionClosed, CollectionExists, CollectionNotFound
 from service.collections.schema import VectorsConfig
@@ -57,8 +56,8 @@ class EmbeddedBackend:
         self.settings = settings or CollectionSettings()
         self.collections: dict[str, Collection] = {}
         self._lock = asyncio.Lock()
-        self._pool = ThreadPoolExecutor(
-            max_workers=self.settings.worker_threads,
+        self._pool = SharedPool(  # one collection never holds every thread (.pool)
+            self.settings.worker_threads,
             thread_name_prefix="collections",
             initializer=_init_worker,
             initargs=(self.settings.faiss_threads,),
@@ -79,9 +78,9 @@ class EmbeddedBackend:
         return [c for _, c in sorted(self.collections.items())]
 
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """Run blocking ``fn(*args, **kw)`` on the collections thread pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        """Run blocking ``fn(*args, **kw)`` on the collections thread pool (:class:`.pool.SharedPool`: a collection's
+        share of it bounded; stopped when the awaiting coroutine is cancelled)."""
+        return await self._pool.run(fn, *args, **kw)
 
     def applied(self, consistency: Any) -> str:
         """Always ``strong``: one process holds the data, and a write is answered once searchable."""

@@ -12,6 +12,7 @@ from service.collections.embedded.store.where import to_sql
 from service.collections.filters import Filter
 from service.collections.ids import decode_id
 from service.collections.ordering import order_value
+from service.collections.stopping import every
 
 
 def ordered_rows(conn: Any, where: Filter | None, key: str, descending: bool, start: Any, limit: int) -> list:
@@ -30,7 +31,8 @@ def ordered_rows(conn: Any, where: Filter | None, key: str, descending: bool, st
     numbers = conn.execute(q, [*params, path, path, *([] if start is None else [start]), int(limit)]).fetchall()
     sign = -1 if descending else 1
     entries = [(sign * v, okey, pkey) for pkey, okey, v in numbers]
-    for pkey, okey, text in conn.execute(f"{base}= 'text'", [*params, path, path]):
+    for i, (pkey, okey, text) in enumerate(conn.execute(f"{base}= 'text'", [*params, path, path])):
+        every(i)  # datetime strings parsed in Python: the loop stops with its request
         v = order_value(text)
         if v is not None and (start is None or sign * v >= sign * start):
             entries.append((sign * v, okey, pkey))

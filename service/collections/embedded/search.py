@@ -19,6 +19,7 @@ from service.collections.metric import higher_is_better
 from service.collections.reads import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 from service.collections.schema import SparseVec
 from service.collections.scorers import Scorer, top
+from service.collections.stopping import check
 
 
 def left_out(store: Store, where: Filter | None) -> tuple[Filter | None, np.ndarray]:
@@ -70,6 +71,7 @@ def exact_scan(
     best_i = np.zeros((len(q), 0), np.int64)
     hib = higher_is_better(metric)
     for ids, vecs in chunks:
+        check()  # a chunk at a time: the scan stops with its request
         if allowed is not None:
             keep = np.isin(ids, allowed)
             ids, vecs = ids[keep], vecs[keep]

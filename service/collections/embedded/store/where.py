@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import weakref
 from typing import Any
 
@@ -40,6 +41,7 @@ from service.collections.filters import (
     value_kind,
 )
 from service.collections.ids import encode_id
+from service.collections.stopping import WorkStopped, interrupt_reads, stop_requested
 
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(leaf) -> leaf, while a query holds it
 
@@ -50,12 +52,31 @@ def filter_leaf(payload: str, leaf_id: int) -> int:
     leaf = _LIVE.get(leaf_id)
     if leaf is None:  # never: the statement's filter is alive; refuse rather than answer wrongly
         raise LookupError(f"filter leaf {leaf_id} is gone")
-    return int(matches(leaf, json.loads(payload)))
+    return int(matches(leaf, _parsed(payload)))
 
 
 def register(conn: sqlite3.Connection) -> None:
-    """Make :func:`filter_leaf` callable on ``conn``."""
-    conn.create_function("filter_leaf", 2, filter_leaf)
+    """Make :func:`filter_leaf` callable on ``conn``; a read calling it stops at the first row after its request is
+    cancelled (:func:`...stopping.stop_requested`; never inside a write transaction, which runs to its end), and any
+    read at SQLite's next progress step (:func:`...stopping.interrupt_reads`)."""
+
+    def leaf(payload: str, leaf_id: int) -> int:
+        if stop_requested() and not conn.in_transaction:
+            raise WorkStopped("the request was stopped")  # SQLite ends the statement with an error
+        return filter_leaf(payload, leaf_id)
+
+    conn.create_function("filter_leaf", 2, leaf)
+    interrupt_reads(conn)
+
+
+_ROW = threading.local()  # the last payload parsed on this thread: a row's leaves share one parse
+
+
+def _parsed(payload: str) -> Any:
+    """``json.loads(payload)``, parsed once for all the leaves a row is tested with (the leaves only read it)."""
+    if getattr(_ROW, "text", None) != payload:
+        _ROW.value, _ROW.text = json.loads(payload), payload
+    return _ROW.value
 
 
 def _python_leaf(f: Filter, column: str) -> Sql:
