@@ -15,7 +15,7 @@ import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.metric import example_metric, is_distance, normalised
-from service.collections.scorers import Scorer
+from service.collections.scorers import Scorer, examples
 
 KINDS = ("best_score", "sum_scores", "discover", "context")
 
@@ -62,14 +62,7 @@ def multi_scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str
             )
         return normalised(a, metric)
 
-    pos = [one(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
-    neg = [one(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
-    target = one(raw["target"], f"{param}.target") if raw.get("target") is not None else None
-    pairs = []
-    for i, p in enumerate(raw.get("pairs") or []):
-        if not isinstance(p, list) or len(p) != 2:
-            raise InvalidCollectionRequest(f"{param}.pairs[{i}]: a pair is [positive, negative]", f"{param}.pairs")
-        pairs.append((one(p[0], f"{param}.pairs[{i}][0]"), one(p[1], f"{param}.pairs[{i}][1]")))
+    pos, neg, target, pairs = examples(raw, param, one)
     if (kind in ("best_score", "sum_scores") and not pos + neg) or (kind == "context" and not pairs):
         raise InvalidCollectionRequest(f"{param}: the {kind} query needs its examples", param)
     if kind == "discover" and target is None:

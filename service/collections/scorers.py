@@ -121,6 +121,24 @@ def top(scorer: Scorer, chunks, k: int) -> tuple[np.ndarray, np.ndarray]:
     return best_s, best_i
 
 
+def examples(raw: dict[str, Any], param: str, one: Callable[[Any, str], Any]) -> tuple[list, list, Any, list]:
+    """A scorer query's examples, each read by ``one(value, path)``: ``(positive, negative, target or None,
+    [(positive, negative)] pairs)``.
+
+    Raises:
+        InvalidCollectionRequest: a pair that is not ``[positive, negative]``, and what ``one`` raises.
+    """
+    pos = [one(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
+    neg = [one(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
+    target = one(raw["target"], f"{param}.target") if raw.get("target") is not None else None
+    pairs = []
+    for i, p in enumerate(raw.get("pairs") or []):
+        if not isinstance(p, list) or len(p) != 2:
+            raise InvalidCollectionRequest(f"{param}.pairs[{i}]: a pair is [positive, negative]", f"{param}.pairs")
+        pairs.append((one(p[0], f"{param}.pairs[{i}][0]"), one(p[1], f"{param}.pairs[{i}][1]")))
+    return pos, neg, target, pairs
+
+
 def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> Scorer:
     """A :class:`Scorer` of the native query ``{"scorer": kind, "positive": [examples], "negative": [examples],
     "target": example, "pairs": [[positive, negative], ...]}``: on a dense vector of ``metric`` and ``dimension`` every
@@ -154,14 +172,7 @@ def scorer_of(raw: dict[str, Any], metric: str, dimension: int, param: str) -> S
             raise InvalidCollectionRequest(f"{at}: vectors must be finite", at)
         return normalised(a[None], metric)[0]
 
-    pos = [one(x, f"{param}.positive[{i}]") for i, x in enumerate(raw.get("positive") or [])]
-    neg = [one(x, f"{param}.negative[{i}]") for i, x in enumerate(raw.get("negative") or [])]
-    target = one(raw["target"], f"{param}.target") if raw.get("target") is not None else None
-    pairs = []
-    for i, p in enumerate(raw.get("pairs") or []):
-        if not isinstance(p, list) or len(p) != 2:
-            raise InvalidCollectionRequest(f"{param}.pairs[{i}]: a pair is [positive, negative]", f"{param}.pairs")
-        pairs.append((one(p[0], f"{param}.pairs[{i}][0]"), one(p[1], f"{param}.pairs[{i}][1]")))
+    pos, neg, target, pairs = examples(raw, param, one)
     if (
         (kind in ("best_score", "sum_scores") and not pos + neg)
         or (kind == "context" and not pairs)
