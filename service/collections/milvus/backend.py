@@ -259,8 +259,8 @@ class MilvusBackend:
         for name in set(self.handles) - set(recs):
             if self.physical.aliased(name):
                 log.warning("milvus: the registry read has no row for %s, whose alias exists: kept as last seen", name)
-            else:
-                self.handles.pop(name).closed = True
+            elif (gone := self.handles.pop(name, None)) is not None:  # a delete on another thread may have won
+                gone.closed = True
         self.aliases.reload()
 
     def refresh_one(self, name: str) -> None:
