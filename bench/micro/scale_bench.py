@@ -8,15 +8,16 @@ corpus sentences, ``a ~ U(0.5, 1)`` (the point stays nearest its first sentence)
 coordinate; a deterministic function of ``(seed, i)``, generated in chunks (10M points are never all in memory
 here). Embedding 10M sentences on 2 cores would take ~20 hours (~136 sentences/s measured on the corpus), so the
 points are derived, not embedded; their texts are empty (a point given as a vector), their payload is
-``{"g": i % 100}`` (1 % of the points per value, for filtered search). Queries: 1,000 real corpus sentence
+``{"g": i % 100, "h": i % 1000}`` (for filtered search: ``{"h": 7}`` 0.1 % of the points, ``{"g": 7}`` 1 %,
+``{"g": {"$lt": 10}}`` 10 %). Queries: 1,000 real corpus sentence
 embeddings (the corpus's last 1,000 lines, never mixed into points).
 
 Measured: ingest (``PUT /collections/{name}/points`` with vectors, ``--batch`` points per request, ``--writers`` at
 once; the collection trains IVF-PQ once it holds ``min_train_points``), disk (``du`` of the collection), server RSS
 (now and peak, ``VmHWM``), start-up after a clean stop (snapshot load + replay) and after SIGKILL, search p50/p99 at
 1 and 4 clients (top_k 10, vector queries, over HTTP), recall@10 against exact search on ``--truth`` queries (ground
-truth computed by regenerating every chunk), and filtered search (``{"g": 7}``: 1 % of the points) with its
-recall against exact filtered search.
+truth computed by regenerating every chunk), and filtered search at 0.1, 1 and 10 % (p50/p99 at 1 client) with
+its recall against exact filtered search. Prints a markdown table (date, CPU, load average before and after).
 
 Resumable: the server's data lives in ``--work`` (default ``~/.cache/redundancy-embed/scale_bench/<points>``);
 a rerun continues the ingest from the collection's count (ids are deterministic; upserts are idempotent) and
@@ -70,21 +71,30 @@ def generate(X: np.ndarray, start: int, stop: int, seed: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def exact_truth(X: np.ndarray, Q: np.ndarray, n: int, seed: int, group: int) -> tuple[np.ndarray, np.ndarray]:
-    """Ids of the exact top-``K`` points (inner product = cosine) for each query over all ``n`` points, and over
-    those with ``i % 100 == group`` (the filtered search's truth): one pass, each chunk generated once."""
-    best = [(np.full((len(Q), K), -np.inf, np.float32), np.zeros((len(Q), K), np.int64)) for _ in range(2)]
+#: the filters measured: name -> (native filter, ids -> matching mask)
+FILTERS = {
+    "0.1%": ({"h": 7}, lambda ids: ids % 1000 == 7),
+    "1%": ({"g": 7}, lambda ids: ids % 100 == 7),
+    "10%": ({"g": {"$lt": 10}}, lambda ids: ids % 100 < 10),
+}
+
+
+def exact_truth(X: np.ndarray, Q: np.ndarray, n: int, seed: int) -> dict[str, np.ndarray]:
+    """Ids of the exact top-``K`` points (inner product = cosine) for each query over all ``n`` points (``"all"``)
+    and over those each of ``FILTERS`` keeps (its name): one pass, each chunk generated once."""
+    names = ["all", *FILTERS]
+    best = [(np.full((len(Q), K), -np.inf, np.float32), np.zeros((len(Q), K), np.int64)) for _ in names]
     for s in range(0, n, CHUNK):
         e = min(n, s + CHUNK)
         V, ids = generate(X, s, e, seed), np.arange(s, e)
-        keep = ids % 100 == group
-        for b, (Vb, idb) in enumerate(((V, ids), (V[keep], ids[keep]))):
+        keeps = [np.ones(len(ids), bool)] + [f(ids) for _, f in FILTERS.values()]
+        for b, (Vb, idb) in enumerate((V[k], ids[k]) for k in keeps):
             S = Q @ Vb.T
             cand_s = np.concatenate([best[b][0], S], axis=1)
             cand_i = np.concatenate([best[b][1], np.broadcast_to(idb, S.shape)], axis=1)
             top = np.argpartition(-cand_s, K, axis=1)[:, :K]
             best[b] = (np.take_along_axis(cand_s, top, 1), np.take_along_axis(cand_i, top, 1))
-    return best[0][1], best[1][1]
+    return {name: b[1] for name, b in zip(names, best)}
 
 
 def _rss(pid: int) -> dict:
@@ -149,6 +159,7 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
         params = {"nlist": a.nlist, "m": 48, "nprobe": a.nprobe, "rerank": a.rerank}
         r = c.put(f"/collections/{NAME}", json={"index": "ivf_pq", "metric": "cosine", "params": params})
         r.raise_for_status()
+        res["payload_keys"] = ["g", "h"]
         info = c.get(f"/collections/{NAME}")
     done = info.json()["count"]
     ing = res.setdefault("ingest", {"seconds": 0.0, "points": 0, "log": []})
@@ -161,7 +172,7 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
         s, e, V = job
         if not hasattr(local, "c"):
             local.c = httpx.Client(base_url=srv.url, timeout=600)
-        pts = [{"id": i, "vector": V[i - s], "payload": {"g": i % 100}} for i in range(s, e)]
+        pts = [{"id": i, "vector": V[i - s], "payload": {"g": i % 100, "h": i % 1000}} for i in range(s, e)]
         body = orjson.dumps({"points": pts}, option=orjson.OPT_SERIALIZE_NUMPY)
         r = local.c.put(f"/collections/{NAME}/points", content=body, headers={"content-type": "application/json"})
         r.raise_for_status()
@@ -194,8 +205,8 @@ def _wait_trained(c, timeout: float = 7200) -> None:
         time.sleep(2)
 
 
-def searches(srv: Server, Q: np.ndarray, truth: np.ndarray, truth_g: np.ndarray, a: argparse.Namespace) -> dict:
-    """Search latency at 1 and 4 clients, recall@10 unfiltered and filtered."""
+def searches(srv: Server, Q: np.ndarray, truth: dict[str, np.ndarray], a: argparse.Namespace) -> dict:
+    """Search latency at 1 and 4 clients, recall@10 unfiltered; each filter's p50/p99 and recall@10 at 1 client."""
     import httpx
 
     local = threading.local()
@@ -221,19 +232,72 @@ def searches(srv: Server, Q: np.ndarray, truth: np.ndarray, truth_g: np.ndarray,
         out[f"search_{clients}"] = {"queries_per_s": round(len(Q) / (time.perf_counter() - t0), 1),
                                     "p50_ms": round(float(np.percentile(ms, 50)), 1),
                                     "p99_ms": round(float(np.percentile(ms, 99)), 1)}  # fmt: skip
-    got = [one(i)[1] for i in range(len(truth))]
-    out["recall_at_10"] = round(float(np.mean([len(set(g) & set(t)) / K for g, t in zip(got, truth)])), 4)
-    res = [one(i, {"g": 7}) for i in range(min(len(truth_g), a.filtered))]
-    ms = np.asarray([dt for dt, _ in res]) * 1000
-    out["filtered"] = {"filter": {"g": 7}, "matching": a.points // 100, "queries": len(res),
-                       "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1),
-                       "recall_at_10": round(float(np.mean([len(set(g) & set(t)) / K for (_, g), t in zip(res, truth_g)])), 4),
-                       "only_matching": all(i % 100 == 7 for _, g in res for i in g)}  # fmt: skip
+    got = [one(i)[1] for i in range(len(truth["all"]))]
+    out["recall_at_10"] = round(float(np.mean([len(set(g) & set(t)) / K for g, t in zip(got, truth["all"])])), 4)
+    for name, (flt, keep) in FILTERS.items():
+        res = [one(i, flt) for i in range(min(len(truth[name]), a.filtered))]
+        ms = np.asarray([dt for dt, _ in res]) * 1000
+        out[f"filtered_{name}"] = {
+            "filter": flt,
+            "matching": int(keep(np.arange(a.points)).sum()),
+            "queries": len(res),
+            "p50_ms": round(float(np.percentile(ms, 50)), 1),
+            "p99_ms": round(float(np.percentile(ms, 99)), 1),
+            "recall_at_10": round(float(np.mean([len(set(g) & set(t)) / K for (_, g), t in zip(res, truth[name])])), 4),
+            "only_matching": bool(all(keep(np.asarray(g)).all() for _, g in res if g)),
+        }
     return out
 
 
+def dense_table(res: dict) -> str:
+    """The markdown table of a finished (or partial) run's ``results.json``."""
+    s, r2 = res.get("search", {}), res.get("search_after_restart", {})
+
+    def cell(d: dict, *keys: str) -> str:
+        return " / ".join(str(d[k]) if d and d.get(k) is not None else "—" for k in keys)
+
+    load = [", ".join(f"{x:.2f}" for x in res.get(k) or []) for k in ("load_before", "load_after")]
+    head = [
+        f"{res.get('date')}, {res.get('cpu')}, load average before {load[0]}, after {load[1]}",
+        "",
+        "| N points | ingest points/s | disk MiB (x float32 vectors) | RSS / peak MiB | recall@10 | 1 client p50 / p99 ms | 4 clients p50 / p99 ms, queries/s "
+        "| 0.1 % filter p50 / p99 ms, recall | 1 % | 10 % | start after clean stop s | after SIGKILL s | recall@10 after restart |",
+        "|" + "---|" * 13,
+    ]
+    flt = [
+        f"{cell(s.get(f'filtered_{n}'), 'p50_ms', 'p99_ms')}, {cell(s.get(f'filtered_{n}'), 'recall_at_10')}"
+        for n in FILTERS
+    ]
+    f32 = res.get("points", 0) * 384 * 4 / 2**20
+    ratio = f"{res['disk_mb'] / f32:.2f}x" if res.get("disk_mb") and f32 else "—"
+    row = (
+        f"| {res.get('points', 0):,} | {cell(res.get('ingest'), 'points_per_s')} | {res.get('disk_mb', '—')} ({ratio}) "
+        f"| {cell(res.get('after_ingest'), 'rss_mb', 'peak_rss_mb')} | {s.get('recall_at_10', '—')} "
+        f"| {cell(s.get('search_1'), 'p50_ms', 'p99_ms')} | {cell(s.get('search_4'), 'p50_ms', 'p99_ms', 'queries_per_s')} "
+        f"| {' | '.join(flt)} | {res.get('start_s_after_clean_stop', '—')} | {res.get('start_s_after_sigkill', '—')} "
+        f"| {r2.get('recall_at_10', '—')} |"
+    )
+    return "\n".join([*head, row])
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """``--mode dense`` (the default: this module) or ``--mode hybrid`` (:mod:`bench.micro.scale_hybrid`)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--mode", choices=("dense", "hybrid"), default="dense")
+    m, rest = pre.parse_known_args()
+    if m.mode == "hybrid":
+        from bench.micro.scale_hybrid import main as hybrid
+
+        return hybrid(rest)
+    dense_main(rest)
+
+
+def dense_main(argv: list[str]) -> None:
+    """The 10M dense table (module docstring)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.micro.scale_bench [--mode dense]", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--mode", choices=("dense",), default="dense", help="--mode hybrid --help: the hybrid mode")
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=1024, help="points per upsert request")
     ap.add_argument("--writers", type=int, default=2)
@@ -248,7 +312,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=REPO / "data" / "bench")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--fresh", action="store_true", help="delete the work directory first")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = a.work or Path.home() / ".cache" / "redundancy-embed" / "scale_bench" / str(a.points)
     if a.fresh and work.exists():
@@ -263,13 +327,14 @@ def main() -> None:
     C, _ = corpus_embeddings(a.cache_dir, None, Path(a.models_dir) / a.model)
     X, Q = C[:-1000], C[-1000:]
     tp = work / "truth.npz"
+    if tp.exists() and set(np.load(tp).files) != {"all", *FILTERS}:
+        tp.unlink()  # an older run's truth (one filter): made again
     if not tp.exists():
         t0 = time.perf_counter()
-        truth, truth_g = exact_truth(X, Q[: a.truth], a.points, a.seed, group=7)
-        np.savez(tp, truth=truth, truth_g=truth_g)
+        np.savez(tp, **exact_truth(X, Q[: a.truth], a.points, a.seed))
         print(f"ground truth in {time.perf_counter() - t0:.0f}s", flush=True)
     t = np.load(tp)
-    truth, truth_g = t["truth"], t["truth_g"]
+    truth = {k: t[k] for k in t.files}
 
     srv = Server(a, work)
     res["start_s_first"] = srv.start()
@@ -279,11 +344,15 @@ def main() -> None:
         import httpx
 
         c = httpx.Client(base_url=srv.url, timeout=600)
+        if res.get("payload_keys") != ["g", "h"]:
+            print(
+                "warning: these points were loaded without the payload key h: the 0.1 % filter matches none (--fresh)"
+            )
         _wait_trained(c)
         info = c.get(f"/collections/{NAME}").json()
         res["collection"] = {k: info[k] for k in ("count", "trained", "index", "sequence", "snapshot_sequence")}
         res["after_ingest"] = _rss(srv.proc.pid)
-        res["search"] = searches(srv, Q, truth, truth_g, a)
+        res["search"] = searches(srv, Q, truth, a)
         print(json.dumps(res["search"]), flush=True)
         res_path.write_text(json.dumps(res, indent=1))
         srv.stop()  # clean stop: the final snapshot is written
@@ -292,16 +361,18 @@ def main() -> None:
         res["after_restart"] = _rss(srv.proc.pid)
         c = httpx.Client(base_url=srv.url, timeout=600)
         c.put(f"/collections/{NAME}/points", json={"points": [{"id": 0, "vector": generate(X, 0, 1, a.seed)[0].tolist(),
-                                                                "payload": {"g": 0}}]})  # fmt: skip
+                                                                "payload": {"g": 0, "h": 0}}]})  # fmt: skip
         srv.stop(signal.SIGKILL)  # a crash right after a write: start-up replays SQLite over the last snapshot
         res["start_s_after_sigkill"] = srv.start()
-        res["search_after_restart"] = searches(srv, Q[:200], truth, truth_g, a)
+        res["search_after_restart"] = searches(srv, Q[:200], truth, a)
     finally:
         srv.stop()
         res["load_after"] = os.getloadavg()
         res_path.write_text(json.dumps(res, indent=1))
     print(f"load average after: {os.getloadavg()}")
     print(json.dumps(res, indent=1))
+    print(f"\n`python -m bench.micro.scale_bench {' '.join(argv)}`\n")
+    print(dense_table(res))
 
 
 if __name__ == "__main__":
