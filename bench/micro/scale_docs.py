@@ -144,12 +144,6 @@ class DenseVectors:
         tmp.replace(path)
         return V
 
-    def cached(self, chunks: int) -> int:
-        """How many of the first ``chunks`` chunks are ready without computing (all, for random projection)."""
-        if self.method == "random-projection":
-            return chunks
-        return sum((self.dir / f"chunk_{c:05d}.npy").exists() for c in range(chunks))
-
     def queries(self, n: int) -> tuple[list[str], np.ndarray]:
         """The first ``n`` held-out lines and their ``(n, D)`` unit vectors (the documents' method)."""
         first = len(self.lines) - HELD_OUT
