@@ -216,3 +216,37 @@ def test_export_reranker_refuses_what_is_not_a_cross_encoder(local_models, tmp_p
     assert export_reranker.main(["--model", str(local_models["bi"]), "--out", str(tmp_path / "x")]) == 1
     assert "not a sequence-classification model directory" in capsys.readouterr().out
     assert not (tmp_path / "x" / "manifest.json").exists()
+
+
+def test_a_model_without_segment_ids_exports_and_quantizes(default_model_dir, tmp_path):
+    """A RoBERTa-style cross-encoder (no ``token_type_ids`` from its tokenizer, one token type; bge-reranker is
+    XLM-R) through ``export-reranker --quantize int8``: the fp32 graph made on the way is held to ``CrossEncoder
+    .predict`` (1e-4, else no artifact), the int8 twin records its parity against it and keeps the activation."""
+    import torch
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForSequenceClassification
+
+    from training.cli import export_reranker
+
+    tok = AutoTokenizer.from_pretrained(str(default_model_dir), model_input_names=["input_ids", "attention_mask"])
+    cfg = RobertaConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=MAX_LEN + 2,
+        type_vocab_size=1,
+        pad_token_id=tok.pad_token_id,
+        num_labels=1,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(3)
+    RobertaForSequenceClassification(cfg).save_pretrained(tmp_path / "src")
+    tok.save_pretrained(tmp_path / "src")
+    CrossEncoder(str(tmp_path / "src"), max_length=MAX_LEN).save(str(tmp_path / "roberta-ce"))
+    out = tmp_path / "models" / "roberta-ce-int8"
+    assert export_reranker.main(["--model", str(tmp_path / "roberta-ce"), "--out", str(out), "--quantize", "int8"]) == 0
+    m = validate_artifact(out)
+    assert (m.name, m.quantization, m.activation, m.max_seq_length) == ("roberta-ce-int8", "int8", "sigmoid", MAX_LEN)
+    assert "int8 vs fp32 ONNX" in m.parity.source and m.parity.n_sentences == 64
