@@ -166,6 +166,12 @@ class Manifest(BaseModel):
         description="sentence-transformers' default_prompt_name: the prompt applied when a request names none; a "
         "key of prompts",
     )
+    activation: Literal["sigmoid", "identity"] | None = Field(
+        default=None,
+        description="a reranker's only: the function sentence-transformers' CrossEncoder.predict applies to the raw "
+        "score (its activation_fn): 'sigmoid' (CrossEncoder's default for one label) or 'identity' (the raw logit "
+        "is the score); absent/null = sigmoid",
+    )
 
     @field_validator("scores")
     @classmethod
@@ -190,6 +196,8 @@ class Manifest(BaseModel):
             raise ValueError("an embedding model's parity needs min_cosine")
         if self.canary is not None and (self.canary.queries is not None) != rerank:
             raise ValueError("canary.queries is given for a reranker's pairs, and only then")
+        if not rerank and self.activation is not None:
+            raise ValueError("activation is a reranker's (the function applied to its raw score)")
         if rerank and (self.prompts or self.default_prompt_name is not None):
             raise ValueError("a reranker takes no prompts (prompts and default_prompt_name are an embedding model's)")
         return self
@@ -286,7 +294,8 @@ def validate_artifact(artifact_dir: str | os.PathLike, check_hash: bool = True) 
 def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
     """Write ``manifest.json`` atomically and durably (see :mod:`artifact_contract.fsio`); an embedding model's
     manifest is written without the reranker-only fields (``task``, ``canary.queries``), and a manifest without
-    prompts without ``prompts`` and ``default_prompt_name``, as before those fields existed."""
+    prompts without ``prompts`` and ``default_prompt_name`` and one without ``activation`` without it, as before those
+    fields existed."""
     exclude: dict = {}
     if manifest.task is None:
         exclude = {"task": True, "canary": {"queries"}} if manifest.canary is not None else {"task": True}
@@ -294,6 +303,8 @@ def write_manifest(artifact_dir: str | os.PathLike, manifest: Manifest) -> Path:
         exclude["prompts"] = True
     if manifest.default_prompt_name is None:
         exclude["default_prompt_name"] = True
+    if manifest.activation is None:
+        exclude["activation"] = True
     return atomic_write_text(Path(artifact_dir) / MANIFEST_FILE, manifest.model_dump_json(indent=2, exclude=exclude))
 
 

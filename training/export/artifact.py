@@ -168,7 +168,7 @@ def export_artifact(
     name: str,
     version: str = "1",
     pooling: Pooling | None = None,
-    normalize: bool = True,
+    normalize: bool | None = None,
     max_seq_length: int | None = None,
     base_model: str | None = None,
     training: dict[str, Any] | None = None,
@@ -180,8 +180,9 @@ def export_artifact(
 ) -> Manifest:
     """Export a Hugging Face / sentence-transformers encoder directory to an artifact.
 
-    Pooling and max_seq_length default to the directory's sentence-transformers
-    config (else ``mean`` and the tokenizer's limit, capped at 512); its ``prompts`` and ``default_prompt_name``
+    Pooling, max_seq_length and ``normalize`` (None: a ``Normalize`` module in ``modules.json``, or no
+    ``modules.json``) default to the directory's sentence-transformers config, older or current format (else
+    ``mean`` and the tokenizer's limit, capped at 512); its ``prompts`` and ``default_prompt_name``
     (``config_sentence_transformers.json``, :func:`st_prompts`) go into the manifest. A sentence-transformers ``Dense`` module
     (supervised SimCSE's MLP kept at test time) goes into the graph, and the manifest's ``training`` says so. With
     ``quantize="int8"`` or ``dtype="fp16"`` (exclusive) the fp32 graph is exported to a temporary directory and
@@ -200,7 +201,9 @@ def export_artifact(
     if fuse and quantize is not None:
         raise ExportError(f"fuse applies to fp32 and fp16 graphs, not quantization {quantize}")
     convert = quantize or (dtype if dtype != "fp32" else None)
-    module, tokenizer, pooling, max_seq_length, has_head = load_pooled_encoder(model_dir, pooling, max_seq_length)
+    loaded = load_pooled_encoder(model_dir, pooling, max_seq_length)
+    module, tokenizer, pooling, max_seq_length, has_head, st_normalize = loaded
+    normalize = st_normalize if normalize is None else normalize
     if base_model is None:
         base_model = DEFAULT_BASE_MODEL if model_dir.resolve() == default_model_dir().resolve() else str(model_dir)
     if has_head:

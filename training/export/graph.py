@@ -23,7 +23,7 @@ from artifact_contract import INPUT_NAMES, OUTPUT_NAME
 from training.encoder import MLPHead, load_backbone
 from training.export.parity import ExportError
 from training.pooling import POOLINGS, Pooling, pool
-from training.st_dir import read_st_config
+from training.st_dir import read_st_config, read_st_prompts
 
 ONNX_OPSET = 18
 
@@ -65,14 +65,20 @@ class PooledEncoder(nn.Module):
 def load_pooled_encoder(model_dir: Path, pooling: Pooling | None, max_seq_length: int | None):
     """Build the module to export from a Hugging Face / sentence-transformers directory.
 
-    Pooling and max_seq_length default to the directory's sentence-transformers config (else ``mean`` and the
-    tokenizer's limit, capped at 512); a ``Dense`` module (a head kept at inference) goes into the graph.
+    Pooling and max_seq_length default to the directory's sentence-transformers config, in its older or current
+    format (:func:`training.st_dir.read_st_config`; else ``mean`` and the tokenizer's limit, capped at 512); a
+    ``Dense`` module (a head kept at inference) goes into the graph. The normalisation the service applies by
+    default follows the directory: on when ``modules.json`` lists a ``Normalize`` module (or there is no
+    ``modules.json``: a raw Hugging Face directory), off otherwise.
 
     Returns:
-        ``(module, tokenizer, pooling, max_seq_length, has_head)``; the module is float32, in eval mode.
+        ``(module, tokenizer, pooling, max_seq_length, has_head, normalize)``; the module is float32, in eval mode.
 
     Raises:
-        ExportError: not a model directory, or an unsupported pooling mode.
+        ExportError: not a model directory; a pooling mode other than mean or cls; a module the graph cannot hold
+            (anything but Transformer, Pooling, one square tanh Dense, Normalize, in that order); a Pooling that
+            leaves the prompt out (``include_prompt`` false) on a model with prompts; ``do_lower_case`` over a
+            tokenizer that does not lowercase.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
@@ -83,13 +89,29 @@ def load_pooled_encoder(model_dir: Path, pooling: Pooling | None, max_seq_length
         st = read_st_config(model_dir)
     except ValueError as e:
         raise ExportError(str(e)) from e
+    if st.unsupported:
+        raise ExportError(
+            f"{model_dir}: modules.json lists modules the ONNX graph cannot hold: {', '.join(st.unsupported)} "
+            "(supported: Transformer, Pooling (mean or cls), one Dense, Normalize, in that order)"
+        )
+    if not st.include_prompt and any(read_st_prompts(model_dir)[0].values()):
+        raise ExportError(
+            f"{model_dir}: its Pooling leaves the prompt tokens out (include_prompt false); the exported graph pools "
+            "every token it is given, prompt included"
+        )
     pooling = pooling or st.pooling or "mean"
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if st.do_lower_case and tokenizer.backend_tokenizer.normalizer.normalize_str("A") != "a":
+        raise ExportError(f"{model_dir}: do_lower_case is set but its tokenizer does not lowercase; not supported")
     max_seq_length = int(max_seq_length or st.max_seq_length or min(int(tokenizer.model_max_length), 512))
     # Eager attention traces to a graph ONNX Runtime fuses; it matches SDPA to ~1e-6 (parity checks it).
     encoder = load_backbone(model_dir, dtype=torch.float32, attn_implementation="eager").float().eval()
-    head = MLPHead.load_st_dense(st.dense_dir).float().eval() if st.dense_dir is not None else None
-    return PooledEncoder(encoder, pooling, head), tokenizer, pooling, max_seq_length, head is not None
+    try:
+        head = MLPHead.load_st_dense(st.dense_dir).float().eval() if st.dense_dir is not None else None
+    except ValueError as e:
+        raise ExportError(str(e)) from e
+    normalize = True if st.normalize is None else st.normalize
+    return PooledEncoder(encoder, pooling, head), tokenizer, pooling, max_seq_length, head is not None, normalize
 
 
 def torch_pooled(module, tokenizer, sentences: Sequence[str], max_len: int, batch_size: int = 32) -> np.ndarray:

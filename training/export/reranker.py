@@ -15,6 +15,7 @@ quarter of that. The canary is four pairs and their raw scores, re-scored by eve
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,8 @@ from training.export.parity import ExportError
 
 #: fp32 export tolerance of raw scores (logits) against ``CrossEncoder.predict``
 RERANK_PARITY_MAX_ABS = 1e-4
+#: ``CrossEncoder.activation_fn`` classes and the manifest's ``activation`` for each (the graph answers raw scores)
+ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity"}
 CANARY_PAIRS = [
     ("What do cats do most of the day?", "Cats sleep most of the day."),
     ("What do cats do most of the day?", "Stocks fell sharply on Tuesday after the central bank raised rates."),
@@ -59,15 +62,20 @@ class PairScorer(nn.Module):
     Args:
         model: a Hugging Face ``...ForSequenceClassification`` module (``CrossEncoder.model``).
         sep_id: the tokenizer's separator id (``[SEP]``).
+        segments: pass segment ids at all; false for a model whose tokenizer makes none (RoBERTa / XLM-R style,
+            e.g. bge-reranker: ``token_type_ids`` not among its ``model_input_names``).
     """
 
-    def __init__(self, model: nn.Module, sep_id: int) -> None:
+    def __init__(self, model: nn.Module, sep_id: int, segments: bool = True) -> None:
         super().__init__()
         self.model = model
         self.sep_id = int(sep_id)
+        self.segments = segments
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Raw logits, float32 ``(batch, num_labels)``; int64 ``(batch, seq)`` inputs, right-padded."""
+        if not self.segments:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
         sep = (input_ids == self.sep_id).long()
         segment = ((torch.cumsum(sep, dim=1) - sep) > 0).long() * attention_mask
         return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=segment).logits.float()
@@ -136,11 +144,17 @@ def export_reranker(
         parity_pairs: held-out (query, passage) pairs the ONNX graph is checked on (default: the canary pairs).
         scores: figures to record (e.g. ``scifact-dev-ndcg@10``, x100).
 
+    ``model_dir`` is a sentence-transformers ``CrossEncoder`` directory or any Hugging Face
+    ``...ForSequenceClassification`` directory (``CrossEncoder`` loads both). Its ``activation_fn`` (sigmoid, the
+    default for one label, or identity) is recorded as the manifest's ``activation``; the graph answers raw scores
+    either way.
+
     Returns:
         The written manifest (``task: "reranker"``, ``dimension`` 1, ``pooling`` cls, ``normalize`` false).
 
     Raises:
-        ExportError: not a one-label cross-encoder, or parity over :data:`RERANK_PARITY_MAX_ABS`.
+        ExportError: not a sequence-classification directory, not one label, an activation other than sigmoid or
+            identity, or parity over :data:`RERANK_PARITY_MAX_ABS`.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import CrossEncoder
@@ -148,14 +162,29 @@ def export_reranker(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)
+    arch = (
+        json.loads(cfg.read_text()).get("architectures") if (cfg := Path(model_dir) / "config.json").is_file() else None
+    )
+    if not arch or not any(a.endswith("ForSequenceClassification") for a in arch):
+        # CrossEncoder would put a fresh, random head on anything else: refuse rather than export noise
+        raise ExportError(
+            f"{model_dir}: not a sequence-classification model directory (config.json architectures {arch})"
+        )
     ce = CrossEncoder(str(model_dir), device="cpu")
     if ce.model.config.num_labels != 1:
         raise ExportError(f"{model_dir}: a reranker has one label, this cross-encoder has {ce.model.config.num_labels}")
+    activation = ACTIVATIONS.get(type(ce.activation_fn).__name__)
+    if activation is None:
+        raise ExportError(
+            f"{model_dir}: CrossEncoder activation {ce.activation_fn!r} is not supported (Sigmoid or Identity)"
+        )
     ce.model.set_attn_implementation("eager")  # traces to a graph ONNX Runtime fuses; parity checks it
     max_len = int(ce.max_seq_length)
     save_tokenizer(ce.tokenizer, out, max_len)
     tmp = out / f".{MODEL_FILE}.tmp"
-    _export_graph(PairScorer(ce.model.eval(), ce.tokenizer.sep_token_id).eval(), ce.tokenizer, tmp, max_len)
+    segments = "token_type_ids" in ce.tokenizer.model_input_names
+    scorer = PairScorer(ce.model.eval(), ce.tokenizer.sep_token_id, segments).eval()
+    _export_graph(scorer, ce.tokenizer, tmp, max_len)
     pairs = list(parity_pairs or CANARY_PAIRS)
     ref = np.asarray(ce.predict(pairs, activation_fn=nn.Identity(), batch_size=32), np.float32).reshape(-1)
     got = onnx_pair_scores(out, pairs, tmp, batch_size=7)  # different batching/padding from the reference
@@ -174,6 +203,7 @@ def export_reranker(
         training=training,
         pooling="cls",
         normalize=False,
+        activation=activation,
         max_seq_length=max_len,
         dimension=1,
         onnx_opset=opset_of(out / MODEL_FILE),
@@ -254,3 +284,50 @@ def quantize_reranker(
     )
     write_manifest(out, Manifest.model_validate(manifest.model_dump()))
     return manifest
+
+
+def local_parity_pairs(n: int = 64) -> tuple[list[tuple[str, str]], str]:
+    """``n`` real (query, passage) pairs for a cross-encoder exported without training, and their source: SciFact
+    train claims, each with its judged abstracts and other abstracts (many over 128 tokens, so truncation is
+    exercised), or the canary pairs when the shared data is absent (the manifest's ``parity.source`` says which)."""
+    from training.data.scifact import load_scifact
+
+    try:
+        data = load_scifact(max_queries=8, max_corpus=64, seed=0)
+    except (FileNotFoundError, OSError):
+        return list(CANARY_PAIRS), "built-in canary pairs (shared data not found)"
+    docs = list(data.corpus)
+    pairs = [(data.queries[q], data.corpus[d]) for q in sorted(data.qrels) for d in sorted(data.qrels[q])]
+    for i, q in enumerate(sorted(data.qrels)):
+        pairs += [(data.queries[q], data.corpus[docs[(i * 7 + j) % len(docs)]]) for j in range(n // 8)]
+    return pairs[:n], f"SciFact train, {min(n, len(pairs))} (claim, abstract) pairs"
+
+
+def export_local_reranker(
+    model_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    name: str,
+    version: str = "1",
+    quantize: str | None = None,
+) -> Manifest:
+    """Export a cross-encoder from a local directory as it is, without training (``python -m training
+    export-reranker``): :func:`export_reranker` with parity on :func:`local_parity_pairs`; with
+    ``quantize="int8"``, the fp32 artifact is made in a temporary directory and ``output_dir`` receives its int8
+    twin (:func:`quantize_reranker`, parity against the fp32 graph).
+
+    Raises:
+        ExportError: as :func:`export_reranker`, or a quantization other than int8.
+    """
+    import tempfile
+
+    if quantize not in (None, "int8"):
+        raise ExportError(f"unsupported quantization {quantize!r} (int8)")
+    pairs, source = local_parity_pairs()
+    if quantize is None:
+        return export_reranker(
+            model_dir, output_dir, name=name, version=version, parity_pairs=pairs, parity_source=source
+        )
+    with tempfile.TemporaryDirectory(prefix="fp32-reranker-") as tmp:
+        export_reranker(model_dir, tmp, name=name, version=version, parity_pairs=pairs, parity_source=source)
+        return quantize_reranker(tmp, output_dir, name=name, version=version, parity_pairs=pairs, parity_source=source)
