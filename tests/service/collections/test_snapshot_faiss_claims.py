@@ -76,6 +76,10 @@ def test_trusted_recovery_refuses_faiss_claims_the_file_cannot_hold(tmp_path):
             honest = _tar(tmp_path / "honest.snapshot", m)
             c = await Recovery(b, LOADED).recover_file("admin", honest, None, remove=False, trusted=True)
             assert c.count == 3 and c.info()["snapshot_sequence"] > 0  # read, not rebuilt
+            lsh = _rewrapped(m[name], faiss.serialize_index(faiss.IndexLSH(D, 16)).tobytes())  # not walked
+            other = _tar(tmp_path / "other.snapshot", {**m, name: lsh})
+            c = await Recovery(b, LOADED).recover_file("admin", other, None, remove=False, trusted=True)
+            assert c.count == 3 and c.info()["snapshot_sequence"] == 0  # not given to FAISS: rebuilt from the store
             assert sorted(p.name for p in b.root.iterdir()) == ["admin"]
         finally:
             await b.close()
