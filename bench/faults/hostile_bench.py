@@ -13,14 +13,19 @@ Against the real service (``python -m service`` on loopback, the default artifac
    characters each) are in flight: tokenization and inference both fair across requests (target p99 < 1 s);
 5. **memory**: the server's RSS (``/proc/<pid>/status`` VmRSS) fresh, then after 1, 2 and a hostile round: four
    concurrent 1.9 MB single-string requests, huge batches, unpaired surrogates, non-JSON bodies (target: within
-   +150 MB of the fresh server).
+   +150 MB of the fresh server);
+6. **expensive queries** (:mod:`bench.faults.hostile_queries`): each expensive query kind (MMR, formula, rich
+   filters, geo into arrays, order_by, distance matrix, groups, recommend, discover, context, hybrid,
+   rerank-in-search) at the largest size the default limits allow, on ``--points`` points, beside a stream of
+   ``/health`` and one-sentence embeddings: the heavy request's status and time, the light ones' p50 / p99 / max.
 
 Prints a markdown table with the CPU model, the server flags and the load average before and after.
 
 Usage::
 
     python -m bench.faults.hostile_bench [--threads 2] [--server-args "--max-batch-tokens 4096"]
-    python -m bench.faults.hostile_bench --heavy-inputs 20 --probe-seconds 1   # a quick check that it runs
+    python -m bench.faults.hostile_bench --only-queries [--points 20000]       # the query kinds alone
+    python -m bench.faults.hostile_bench --quick   # a smoke run (< 1 min): the query kinds on 500 points
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.faults import hostile_queries
 from bench.lib import REPO
 from bench.lib.machine import cpu_model
 from bench.lib.server import run_server
@@ -183,8 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--server-args", default="", help="extra flags for python -m service, e.g. '--max-batch-tokens 4096'"
     )
+    ap.add_argument("--points", type=int, default=20_000, help="points of the expensive queries' collection")
+    ap.add_argument("--only-queries", action="store_true", help="run only the expensive query kinds")
+    ap.add_argument("--skip-queries", action="store_true", help="leave out the expensive query kinds")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: the query kinds on 500 points, 200 texts")
+    ap.add_argument("--reranker", default="scifact-reranker-tiny", help="reranker for rerank-in-search, if present")
     a = ap.parse_args(argv)
     HEAVY["input"] = ["word " * 300] * a.heavy_inputs
+    if a.quick or a.only_queries:
+        return _queries_only(a, 500 if a.quick else a.points, 200 if a.quick else 1000)
     model = cpu_model()
     load0 = os.getloadavg()
     base = ["--default-model", a.model, "--intra-op-threads", str(a.threads), "--log-level", "warning",
@@ -234,6 +247,28 @@ def main(argv: list[str] | None = None) -> int:
           f"{rss_ab:.0f} -> {rss_sv:.0f} -> {after:.0f} MB (+{after - fresh:.0f} MB; target <= +150) |")  # fmt: skip
     print(f"| /health after the hostile round | {ok} |")
     print(_giants_row(gi, a.big_requests))
+    if not a.skip_queries:
+        print()
+        _queries_only(a, a.points, 1000)
+    return 0
+
+
+def _queries_only(a: argparse.Namespace, points: int, texts: int) -> int:
+    """Scenario 6 on its own server: the expensive query kinds (:mod:`.hostile_queries`)."""
+    models = Path(a.models_dir)
+    load0 = os.getloadavg()
+    args = ["--default-model", a.model, "--intra-op-threads", str(a.threads), "--log-level", "warning",
+            *hostile_queries.server_args(models, a.reranker), *shlex.split(a.server_args)]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp, run_server(models, workdir=Path(tmp), args=args) as srv:
+        _time_one(srv.url)
+        t0 = time.perf_counter()
+        hostile_queries.setup(srv.url, points, texts)
+        setup_s = time.perf_counter() - t0
+        rows = hostile_queries.run(srv.url)
+    load1 = os.getloadavg()
+    print(f"CPU: {cpu_model()}; load average before {load0[0]:.2f}, after {load1[0]:.2f}; server flags "
+          f"{' '.join(args[2:])!r}; {points} points, {texts} texts (setup {setup_s:.0f} s)\n")  # fmt: skip
+    print(hostile_queries.table(rows))
     return 0
 
 

@@ -210,13 +210,23 @@ def parse_datetime(text: Any) -> datetime | None:
     return None
 
 
+def _finite(v: Any) -> float | None:
+    """``v`` as a finite float, or None: not a number (a bool is none), not finite, or an integer past any float
+    (``float()`` raises ``OverflowError`` on 10^400, which JSON holds and Python reads exactly)."""
+    if type(v) not in (int, float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _geo_point(x: Any) -> tuple[float, float] | None:
     if not isinstance(x, dict):
         return None
-    lat, lon = x.get("lat"), x.get("lon")
-    if all(type(c) in (int, float) and math.isfinite(c) for c in (lat, lon)):
-        return float(lat), float(lon)
-    return None
+    lat, lon = _finite(x.get("lat")), _finite(x.get("lon"))
+    return None if lat is None or lon is None else (lat, lon)
 
 
 def geo_distance(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
@@ -301,9 +311,9 @@ def leaf_holds(leaf: Any, payload: Any) -> bool:
 
 # --- parsing of the operators' arguments ------------------------------------------------------------------------------
 def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if (f := _finite(v)) is None:
         raise ConditionError(f"{where} must be a finite number")
-    return float(v)
+    return f
 
 
 def _lat_lon(p: Any, where: str) -> tuple[float, float]:

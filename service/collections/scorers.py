@@ -79,10 +79,12 @@ class Scorer:
 
     def score_with(self, sim: Callable[[Any], np.ndarray], n: int) -> np.ndarray:
         """float32 ``(n,)`` scores of ``n`` candidates given ``sim(example)``, their ``(n,)`` similarities to one
-        example (dense rows or sparse vectors alike), by the formulas of the module docstring."""
+        example (dense rows or sparse vectors alike), by the formulas of the module docstring; ``n`` may be 0 (an
+        empty ``(0,)`` answer)."""
         if self.kind in ("best_score", "sum_scores"):
-            pos = np.array([sim(e) for e in self.positive], np.float32).reshape(-1, n)
-            neg = np.array([sim(e) for e in self.negative], np.float32).reshape(-1, n)
+            # shapes given, not inferred: ``(k, 0)`` with no candidate (an empty or fully filtered collection)
+            pos = np.array([sim(e) for e in self.positive], np.float32).reshape(len(self.positive), n)
+            neg = np.array([sim(e) for e in self.negative], np.float32).reshape(len(self.negative), n)
             if self.kind == "sum_scores":
                 return (pos.sum(0) - neg.sum(0)).astype(np.float32)
             p = pos.max(0) if len(pos) else np.full(n, -np.inf, np.float32)

@@ -5,7 +5,7 @@ a tar member's size against the archive's length (a truncated member, or a heade
 file, is refused), sparse members are refused (they would be written out at their declared size), reads from the
 archive never ask for more than what is left of it, the manifest is bounded in size and nesting, and a FAISS
 snapshot's header (its length, its tombstone count, its index length: ``service.collections.index.vector_index``'s
-format) must add up to the file's real size. The models the store's vectors are bound to are read back from the
+format) must add up to the file's real size, and the FAISS index inside must claim no more than it holds. The models the store's vectors are bound to are read back from the
 store itself (not the manifest), so a recovery can refuse a model that is not loaded.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import sqlite3
 import struct
@@ -22,6 +23,7 @@ from typing import Any, BinaryIO
 
 from service.collections.embedded.store.files import DB_FILE, vectors_from_meta
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.index.faiss_claims import UnknownIndexFormat, check_claims
 from service.collections.schema import index_spec
 
 MAX_MANIFEST_BYTES = 1 << 20
@@ -112,8 +114,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def check_index_file(path: Path) -> None:
-    """Check that a FAISS snapshot's header adds up to the file's real size: magic, header length, header JSON,
-    ``16 + header + 8 x n_tombstones + index_bytes`` equal to the file's size.
+    """Check that a FAISS snapshot's header adds up to the file's real size (magic, header length, header JSON,
+    ``16 + header + 8 x n_tombstones + index_bytes`` equal to the file's size), then that the serialized index's
+    own claims (vector counts, list counts, dimensions) fit the bytes it holds
+    (:func:`~..index.faiss_claims.check_claims`), read from a map of the file: FAISS's reader never sees a count
+    the file cannot back. A FAISS index of a structure those checks do not read is removed: the collection then
+    rebuilds its index from the store, as for an upload.
 
     Raises:
         InvalidCollectionRequest: ``invalid_snapshot``.
@@ -128,11 +134,24 @@ def check_index_file(path: Path) -> None:
             raise invalid(f"{path.name} declares a {hlen}-byte header in a {size}-byte file")
         try:
             header = json.loads(f.read(hlen))
-            tombs, body = int(header["n_tombstones"]), int(header["index_bytes"])
+            tombs, body, dim = int(header["n_tombstones"]), int(header["index_bytes"]), header["dimension"]
         except (ValueError, RecursionError, KeyError, TypeError, OverflowError) as e:
             raise invalid(f"{path.name} has an unreadable header: {type(e).__name__}") from None
-    if tombs < 0 or body < 0 or 16 + hlen + 8 * tombs + body != size:
-        raise invalid(f"{path.name} declares {tombs} tombstones and {body} index bytes; the file has {size} bytes")
+        if tombs < 0 or body < 0 or 16 + hlen + 8 * tombs + body != size:
+            raise invalid(f"{path.name} declares {tombs} tombstones and {body} index bytes; the file has {size} bytes")
+        if type(dim) is not int or not 1 <= dim <= MAX_DIMENSION:
+            raise invalid(f"{path.name} declares dimension {str(dim)[:20]}")
+        try:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                check_claims(m, dim, size - body)
+        except UnknownIndexFormat:
+            unknown = True
+        except (ValueError, struct.error) as e:
+            raise invalid(f"{path.name}: {e}") from None
+        else:
+            unknown = False
+    if unknown:
+        path.unlink()
 
 
 def store_models(directory: Path) -> list[tuple[dict[str, Any], int]]:

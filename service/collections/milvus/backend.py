@@ -15,7 +15,6 @@ can still use them. Durability, replication and backup are Milvus's (``milvus-ba
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
@@ -52,6 +51,8 @@ from service.collections.milvus.schema import supported_vector
 from service.collections.milvus.target import Reembeddings
 from service.collections.reads import ReadConsistency
 from service.collections.schema import VectorsConfig
+from service.collections.shares import Shares, owner_of
+from service.collections.stopping import run_stoppable
 from service.collections.vector_backend import NAME_RE, CollectionSettings, check_name
 from service.tasks import cancel_and_wait
 
@@ -80,6 +81,7 @@ class MilvusBackend:
         self._reembeddings: Reembeddings | None = None
         self.handles: dict[str, MilvusCollection] = {}
         self._pool = ThreadPoolExecutor(max_workers=settings.worker_threads, thread_name_prefix="milvus")
+        self._shares = Shares(settings.worker_threads)  # one collection never holds every thread
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self.breaker = Breaker()
@@ -97,7 +99,9 @@ class MilvusBackend:
         return consistency.applied
 
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """Run blocking ``fn(*args, **kw)`` (Milvus calls) on the backend's threads.
+        """Run blocking ``fn(*args, **kw)`` (Milvus calls, a query's CPU work) on the backend's threads: one
+        collection's work holds at most all but one of them (:class:`..shares.Shares`), and work whose caller is
+        cancelled or released is told to stop (:func:`..stopping.run_stoppable`).
 
         Raises:
             BackendUnavailable: Milvus is unreachable (at once while the breaker is open, and as soon as it opens
@@ -106,16 +110,24 @@ class MilvusBackend:
                 not ready, not available, still loading: a reload is started). :class:`~.client.Breaker`: what opens it.
         """
         self.breaker.check()
+        async with self._shares.gate(owner_of(fn, MilvusCollection)):
+            fut = asyncio.ensure_future(run_stoppable(self._pool, self._guarded, fn, *args, **kw))
+            try:
+                if getattr(fn, "long_call", False) or self.client is None:
+                    return await fut
+                return await self._bounded(fut)
+            except BaseException:
+                fut.cancel()  # nobody waits for it any more: its work is told to stop
+                raise
+
+    async def _bounded(self, fut: asyncio.Future[T]) -> T:
+        """``fut``'s result, or :class:`BackendUnavailable` once the breaker opens or the client's timeout + 0.5 s
+        passed (pymilvus may overrun its timeout in its last back-off)."""
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._pool, functools.partial(self._guarded, fn, *args, **kw))
-        if getattr(fn, "long_call", False) or self.client is None:
-            return await fut
-        # pymilvus may overrun its timeout (its last back-off): the caller is released at the bound or the breaker
         t0, bound, suspected = loop.time(), self.client.timeout + 0.5, False
         while not (await asyncio.wait({fut}, timeout=0.25))[0]:
             waited = loop.time() - t0
             if self.breaker.open_since is not None or waited >= bound:
-                fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is nobody's now
                 self.breaker.check()
                 raise BackendUnavailable(
                     f"the vector store (Milvus) did not answer within {self.client.timeout} s; retry later"

@@ -8,17 +8,20 @@ API key configured:
   ``grpc.health.v1.Health/Check`` (checked on the wire: ``SERVING`` is the bytes ``08 01``; an unknown service
   ``NOT_FOUND``);
 * a message that is not valid protobuf is ``INVALID_ARGUMENT``, its details free of Python type names;
-* an authenticated message past the size parsed on a worker thread goes through like a small one.
+* an authenticated message past the size parsed on a worker thread goes through like a small one, and the largest
+  upsert the limits allow leaves ``/health`` and one-sentence embeddings answering within a second.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 
 import grpc
 import httpx
+import numpy as np
 import pytest
 
 from tests.server_utils import free_port, run_server
@@ -125,3 +128,44 @@ def test_a_large_authenticated_upsert_goes_through(server):
     assert client.count("large").count == 600
     got = client.scroll("large", limit=100, with_vectors=True)[0]  # an answer converted on a worker thread
     assert len(got) == 100 and got[5].payload == {"i": 5, "w": "x" * 50} and got[5].vector == [5.0] * 64
+
+
+def test_the_largest_authenticated_upsert_leaves_the_service_responsive(server):
+    """1,024 points (``collections_max_points_per_request``) of 1,600 floats: 32 MB as the REST call's JSON, just under
+    ``qdrant_max_payload_bytes`` (32 MiB). While the message is parsed, converted and encoded, and the REST route
+    parses it, ``/health`` answers within a second and one-sentence embeddings keep answering (their latency is
+    reported: on a loaded 2-core machine the encoding threads take the CPU the model needs)."""
+    s, port, ch = server
+    url, dim = f"{s.url}/qdrant", 1600
+    client = QdrantClient(url=url, prefer_grpc=True, grpc_port=port, api_key=KEY, https=False, timeout=300)
+    client.create_collection("largest", vectors_config=models.VectorParams(size=dim, distance=models.Distance.DOT))
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(1024, dim)).tolist()
+    points = [R.convert_point_struct(models.PointStruct(id=i, vector=v)) for i, v in enumerate(vectors)]
+    message = g.UpsertPoints(collection_name="largest", points=points, wait=True).SerializeToString()
+    rest = len(json.dumps({"points": [{"id": i, "vector": v} for i, v in enumerate(vectors)]}, separators=(",", ":")))
+    assert 30 * 2**20 < rest < 32 * 2**20, rest  # the largest the REST surface takes
+    worst, stop = {"health": 0.0, "embed": 0.0}, threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=s.url, timeout=60, headers={"authorization": f"Bearer {KEY}"}) as c:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                assert c.get("/health").status_code == 200
+                worst["health"] = max(worst["health"], time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                assert c.post("/v1/embeddings", json={"input": "A man is playing a guitar."}).status_code == 200
+                worst["embed"] = max(worst["embed"], time.perf_counter() - t0)
+                time.sleep(0.05)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        time.sleep(0.3)
+        raw_call(ch, "/qdrant.Points/Upsert", message, AUTH, timeout=300)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        prober.join(60)
+    assert client.count("largest").count == 1024
+    assert worst["health"] < 1.0 and worst["embed"] < 10.0, worst
