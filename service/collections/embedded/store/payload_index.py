@@ -13,7 +13,7 @@ a numeric range does not test (:func:`...filter_match.matches`), else 0. A field
 SQLite's typed comparisons (numbers with numbers, text with text) are the filter's.
 
 :func:`exact_set` turns a filter whose every leaf an index covers into one ``SELECT`` of the matching ``iid``s
-(``INTERSECT``/``UNION``/``EXCEPT`` for and/or/not); :func:`text_prefilter` gives the points that can satisfy a
+(an and probes its other parts by ``iid``; ``UNION``/``EXCEPT`` for or/not); :func:`text_prefilter` gives the points that can satisfy a
 full-text condition (then tested on their payloads). Conditions no index covers keep the JSON path of :mod:`.where`.
 """
 
@@ -175,28 +175,34 @@ def _bounds(f: Range | DateRange, conv: Any) -> Sql:
 
 
 def _leaf(f: Any, indexes: Indexes) -> Sql | None:
+    """The condition on an index's ``field``, ``value`` and ``elem`` that selects the entries of the points
+    satisfying the leaf ``f``, or None when no index covers it."""
     index = indexes.get(getattr(f, "key", None)) if hasattr(f, "key") else None
     if index is None:
         return None
-    t, head = index.data_type, "SELECT iid FROM payload_index WHERE field = ?"
+    t = index.data_type
     if isinstance(f, Match) and (values := _covered_match(f, t)) is not None:
-        return f"{head} AND {_in(len(values))}", [f.key, *values]
+        return f"field = ? AND {_in(len(values))}", [f.key, *values]
     if isinstance(f, Range) and t in ("integer", "float"):
         s, p = _bounds(f, lambda b: b)
-        return f"{head} AND elem = 0{s}", [f.key, *p]
+        return f"field = ? AND elem = 0{s}", [f.key, *p]
     if isinstance(f, DateRange) and t == "datetime":
         s, p = _bounds(f, micros)
-        return f"{head}{s}", [f.key, *p]
+        return f"field = ?{s}", [f.key, *p]
     return None
 
 
 def exact_set(f: Any, indexes: Indexes) -> Sql | None:
-    """A ``SELECT`` of the ``iid`` of every live point satisfying ``f`` (each once when ``f`` is an and/or/not of
-    several conditions; maybe repeated for a single one), read from the indexes (and the point ids), or None when a
-    condition of ``f`` is not covered by one, or none of them reads an index: a match of values of the index's type,
-    a numeric range (``integer``, ``float``), a datetime range (``datetime``), point ids; and/or/not of those."""
+    """A ``SELECT`` of the ``iid`` of every live point satisfying ``f`` (maybe repeated), read from the indexes (and
+    the point ids), or None when a condition of ``f`` is not covered by one, or none of them reads an index: a match
+    of values of the index's type, a numeric range (``integer``, ``float``), a datetime range (``datetime``), point
+    ids; and/or/not of those. An ``and`` reads its likeliest narrowest part (ids, then a match, then an or, then a
+    range, then a not) and tests its other parts on those points only (through the index on ``iid``)."""
     found = _set(f, indexes) if indexes else None
     return None if found is None or not found[2] else found[:2]
+
+
+_RANK = {Ids: 0, Match: 1, Or: 2, And: 2, Range: 3, DateRange: 3, Not: 4}
 
 
 def _set(f: Any, indexes: Indexes) -> tuple[str, list[Any], bool] | None:
@@ -210,16 +216,28 @@ def _set(f: Any, indexes: Indexes) -> tuple[str, list[Any], bool] | None:
         parts = [_set(p, indexes) for p in f.parts]
         if any(p is None for p in parts):
             return None
-        op = " INTERSECT " if isinstance(f, And) else " UNION "
-        sql = op.join(f"SELECT iid FROM ({p[0]})" for p in parts)  # type: ignore[index]
-        return sql, [x for p in parts for x in p[1]], any(p[2] for p in parts)  # type: ignore[index]
+        used = any(p[2] for p in parts)  # type: ignore[index]
+        if isinstance(f, Or):
+            sql = " UNION ".join(f"SELECT iid FROM ({p[0]})" for p in parts)  # type: ignore[index]
+            return sql, [x for p in parts for x in p[1]], used  # type: ignore[index]
+        order = sorted(range(len(parts)), key=lambda i: _RANK.get(type(f.parts[i]), 2))
+        drive, rest = parts[order[0]], order[1:]
+        conds, params = [], list(drive[1])  # type: ignore[index]
+        for i in rest:
+            if (leaf := _leaf(f.parts[i], indexes)) is not None:  # probed by iid
+                conds.append(f"EXISTS (SELECT 1 FROM payload_index p WHERE p.iid = x.iid AND {leaf[0]})")
+                params += leaf[1]
+            else:
+                conds.append(f"x.iid IN ({parts[i][0]})")  # type: ignore[index]
+                params += parts[i][1]  # type: ignore[index]
+        return f"SELECT x.iid AS iid FROM ({drive[0]}) AS x WHERE {' AND '.join(conds)}", params, used  # type: ignore[index]
     if isinstance(f, Not):
         part = _set(f.part, indexes)
         if part is None:
             return None
         return f"SELECT iid FROM points EXCEPT SELECT iid FROM ({part[0]})", part[1], part[2]
     leaf = _leaf(f, indexes)
-    return None if leaf is None else (*leaf, True)
+    return None if leaf is None else (f"SELECT iid FROM payload_index WHERE {leaf[0]}", leaf[1], True)
 
 
 def text_prefilter(f: Text, indexes: Indexes) -> Sql | None:
