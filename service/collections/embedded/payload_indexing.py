@@ -12,13 +12,10 @@ from service.collections.payload_indexes import PayloadIndex
 
 
 class PayloadIndexing:
-    """The payload-index operations of :class:`~.collection.Collection` (which provides ``store``, ``_locks`` and
-    ``_seq``)."""
+    """The payload-index operations of :class:`~.collection.Collection` (which provides ``store`` and ``_locks``)."""
 
     store: Store
     _locks: CollectionLocks
-    _seq: int
-    _schema_cache: tuple[int, dict[str, Any]] | None = None
 
     def create_payload_index(self, index: PayloadIndex) -> None:
         """Build ``index`` from the stored payloads and use it (replacing another index of its key); durable when it
@@ -35,7 +32,6 @@ class PayloadIndexing:
             new = self.store.write_payload_index(index, index.key)
             with self._locks.swapping():
                 self.store.payload_indexes = new
-                self._schema_cache = None
 
     def delete_payload_index(self, key: str) -> bool:
         """Drop the index of payload ``key``; False when there is none. Durable when it returns.
@@ -48,7 +44,6 @@ class PayloadIndexing:
                 return False
             self._forget(key)
             self.store.write_payload_index(None, key)
-            self._schema_cache = None
             return True
 
     def _forget(self, key: str) -> None:
@@ -59,13 +54,9 @@ class PayloadIndexing:
 
     def payload_schema(self) -> dict[str, dict[str, Any]]:
         """``{key: {data_type, params?, points}}`` of the indexes (Qdrant's ``payload_schema``; ``points``: the points
-        holding a value the index holds), counted once per write sequence (call under the read lock)."""
+        holding a value the index holds, kept by the writes). Call under the read lock."""
         indexes = self.store.payload_indexes
         if not indexes:
             return {}
-        cached = self._schema_cache
-        if cached is None or cached[0] != self._seq or set(cached[1]) != set(indexes):
-            counts = points_per_field(self.store.reader())
-            schema = {k: {**i.to_json(), "points": counts.get(k, 0)} for k, i in sorted(indexes.items())}
-            cached = self._schema_cache = (self._seq, schema)
-        return cached[1]
+        counts = points_per_field(self.store.reader())
+        return {k: {**i.to_json(), "points": counts.get(k, 0)} for k, i in sorted(indexes.items())}

@@ -13,7 +13,7 @@ import pytest
 
 from service.collections.embedded import Collection
 from service.collections.embedded.store import DB_FILE
-from service.collections.embedded.store.payload_index import exact_set
+from service.collections.embedded.store.payload_index import entries, exact_set
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.filters import parse_filter
 from service.collections.index import IndexSpec, normalize_params
@@ -170,6 +170,10 @@ def test_index_kept_right_by_writes_and_payload_changes(twins):
             c.delete(gone)
             c.delete(where=flt)
         same_answers(plain, indexed, r, rng, 25)
+    stored = [p["payload"] for p in plain.scroll(None, 10_000, with_text=False)]
+    schema = indexed.info()["payload_indexes"]
+    for key, index in indexed.store.payload_indexes.items():  # the points counts kept by the writes
+        assert schema[key]["points"] == sum(bool(entries(index, p)) for p in stored), key
 
 
 def test_covered_filters_are_read_from_the_index(tmp_path):

@@ -2,7 +2,8 @@
 ``payload_index(field, value, elem, iid)``, a B-tree on ``(field, value, elem, iid)`` (``WITHOUT ROWID``: the table
 is its index) and one on ``iid`` (to drop a point's entries), kept in the same transaction as the points they index
 (an upsert, a deletion, a payload update: every write of a point goes through :meth:`.points.Store.upsert` or
-:meth:`.points.Store.delete`); the indexes' definitions are the ``meta`` value ``payload_indexes``
+:meth:`.points.Store.delete`), with ``payload_index_points(field, points)``, how many points hold an entry of each
+(kept by the same writes); the indexes' definitions are the ``meta`` value ``payload_indexes``
 (``{key: {data_type, params?}}``).
 
 An entry is one value the key reaches in a point's payload (:func:`entries`): a string (``keyword``, ``uuid``), a
@@ -36,6 +37,7 @@ CREATE TABLE IF NOT EXISTS payload_index (
     PRIMARY KEY (field, value, elem, iid)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS payload_index_iid ON payload_index(iid);
+CREATE TABLE IF NOT EXISTS payload_index_points (field TEXT PRIMARY KEY, points INTEGER NOT NULL);
 """
 META = "payload_indexes"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -105,26 +107,40 @@ def add(w: sqlite3.Connection, indexes: Iterable[PayloadIndex], rows: Iterable[t
     if not indexes:
         return
     batch: list[tuple[str, Any, int, int]] = []
+    held = dict.fromkeys((i.key for i in indexes), 0)
     for iid, text in rows:
         payload = json.loads(text)
         for index in indexes:
-            batch.extend((index.key, v, e, int(iid)) for v, e in entries(index, payload))
+            found = entries(index, payload)
+            held[index.key] += bool(found)
+            batch.extend((index.key, v, e, int(iid)) for v, e in found)
         if len(batch) >= 50_000:
             w.executemany("INSERT OR IGNORE INTO payload_index(field, value, elem, iid) VALUES (?, ?, ?, ?)", batch)
             batch = []
     w.executemany("INSERT OR IGNORE INTO payload_index(field, value, elem, iid) VALUES (?, ?, ?, ?)", batch)
+    _count(w, held)
+
+
+def _count(w: sqlite3.Connection, change: Mapping[str, int]) -> None:
+    w.executemany(
+        "INSERT INTO payload_index_points(field, points) VALUES (?, ?) "
+        "ON CONFLICT(field) DO UPDATE SET points = points + excluded.points",
+        [(k, n) for k, n in change.items() if n],
+    )
 
 
 def remove(w: sqlite3.Connection, iids: list[int]) -> None:
     """Inside a write: drop every entry of the points ``iids``."""
     for i in range(0, len(iids), _CHUNK):
-        part = iids[i : i + _CHUNK]
-        w.execute(f"DELETE FROM payload_index WHERE iid IN ({','.join('?' * len(part))})", part)
+        part, marks = iids[i : i + _CHUNK], ",".join("?" * len(iids[i : i + _CHUNK]))
+        q = f"SELECT field, -COUNT(DISTINCT iid) FROM payload_index WHERE iid IN ({marks}) GROUP BY field"
+        _count(w, dict(w.execute(q, part).fetchall()))
+        w.execute(f"DELETE FROM payload_index WHERE iid IN ({marks})", part)
 
 
 def build(w: sqlite3.Connection, index: PayloadIndex) -> None:
     """Inside a write: (re)build ``index`` from every stored payload."""
-    w.execute("DELETE FROM payload_index WHERE field = ?", (index.key,))
+    drop(w, index.key)
     last = 0
     while True:
         rows = w.execute("SELECT iid, payload FROM points WHERE iid > ? ORDER BY iid LIMIT 20000", (last,)).fetchall()
@@ -137,11 +153,12 @@ def build(w: sqlite3.Connection, index: PayloadIndex) -> None:
 def drop(w: sqlite3.Connection, key: str) -> None:
     """Inside a write: every entry of the index of ``key``."""
     w.execute("DELETE FROM payload_index WHERE field = ?", (key,))
+    w.execute("DELETE FROM payload_index_points WHERE field = ?", (key,))
 
 
 def points_per_field(conn: sqlite3.Connection) -> dict[str, int]:
     """How many points each index holds a value of (Qdrant's ``payload_schema[key].points``)."""
-    return dict(conn.execute("SELECT field, COUNT(DISTINCT iid) FROM payload_index GROUP BY field").fetchall())
+    return dict(conn.execute("SELECT field, points FROM payload_index_points").fetchall())
 
 
 # --- filters ----------------------------------------------------------------------------------------------------------
