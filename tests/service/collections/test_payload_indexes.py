@@ -232,3 +232,22 @@ def test_bad_schemas_are_refused(key, schema, param):
     with pytest.raises(InvalidCollectionRequest) as e:
         payload_index(key, schema)
     assert e.value.param == param
+
+
+def test_selective_filters_search_exactly_from_memory_or_the_store(tmp_path, monkeypatch):
+    """A filtered search over at most ``exact_filter_threshold`` points is exact: over vectors the index holds in
+    memory when the allowed points are not a tiny part of it, else over vectors read from SQLite."""
+    c = make(tmp_path / "c")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((1000, D)).astype(np.float32)
+    c.upsert(list(range(1000)), ["t"] * 1000, [{"g": i % 4, "one": i == 7} for i in range(1000)], X)
+    c.create_payload_index(payload_index("g", "integer"))
+    q = rng.standard_normal((1, D)).astype(np.float32)
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    best = [int(i) for i in np.argsort(-(Xn @ q[0])) if i % 4 == 1][:5]
+    read = []
+    monkeypatch.setattr(c.store, "vectors_for", lambda *a: read.append(a) or (_ for _ in ()).throw(AssertionError))
+    assert [h.id for h in c.search(q, 5, parse_filter({"g": 1}))[0]] == best and not read  # from memory
+    with pytest.raises(AssertionError):  # one point of 1,000: read from SQLite
+        c.search(q, 5, parse_filter({"one": True}))
+    c.close()
