@@ -151,7 +151,7 @@ def build(w: sqlite3.Connection, index: PayloadIndex) -> None:
 
 
 def drop(w: sqlite3.Connection, key: str) -> None:
-    """Inside a write: every entry of the index of ``key``."""
+    """Inside a write: drop every entry of the index of ``key`` and its points count."""
     w.execute("DELETE FROM payload_index WHERE field = ?", (key,))
     w.execute("DELETE FROM payload_index_points WHERE field = ?", (key,))
 
