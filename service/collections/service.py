@@ -19,6 +19,7 @@ import numpy as np
 
 from service.collections import searching
 from service.collections.embedding import Embedding
+from service.collections.payload_indexes import payload_index
 from service.collections.payload_update import PayloadUpdates
 from service.collections.point_reads import PointReads
 from service.collections.ports import InferencePort, ModelSpec, SparseModel
@@ -131,6 +132,27 @@ class CollectionService(PointReads):
             the milvus backend).
         """
         await self.backend.update_vectors(collection, lambda cfg: without_vector(cfg, name))
+
+    async def create_payload_index(self, collection: str, key: Any, schema: Any) -> None:
+        """Index payload ``key`` of ``collection`` by ``schema`` (Qdrant's ``field_schema``:
+        :func:`.payload_indexes.payload_index`), replacing another index of the key; built and durable when it
+        returns (:meth:`~.vector_backend.CollectionHandle.create_payload_index`).
+
+        Raises:
+            CollectionNotFound; InvalidCollectionRequest (a bad key or schema).
+        """
+        index = payload_index(key, schema)
+        c = await self.collection(collection)
+        await self.backend.run(c.create_payload_index, index)
+
+    async def delete_payload_index(self, collection: str, key: str) -> bool:
+        """Drop the index of payload ``key`` of ``collection``; False when it had none.
+
+        Raises:
+            CollectionNotFound.
+        """
+        c = await self.collection(collection)
+        return await self.backend.run(c.delete_payload_index, key)
 
     async def upsert(
         self,

@@ -33,6 +33,7 @@ import numpy as np
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.filters import Filter
 from service.collections.index import IndexSpec
+from service.collections.payload_indexes import PayloadIndex
 from service.collections.reads import STRONG, Hit, ReadConsistency, ResponseBudget
 from service.collections.schema import SparseVec, VectorsConfig, index_spec
 
@@ -254,6 +255,14 @@ class CollectionHandle(Protocol):
             ModelChanged: ``model`` is no longer the collection's.
             ResponseTooLarge: the hits would exceed ``budget``.
         """
+
+    def create_payload_index(self, index: PayloadIndex) -> None:
+        """Index the payload key ``index.key`` (:mod:`.payload_indexes`), replacing another index of it; built and
+        durable when it returns. Filters answer as without it (an index only makes them cheaper); ``info()``
+        reports it under ``payload_indexes`` (``{key: {data_type, params?, points}}``) where the backend keeps it."""
+
+    def delete_payload_index(self, key: str) -> bool:
+        """Drop the index of payload ``key``; False when there was none."""
 
     def begin_reembed(self, model: dict[str, Any], dimension: int, owner: str) -> ReembedTarget | None:
         """Claim and attach the re-embedding towards ``model``: resumes an unfinished one for the same model

@@ -241,7 +241,12 @@ OPERATIONS: dict[tuple[str, str], tuple[int, Any, tuple[int, ...]]] = {
     ("GET", "/aliases"): (200, _Open, (401, 503)),
     ("GET", "/collections/{name}/aliases"): (200, _Open, READ),
     **dict.fromkeys(
-        [("PUT", "/collections/{name}/vectors/{vector}"), ("DELETE", "/collections/{name}/vectors/{vector}")],
+        [
+            ("PUT", "/collections/{name}/vectors/{vector}"),
+            ("DELETE", "/collections/{name}/vectors/{vector}"),
+            ("PUT", "/collections/{name}/payload-indexes/{key}"),
+            ("DELETE", "/collections/{name}/payload-indexes/{key}"),
+        ],
         (200, CollectionInfo, COLLECTION),
     ),
     ("GET", "/qdrant"): (200, _Open, (401,)),

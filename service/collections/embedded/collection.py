@@ -28,6 +28,7 @@ from service.collections.embedded.bound_index import BoundIndex
 from service.collections.embedded.locks import CollectionLocks
 from service.collections.embedded.named import NamedIndexes
 from service.collections.embedded.ordering import ordered_rows
+from service.collections.embedded.payload_indexing import PayloadIndexing
 from service.collections.embedded.reembedding import Reembedding
 from service.collections.embedded.search import assemble_hits, budgeted_page, left_out, nearest, points_of
 from service.collections.embedded.store import Store
@@ -44,8 +45,8 @@ from service.collections.vector_backend import same_model
 log = logging.getLogger("service.collections")
 
 
-class Collection:
-    """A named, persistent set of points with a FAISS index.
+class Collection(PayloadIndexing):
+    """A named, persistent set of points with a FAISS index (and payload indexes: :class:`.PayloadIndexing`).
 
     Use :meth:`create` for a new one and :meth:`open` for an existing directory.
     Attributes ``name``, ``path``, ``vectors`` (:class:`~..schema.VectorsConfig`); ``spec`` (:class:`IndexSpec`) and
@@ -362,15 +363,8 @@ class Collection:
         with self._locks.reading():
             return ordered_rows(self.store.reader(), where, key, descending, start, limit)
 
-    @property
-    def count(self) -> int:
-        """Live points."""
-        return self._count
-
-    @property
-    def seq(self) -> int:
-        """The last write's sequence number."""
-        return self._seq
+    count = property(lambda self: self._count, doc="Live points.")
+    seq = property(lambda self: self._seq, doc="The last write's sequence number.")
 
     def info(self, consistency: Any = None) -> dict[str, Any]:
         """Description for ``GET /collections/{name}`` (always strong; under the read lock, so a switch is seen
@@ -392,6 +386,7 @@ class Collection:
                 "trained": index["trained"],
                 "model": self.model,
                 "vectors": vectors,
+                "payload_indexes": self.payload_schema(),
                 "reembedding": self.reembed_status,
                 "sequence": self._seq,
                 "snapshot_sequence": self.bound.snapshot_seq,

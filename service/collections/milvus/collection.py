@@ -32,6 +32,7 @@ from service.collections.milvus.client import BoundedClient, long_call
 from service.collections.milvus.expr import keys_expr, to_expr
 from service.collections.milvus.schema import MAX_KEY_BYTES, MAX_TEXT_BYTES, api_score, search_params, to_rows
 from service.collections.milvus.target import MilvusTarget, Reembeddings
+from service.collections.payload_indexes import PayloadIndex
 from service.collections.reads import STRONG, Hit, ReadConsistency
 from service.collections.schema import VectorsConfig
 from service.collections.scorers import Scorer
@@ -343,6 +344,14 @@ class MilvusCollection:
                 row.append(Hit(decode_id(h["id"]), s, text, payload))
             out.append(row)
         return out
+
+    def create_payload_index(self, index: PayloadIndex) -> None:
+        """Accepted with no effect (:mod:`...payload_indexes`): Milvus 2.3 indexes no key of a JSON field; its
+        filters read the payloads. Not reported in ``info()``."""
+
+    def delete_payload_index(self, key: str) -> bool:
+        """Nothing to drop (:meth:`create_payload_index`): False."""
+        return False
 
     def info(self, consistency: ReadConsistency = STRONG) -> dict[str, Any]:
         """Description for ``GET /collections/{name}`` (the same fields as the embedded backend's; the count read

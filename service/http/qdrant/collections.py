@@ -10,8 +10,11 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
   ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``); refused with 422:
   ``m``/``ef_construct`` (an existing collection's index is not rebuilt), quantization, sparse vectors; ``metadata``
   is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
-* ``PUT /collections/{collection_name}/index`` (create a payload index) and ``DELETE .../index/{field_name}``
-  (delete one): accepted, no effect (every payload key is filterable here);
+* ``PUT /collections/{collection_name}/index`` (create a payload index: ``{field_name, field_schema}``, the schema a
+  type name or a ``*IndexParams`` object; :mod:`service.collections.payload_indexes`) and ``DELETE
+  .../index/{field_name}`` (delete one): built (``wait`` or not: answered once built) and reported in
+  ``payload_schema`` (``{data_type, params?, points}``); filters on the key read it, answering as without it. ``geo``
+  is refused (422); the milvus backend accepts them with no effect and reports none;
 * ``PUT /collections/{collection_name}/vectors/{vector_name}`` (create vector name: ``{dense: {size, distance,
   multivector_config}}`` or ``{sparse: {modifier}}``) and ``DELETE`` on the same path (delete vector name): a named
   vector added to or deleted from the collection (:mod:`service.collections.vector_names`: the points stored hold no
@@ -111,7 +114,7 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
             "quantization_config": None,
             "metadata": (info.get("vectors") or {}).get("metadata"),
         },
-        "payload_schema": {},
+        "payload_schema": info.get("payload_indexes") or {},
     }
 
 
@@ -205,17 +208,17 @@ async def delete_collection(collection_name: str, request: Request, svc: Service
 
 @router.put("/collections/{collection_name}/index", dependencies=WRITES)
 async def create_field_index(collection_name: str, body: CreateFieldIndex, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``PUT /collections/{collection_name}/index`` -> ``UpdateResult``: accepted with no
-    effect (every payload key is filterable without an index). Errors: 404."""
-    await svc.collection(collection_name)
+    """Qdrant API reference: ``PUT /collections/{collection_name}/index`` -> ``UpdateResult``: the index of
+    ``field_name`` by ``field_schema`` built (module docstring). Errors: 404; 422 a bad key or schema, ``geo``."""
+    await svc.create_payload_index(collection_name, body.field_name, body.field_schema)
     return ok(request, update_result(0))
 
 
 @router.delete("/collections/{collection_name}/index/{field_name}", dependencies=WRITES)
 async def delete_field_index(collection_name: str, field_name: str, request: Request, svc: Service) -> Response:
-    """Qdrant API reference: ``DELETE /collections/{collection_name}/index/{field_name}`` -> ``UpdateResult``:
-    accepted with no effect (no payload index is kept; the key stays filterable). Errors: 404."""
-    await svc.collection(collection_name)
+    """Qdrant API reference: ``DELETE /collections/{collection_name}/index/{field_name}`` -> ``UpdateResult``: the
+    index of ``field_name`` dropped (none: nothing changes; the key stays filterable). Errors: 404."""
+    await svc.delete_payload_index(collection_name, field_name)
     return ok(request, update_result(0))
 
 

@@ -364,7 +364,8 @@ class DeleteVectors(_Body):
 
 
 class CreateFieldIndex(_Body):
-    """Body of ``PUT /collections/{collection_name}/index``: accepted; every payload key is filterable without one."""
+    """Body of ``PUT /collections/{collection_name}/index``: the key and Qdrant's ``PayloadFieldSchema`` (a type name
+    or a params object; checked by :func:`service.collections.payload_indexes.payload_index`)."""
 
     field_name: StrictStr
     field_schema: Any = None

@@ -36,12 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from service.collections.embedded.store import named
+from service.collections.embedded.store import named, payload_index
 from service.collections.embedded.store.files import DB_FILE, FILTER_INDEX, connect
 from service.collections.embedded.store.named import chunks, marks
 from service.collections.embedded.store.order import ORDER_INDEX, ORDER_KEY, order_key
 from service.collections.embedded.store.where import to_sql
 from service.collections.filters import Filter
+from service.collections.payload_indexes import PayloadIndex
 from service.collections.reads import HIT_OVERHEAD_BYTES
 
 log = logging.getLogger("service.collections")
@@ -66,6 +67,9 @@ class Store:
         self._readers_lock = threading.Lock()
         self._closed = False
         self._w.executescript(named.SCHEMA)
+        self._w.executescript(payload_index.SCHEMA)
+        #: the payload indexes (:mod:`.payload_index`) by key; replaced whole (readers see one or the other)
+        self.payload_indexes: dict[str, PayloadIndex] = payload_index.load(self.meta())
         tables = {r[0] for r in self._w.execute("SELECT name FROM sqlite_master")}
         for name, ddl in (("points_filter", FILTER_INDEX), ("points_order", ORDER_INDEX)):
             if "points" in tables and name not in tables:  # a collection from before the index
@@ -163,6 +167,7 @@ class Store:
                 [(int(iids[i]), keys[i], texts[i], payloads[i], blobs[i], seq) for i in range(n)],
             )
             named.write(w, iids, named_vecs or [])
+            payload_index.add(w, self.payload_indexes.values(), zip(iids.tolist(), payloads))
             w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
             w.execute("UPDATE meta SET value=? WHERE key='next_iid'", (json.dumps(next_iid + n),))
             w.execute("COMMIT")
@@ -179,6 +184,7 @@ class Store:
         self._w.executemany("INSERT INTO removed(iid, seq) VALUES (?, ?)", [(i, seq) for i in old])
         for part in chunks(old):
             self._w.execute(f"DELETE FROM points WHERE iid IN ({marks(part)})", part)
+        payload_index.remove(self._w, old)
         return named.remove(self._w, old, *fields)
 
     def delete(
@@ -199,7 +205,7 @@ class Store:
             for part in chunks(keys or []):
                 old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE key IN ({marks(part)})", part))
             if where is not None:
-                sql, params = to_sql(where)
+                sql, params = to_sql(where, indexes=self.payload_indexes)
                 old.extend(r[0] for r in w.execute(f"SELECT iid FROM points WHERE {sql}", params))
             old = sorted(set(old))
             lost = self._remove(old, seq, fields)
@@ -209,6 +215,26 @@ class Store:
             w.execute("ROLLBACK")
             raise
         return seq, np.asarray(old, dtype=np.int64), lost
+
+    def write_payload_index(self, index: PayloadIndex | None, key: str) -> dict[str, PayloadIndex]:
+        """Build ``index`` (of payload ``key``) from every stored payload, or drop the index of ``key`` (``index``
+        None), and record it, as one durable write; returns the indexes then recorded (the caller makes them
+        :attr:`payload_indexes` once no search reads the old ones)."""
+        new = {k: i for k, i in self.payload_indexes.items() if k != key}
+        if index is not None:
+            new[key] = index
+        w = self._w
+        w.execute("BEGIN IMMEDIATE")
+        try:
+            payload_index.drop(w, key)
+            if index is not None:
+                payload_index.build(w, index)
+            payload_index.record(w, new)
+            w.execute("COMMIT")
+        except BaseException:
+            w.execute("ROLLBACK")
+            raise
+        return new
 
     def prune_removed(self, upto_seq: int) -> None:
         """Forget removals covered by a durable snapshot of ``upto_seq``."""
@@ -252,9 +278,13 @@ class Store:
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
     def matching_iids(self, where: Filter, limit: int | None = None) -> np.ndarray:
-        """Internal ids of points satisfying the filter ``where`` (at most ``limit``), int64."""
-        sql, params = to_sql(where)
-        q = f"SELECT iid FROM points WHERE {sql}"
+        """Internal ids of points satisfying the filter ``where`` (at most ``limit``), int64: read from the payload
+        indexes alone where they cover the whole filter (:func:`.payload_index.exact_set`)."""
+        if (found := payload_index.exact_set(where, self.payload_indexes)) is not None:
+            q, params = f"SELECT DISTINCT iid FROM ({found[0]})", found[1]
+        else:
+            sql, params = to_sql(where, indexes=self.payload_indexes)
+            q = f"SELECT iid FROM points WHERE {sql}"
         if limit is not None:
             q += f" LIMIT {int(limit)}"
         rows = self.reader().execute(q, params).fetchall()
@@ -325,7 +355,7 @@ class Store:
         """``(key, iid, text, payload_json, vector_bytes)`` of up to ``limit`` rows matching ``where``, in id order
         (:data:`ORDER_KEY`, Qdrant's: integers numerically, then strings), from ``start_key`` (inclusive; None: the
         first); the text, payload and vector None where ``text``, ``payload``, ``with_vector`` are False."""
-        sql, params = to_sql(where) if where is not None else ("1", [])
+        sql, params = to_sql(where, indexes=self.payload_indexes) if where is not None else ("1", [])
         if start_key is not None:
             sql, params = f"{ORDER_KEY} >= ? AND ({sql})", [order_key(start_key), *params]
         cols = ", ".join(c if w else "NULL" for c, w in (("text", text), ("payload", payload), ("vector", with_vector)))
@@ -336,7 +366,10 @@ class Store:
         """Live points matching ``where`` (None: all)."""
         if where is None:
             return self.count()
-        sql, params = to_sql(where)
+        if (found := payload_index.exact_set(where, self.payload_indexes)) is not None:
+            q = f"SELECT COUNT(*) FROM (SELECT DISTINCT iid FROM ({found[0]}))"
+            return self.reader().execute(q, found[1]).fetchone()[0]
+        sql, params = to_sql(where, indexes=self.payload_indexes)
         return self.reader().execute(f"SELECT COUNT(*) FROM points WHERE {sql}", params).fetchone()[0]
 
     def get(self, key: str) -> tuple[int, str, str, bytes] | None:

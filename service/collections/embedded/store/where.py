@@ -22,7 +22,8 @@ import threading
 import weakref
 from typing import Any
 
-from service.collections.conditions import LEAVES, key_names
+from service.collections.conditions import LEAVES, Text, key_names
+from service.collections.embedded.store.payload_index import Indexes, exact_set, text_prefilter
 from service.collections.filter_match import matches
 from service.collections.filters import (
     And,
@@ -152,24 +153,32 @@ def _range(col: str, r: Range) -> Sql:
     return f"IFNULL({' AND '.join(conds)}, 0)", params
 
 
-def to_sql(f: Filter, column: str = "payload", key_column: str = "key") -> Sql:
-    """A SQL boolean expression (never NULL) over the JSON text ``column`` and the encoded id ``key_column``.
+def to_sql(f: Filter, column: str = "payload", key_column: str = "key", indexes: Indexes | None = None) -> Sql:
+    """A SQL boolean expression (never NULL) over the JSON text ``column`` and the encoded id ``key_column`` of the
+    ``points`` table. ``indexes``: the collection's payload indexes (:mod:`.payload_index`): a part of the filter that
+    they cover becomes ``points.iid IN (<the iids read from them>)`` (SQLite then reads those rows by id instead of
+    every payload), a full-text condition on a ``text`` index is tested on the points holding its tokens only.
 
     Returns:
         ``(sql, params)`` to put after ``WHERE``.
     """
+    if indexes and (found := exact_set(f, indexes)) is not None:
+        return f"(points.iid IN ({found[0]}))", found[1]
+    if indexes and isinstance(f, Text) and (pre := text_prefilter(f, indexes)) is not None:
+        s, p = _python_leaf(f, column)
+        return f"(points.iid IN ({pre[0]}) AND {s})", [*pre[1], *p]
     if isinstance(f, (And, Or)):
         op = " AND " if isinstance(f, And) else " OR "
-        parts = [to_sql(p, column, key_column) for p in f.parts]
+        parts = [to_sql(p, column, key_column, indexes) for p in f.parts]
         return balanced(parts, lambda a, b: (f"({a[0]}{op}{b[0]})", a[1] + b[1]))
     if isinstance(f, Not):
-        s, p = to_sql(f.part, column, key_column)
+        s, p = to_sql(f.part, column, key_column, indexes)
         return f"(NOT {s})", p
     if isinstance(f, Ids):
         keys = [encode_id(i) for i in f.ids]
         return f"({_in(key_column, len(keys))})", keys
     if isinstance(f, MinShould):  # every translated part is 0 or 1, never NULL
-        parts = [to_sql(p, column, key_column) for p in f.parts]
+        parts = [to_sql(p, column, key_column, indexes) for p in f.parts]
         return f"(({' + '.join(s for s, _ in parts)}) >= {int(f.count)})", [x for _, ps in parts for x in ps]
     if isinstance(f, (Nested, *LEAVES)) or (hasattr(f, "key") and _path(f.key) is None):
         return _python_leaf(f, column)
