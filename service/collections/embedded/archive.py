@@ -131,7 +131,7 @@ def write_archive(c: Collection, directory: Path) -> dict[str, Any]:
         src.execute("COMMIT")
         seq, now = int(meta["seq"]), time.time()
         manifest = {"format": FORMAT, "collection": c.name, "sequence": seq, "points": points, "created_at": now}
-        manifest |= {k: meta[k] for k in ("model", "dimension", "config")}
+        manifest |= {k: meta[k] for k in ("model", "dimension", "config") if k in meta}  # none: no model-bound vector
         stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now))
         name, n = f"{c.name}-{seq}-{stamp}{SUFFIX}", 1
         while (directory / name).exists():  # two snapshots of one write within a second

@@ -998,6 +998,12 @@ def test_lookup_from_reads_query_ids_from_another_collection(env):
     with pytest.raises(UnexpectedResponse) as e:  # an id the lookup collection lacks
         remote.query_points("lk-a", query=99, using="v", lookup_from=lookup)
     assert e.value.status_code == 404
+    # a collection with no model-bound vector snapshots and recovers (its manifest names no model)
+    snap = remote.create_snapshot("lk-b")
+    location = f"{env['server'].url}/qdrant/collections/lk-b/snapshots/{snap.name}"
+    assert remote.recover_snapshot("lk-b-copy", location=location, checksum=snap.checksum) is True
+    pts = remote.retrieve("lk-b-copy", list(range(10)), with_vectors=True)
+    assert [np.round(p.vector["w"], 3).tolist() for p in pts] == b.tolist()
 
 
 def test_explore_queries_agree_with_local_mode(env):
