@@ -21,13 +21,24 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
     """Compact JSON without response-model validation, encoded by orjson on the event loop: numpy arrays (embeddings)
     are written directly, float32 at float32 precision (each value reads back as the same float32), about 14x faster
     than ``json.dumps`` of their ``tolist()`` (9 vs 133 ms for 512 x 384 on an AMD EPYC), so a big response does not
-    hold up the event loop."""
-    return Response(
-        orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+    hold up the event loop. A value orjson cannot write (an integer past 64 bits, which a recovered snapshot may hold
+    in a payload) is written exactly by the standard library's encoder instead of failing the request."""
+    try:
+        body = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        body = json.dumps(obj, default=_plain, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as the standard library's encoder can write it: numpy arrays as lists, numpy scalars as numbers.
+
+    Raises:
+        TypeError: anything else (the encoder's own error for an unserialisable value).
+    """
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 OFFLOAD_BODY_BYTES = 256 * 1024  # JSON bodies at least this big are parsed on a worker thread

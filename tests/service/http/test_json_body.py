@@ -30,3 +30,12 @@ def test_long_fractions_stay_on_orjson(body: bytes, monkeypatch: pytest.MonkeyPa
     expected = json.loads(body)
     monkeypatch.setattr(kit.json, "loads", refuse)
     assert kit._loads(body) == expected
+
+
+def test_responses_write_integers_past_64_bits_exactly() -> None:
+    import numpy as np
+
+    obj = {"payload": {"n": 10**30, "m": -(10**25)}, "vector": np.arange(3, dtype=np.float32), "s": np.int64(4)}
+    r = kit.json_response(obj)
+    assert r.status_code == 200
+    assert json.loads(r.body) == {"payload": {"n": 10**30, "m": -(10**25)}, "vector": [0.0, 1.0, 2.0], "s": 4}
