@@ -301,7 +301,7 @@ def _score(st: _State, query: SparseVec, modifier: str, allowed: np.ndarray | No
     ``allowed`` slots (None: all)."""
     _, w, lists = _weights(st, query, modifier)
     mask = None
-    parts: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, float64 contributions), term after term
+    parts: list[tuple[np.ndarray, np.ndarray, float]] = []  # (slots, values, weight), term after term
     for wt, spans in zip(w.tolist(), lists):
         for seg, b, e in spans:
             sl, vs = seg.slots[b:e], seg.vals[b:e]
@@ -317,20 +317,18 @@ def _score(st: _State, query: SparseVec, modifier: str, allowed: np.ndarray | No
                     keep = mask[sl]
                     sl, vs = sl[keep], vs[keep]
             if len(sl):
-                parts.append((sl, vs.astype(np.float64) * wt))
+                parts.append((sl, vs, wt))
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.float32)
-    total = sum(len(p[0]) for p in parts)
-    if total * 4 < st.n:  # few postings: sort them by slot (bincount sums each slot's in term order)
-        slots, inv = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
-        acc = np.bincount(inv, weights=np.concatenate([p[1] for p in parts]), minlength=len(slots))
-    else:  # many: one dense accumulator over the slots
-        full, touched = np.zeros(st.n, np.float64), np.zeros(st.n, bool)
-        for sl, contrib in parts:
-            full[sl] += contrib  # a slot appears once per posting list: no repeated index
-            touched[sl] = True
-        slots = np.flatnonzero(touched)
-        acc = full[slots]
+    every = np.concatenate([p[0] for p in parts])
+    weights = np.repeat([p[2] for p in parts], [len(p[0]) for p in parts])
+    contrib = np.concatenate([p[1] for p in parts]).astype(np.float64) * weights  # summed in this order: by term
+    if len(every) * 4 < st.n:  # few postings: by sorting them
+        slots, inv = np.unique(every, return_inverse=True)
+        acc = np.bincount(inv, weights=contrib, minlength=len(slots))
+    else:  # many: over every slot
+        slots = np.flatnonzero(np.bincount(every, minlength=st.n))
+        acc = np.bincount(every, weights=contrib, minlength=st.n)[slots]
     slots = slots.astype(np.int64)
     if allowed is None:  # the allowed slots are live already
         live = ~st.dead[slots]
