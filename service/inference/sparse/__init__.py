@@ -30,7 +30,7 @@ BM25 = "qdrant/bm25"
 BUNDLED_BM25 = Path(__file__).parent / "qdrant_bm25"
 NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")  # fastembed's remove_non_alphanumeric
 WORD = re.compile(r"\w+")  # SimpleTokenizer: the runs of word characters left
-CACHE_TOKENS = 500_000  # distinct tokens whose stem is remembered (forgotten all at once past it)
+CACHE_TOKENS = 100_000  # distinct tokens whose stem is remembered (~20 MB at most; forgotten all at once past it)
 
 
 class Bm25:

@@ -237,3 +237,84 @@ def test_sigkill_loses_no_acknowledged_sparse_point(tmp_path):
             assert [(h.id, h.score) for h in hits] == [(i, float(np.float32(2.0 * idf(n, np.array([1]))[0])))]
     finally:
         c.close()
+
+
+def test_searches_beside_writes_see_whole_writes(tmp_path):
+    """Readers on threads while a writer replaces every point at once: each search sees one write's points only
+    (every point of a write holds the same vector, so a search seeing two writes would return two scores)."""
+    import threading
+
+    c = Collection.create(tmp_path / "c", VectorsConfig({}, {"kw": SparseVector("kw", "none")}))
+    ids, done, seen, errors = list(range(200)), threading.Event(), set(), []
+
+    def write(gen: int) -> None:
+        v = SparseVec(np.array([1, 2 + gen % 50], np.uint32), np.array([float(gen + 1), 1.0], np.float32))
+        c.upsert(ids, [""] * len(ids), [None] * len(ids), None, named=[{"kw": v}] * len(ids))
+
+    def read() -> None:
+        q = [SparseVec(np.array([1], np.uint32), np.ones(1, np.float32))]
+        try:
+            while not done.is_set():
+                hits = c.search(q, 300, using="kw", with_payload=False, with_text=False)[0]
+                scores = {h.score for h in hits}
+                assert len(hits) == len(ids) and len(scores) == 1, (len(hits), scores)
+                seen.add(scores.pop())
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    write(0)
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    try:
+        for gen in range(1, 60):
+            write(gen)
+    finally:
+        done.set()
+        for t in readers:
+            t.join()
+        c.close()
+    assert not errors, errors[0]
+    assert len(seen) > 1  # the readers ran between writes
+
+
+def test_the_index_alone_publishes_each_write_whole():
+    """Without the collection's lock: searches on threads while one writer adds and removes batches of 64 points
+    (each batch one vector) see whole batches only (copy-on-write publication), merges and compactions included."""
+    import threading
+
+    index, done, errors, batch, reads = SparseIndex(), threading.Event(), [], 64, []
+    q = SparseVec(np.array([1], np.uint32), np.ones(1, np.float32))
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                scores, iids = index.search(q, "idf", 10**6)
+                assert len(iids) % batch == 0
+                for b in np.unique(iids // batch):  # a batch's points: one vector, one score
+                    assert len(set(scores[iids // batch == b].tolist())) == 1
+                assert index.live % batch == 0
+                reads.append(len(iids))
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        live: list[int] = []
+        for b in range(300):
+            iids = np.arange(b * batch, (b + 1) * batch, dtype=np.int64)
+            v = SparseVec(np.array([1, 2 + b % 7], np.uint32), np.array([1.0 + b % 5, 1.0], np.float32))
+            index.add(iids, pack([v] * batch))
+            live.append(b)
+            if b % 3 == 2:  # remove an older batch: tombstones, then compactions
+                gone = live.pop(len(live) // 2)
+                index.remove(np.arange(gone * batch, (gone + 1) * batch, dtype=np.int64))
+    finally:
+        done.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors[0]
+    assert index.live == len(live) * batch
+    assert len(set(reads)) > 3  # the searches ran between writes
