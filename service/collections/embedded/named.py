@@ -1,6 +1,7 @@
 """The named vectors of an embedded collection other than its model-bound one: one FAISS
 :class:`~..index.VectorIndex` per client-supplied dense vector (built from SQLite at open: derived data, like the
-model-bound vector's index) and the SQLite inverted index of each sparse vector (:mod:`.store.named`).
+model-bound vector's index) and the in-memory inverted index of each sparse vector (:mod:`.sparse_index`, built from
+its durable rows in :mod:`.store.named`).
 
 The owning :class:`~.collection.Collection` serialises writes and holds its readers-writer lock around everything
 here, exactly as for its model-bound index.
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.embedded.sparse_index import SparseIndex, pack
 from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
 from service.collections.errors import InvalidCollectionRequest
@@ -32,7 +34,7 @@ def prepared(v: np.ndarray, metric: str) -> np.ndarray:
 
 
 class NamedIndexes:
-    """The client-supplied dense vectors' FAISS indexes and the sparse vectors' statistics of one collection.
+    """The client-supplied dense vectors' FAISS indexes and the sparse vectors' inverted indexes of one collection.
 
     Args:
         store: the collection's store.
@@ -45,10 +47,12 @@ class NamedIndexes:
         #: the (dense, sparse) vector names held in the store's named tables (what a replace or delete removes)
         self.fields: tuple[list[str], list[str]] = (list(self.dense), list(config.sparse))
         self.indexes: dict[str, VectorIndex] = {}
-        self.counts: dict[str, int] = {}  # points holding each named vector (IDF's N for sparse ones)
+        self.sparse: dict[str, SparseIndex] = {n: SparseIndex() for n in config.sparse}
+        self.counts: dict[str, int] = dict.fromkeys([*self.dense, *config.sparse], 0)  # points holding each vector
 
     def load(self) -> float:
-        """Build every dense index from SQLite and count each vector's points; returns the seconds it took."""
+        """Build every dense and sparse index from SQLite and count each vector's points; returns the seconds it
+        took."""
         t0 = time.monotonic()
         conn = self.store.reader()
         for name, v in self.dense.items():
@@ -56,7 +60,8 @@ class NamedIndexes:
                 self.indexes[name] = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension))
             self.counts[name] = tables.count(conn, name, sparse=False)
         for name in self.config.sparse:
-            self.counts[name] = tables.count(conn, name, sparse=True)
+            self.sparse[name] = SparseIndex.build(tables.iter_sparse(conn, name))
+            self.counts[name] = self.sparse[name].live
         return time.monotonic() - t0
 
     def reconfigure(self, config: VectorsConfig) -> NamedIndexes:
@@ -77,6 +82,7 @@ class NamedIndexes:
                 out.indexes[name] = self.indexes[name]
             elif name not in self.dense and not v.multivector:
                 out.indexes[name] = VectorIndex(v.spec)
+        out.sparse = {n: self.sparse.get(n, out.sparse[n]) for n in config.sparse}
         out.counts = {n: self.counts.get(n, 0) for n in [*out.dense, *config.sparse]}
         return out
 
@@ -106,10 +112,13 @@ class NamedIndexes:
         return out
 
     def removed(self, iids: np.ndarray, had: dict[str, int]) -> None:
-        """Drop the points ``iids`` (replaced or deleted) from the dense indexes; ``had``: how many of them held each
-        vector (what the store's write removed)."""
+        """Drop the points ``iids`` (replaced or deleted) from the indexes; ``had``: how many of them held each
+        vector (what the store's write removed, with the sparse vectors' terms: :class:`.store.named.Removed`)."""
         for index in self.indexes.values():
             index.remove(iids, may_be_absent=True)
+        terms = getattr(had, "terms", {})
+        for name, sparse in self.sparse.items():
+            sparse.remove(iids, terms.get(name))
         for name, n in had.items():
             self.counts[name] -= n
 
@@ -119,6 +128,10 @@ class NamedIndexes:
             rows = [(int(i), v[name]) for i, v in zip(iids, named) if name in v]
             if rows:
                 index.add(np.array([r[0] for r in rows], np.int64), np.stack([r[1] for r in rows]))
+        for name, sparse in self.sparse.items():
+            rows = [(int(i), v[name]) for i, v in zip(iids, named) if name in v]
+            if rows:
+                sparse.add(np.array([r[0] for r in rows], np.int64), pack([r[1] for r in rows]))
         for vecs in named:
             for name in vecs:
                 self.counts[name] += 1
@@ -148,17 +161,10 @@ class NamedIndexes:
             return self._scored(name, queries, top_k, allowed, modifier)
         D = np.full((len(queries), top_k), np.nan, np.float32)
         I = np.full((len(queries), top_k), -1, np.int64)
-        conn = self.store.reader()
+        index = self.sparse[name]
         for qi, q in enumerate(queries):
-            ids, scores = tables.sparse_scores(conn, name, q, modifier, self.counts[name])
-            if allowed is not None:
-                keep = np.isin(ids, allowed)
-                ids, scores = ids[keep], scores[keep]
-            if len(ids) > top_k:
-                part = np.argpartition(-scores, top_k - 1)[:top_k]
-                ids, scores = ids[part], scores[part]
-            order = np.lexsort((ids, -scores))  # best first; ties by internal id (insertion order)
-            D[qi, : len(order)], I[qi, : len(order)] = scores[order], ids[order]
+            scores, ids = index.search(q, modifier, top_k, allowed)  # best first; ties by internal id
+            D[qi, : len(ids)], I[qi, : len(ids)] = scores, ids
         return D, I
 
     def scanned(self, name: str) -> bool:
@@ -215,18 +221,15 @@ class NamedIndexes:
         """A multi-example query on the sparse vector ``name`` (:mod:`..scorers`): every point holding it (among
         ``allowed``) scored by its dot products with the examples (0 where they share no term, as Qdrant scores
         them; IDF-weighted as a query is). Returns ``(scores, iids)``, each ``(1, <=top_k)``."""
-        conn = self.store.reader()
-        ids = tables.holders(conn, name)
+        index = self.sparse[name]
+        ids = index.holders()  # ascending
         if allowed is not None:
             ids = ids[np.isin(ids, allowed)]
-        pos = {int(i): j for j, i in enumerate(ids)}
 
         def sim(example: SparseVec) -> np.ndarray:
             out = np.zeros(len(ids), np.float32)
-            got, scores = tables.sparse_scores(conn, name, example, modifier, self.counts[name])
-            for i, s in zip(got.tolist(), scores.tolist()):
-                if (j := pos.get(i)) is not None:
-                    out[j] = s
+            got, scores = index.scores(example, modifier, ids if allowed is not None else None)
+            out[np.searchsorted(ids, got)] = scores
             return out
 
         s = scorer.score_with(sim, len(ids))

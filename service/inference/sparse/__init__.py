@@ -18,7 +18,9 @@ files as published.
 
 from __future__ import annotations
 
+import re
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,9 @@ import numpy as np
 
 BM25 = "qdrant/bm25"
 BUNDLED_BM25 = Path(__file__).parent / "qdrant_bm25"
+NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")  # fastembed's remove_non_alphanumeric
+WORD = re.compile(r"\w+")  # SimpleTokenizer: the runs of word characters left
+CACHE_TOKENS = 100_000  # distinct tokens whose stem is remembered (~20 MB at most; forgotten all at once past it)
 
 
 class Bm25:
@@ -49,9 +54,47 @@ class Bm25:
             raise ValueError(f"sparse_bm25_path {str(root)!r} is not a directory")
         self.model = FastembedBm25("Qdrant/bm25", specific_model_path=str(root), local_files_only=True)
 
+        self._stems: dict[str, str | None] = {}  # token -> its stem (None: dropped), fastembed's Bm25._stem
+        self._ids: dict[str, int] = {}  # stem -> its token id, fastembed's Bm25.compute_token_id
+        self._lock = threading.Lock()
+
     def documents(self, texts: list[str]) -> list[dict[str, Any]]:
-        """The BM25 document vectors ``{indices, values}`` of ``texts`` (blocking: call it off the event loop)."""
-        return [_as_dict(e.indices, e.values) for e in self.model.raw_embed(list(texts))]
+        """The BM25 document vectors ``{indices, values}`` of ``texts``, one batch (blocking: call it off the event
+        loop). The same vectors as fastembed's ``Bm25.raw_embed`` (its steps, each token's stem and id remembered
+        across calls: stemming and hashing are most of its cost)."""
+        with self._lock:  # the caches are shared by the worker threads
+            return [self._document(t) for t in texts]
+
+    def _document(self, text: str) -> dict[str, Any]:
+        m, stems = self.model, self._stems
+        if len(stems) > CACHE_TOKENS:
+            stems.clear()
+            self._ids.clear()
+        counts: dict[str, int] = {}  # stem -> occurrences, stems in order of first occurrence (as fastembed's)
+        for token, n in Counter(WORD.findall(NOT_WORD_OR_SPACE.sub(" ", text).lower())).items():
+            stem = stems.get(token, "")
+            if stem == "":
+                stem = stems[token] = self._stem(token)
+            if stem is not None:
+                counts[stem] = counts.get(stem, 0) + n
+        norm = m.k * (1 - m.b + m.b * sum(counts.values()) / m.avg_len)
+        tf: dict[int, float] = {}
+        for stem, n in counts.items():  # fastembed's _term_frequency, operation for operation
+            token_id = self._ids.get(stem)
+            if token_id is None:
+                token_id = self._ids[stem] = m.compute_token_id(stem)
+            tf[token_id] = n * (m.k + 1)
+            tf[token_id] /= n + norm
+        return _as_dict(list(tf), list(tf.values()))
+
+    def _stem(self, token: str) -> str | None:
+        """fastembed's ``Bm25._stem`` of one token (None: dropped)."""
+        m = self.model
+        lower = token.lower()
+        if token in m.punctuation or lower in m.stopwords or len(token) > m.token_max_length:
+            return None
+        stem = m.stemmer.stem_word(lower) if m.stemmer is not None else lower
+        return stem or None
 
     def query(self, text: str) -> dict[str, Any]:
         """The BM25 query vector ``{indices, values}`` of ``text`` (each distinct token once, value 1)."""

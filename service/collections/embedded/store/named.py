@@ -2,12 +2,12 @@
 vectors"), written inside the transaction of the upsert or delete that the :class:`~.points.Store` runs:
 
 * ``named_dense(field, iid, vector)``: a client-supplied dense vector (float32 bytes) of point ``iid``;
-* ``sparse_vectors(field, iid, indices, vals)``: a sparse vector as stored (uint32 and float32 bytes, by index);
-* ``sparse_postings(field, term, iid, value)``: the same sparse vectors as an inverted index (one row per nonzero
-  entry), what a sparse search reads: the postings of the query's terms only, scored exactly by the dot product.
+* ``sparse_vectors(field, iid, indices, vals)``: a sparse vector as stored (uint32 and float32 bytes, by index), the
+  durable truth from which the in-memory inverted index (:mod:`..sparse_index`) is built at open.
 
 Rows are keyed by the point's internal id, fresh for each upsert, so replacing or deleting a point removes them with
-it (:func:`remove`).
+it (:func:`remove`). An older layout also kept every sparse entry as a row of ``sparse_postings(field, term, iid,
+value)`` (an inverted index searched by SQL); that table is dropped when the store opens (:data:`SCHEMA`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from service.collections.schema import SparseVec, idf
+from service.collections.schema import SparseVec
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS named_dense (
@@ -28,9 +28,7 @@ CREATE TABLE IF NOT EXISTS named_dense (
 CREATE TABLE IF NOT EXISTS sparse_vectors (
     field TEXT NOT NULL, iid INTEGER NOT NULL, indices BLOB NOT NULL, vals BLOB NOT NULL,
     PRIMARY KEY (field, iid)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sparse_postings (
-    field TEXT NOT NULL, term INTEGER NOT NULL, iid INTEGER NOT NULL, value REAL NOT NULL,
-    PRIMARY KEY (field, term, iid)) WITHOUT ROWID;
+DROP TABLE IF EXISTS sparse_postings;
 """
 CHUNK = 900  # SQL host parameters per IN (...) list
 
@@ -52,38 +50,44 @@ def write(w: sqlite3.Connection, iids: np.ndarray, named: list[dict[str, Any]]) 
     Args:
         named: per point, ``{name: float32 (d,) array | SparseVec}`` (already checked and prepared).
     """
-    dense, sparse, postings = [], [], []
+    dense, sparse = [], []
     for iid, vecs in zip((int(i) for i in iids), named):
         for name, v in vecs.items():
             if isinstance(v, SparseVec):
                 sparse.append((name, iid, v.indices.astype("<u4").tobytes(), v.values.astype("<f4").tobytes()))
-                postings.extend((name, int(t), iid, float(x)) for t, x in zip(v.indices, v.values))
             else:
                 dense.append((name, iid, np.asarray(v, dtype="<f4").tobytes()))
     if dense:
         w.executemany("INSERT INTO named_dense(field, iid, vector) VALUES (?, ?, ?)", dense)
     if sparse:
         w.executemany("INSERT INTO sparse_vectors(field, iid, indices, vals) VALUES (?, ?, ?, ?)", sparse)
-        w.executemany("INSERT INTO sparse_postings(field, term, iid, value) VALUES (?, ?, ?, ?)", postings)
 
 
-def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: list[str]) -> dict[str, int]:
+class Removed(dict):
+    """What :func:`remove` deleted: ``{name: how many of the points held the vector}``, and ``terms[name]``: the
+    indices (uint32) of the sparse vectors ``name`` deleted, concatenated (their terms' document frequencies go down
+    by them in the in-memory index, :meth:`..sparse_index.SparseIndex.remove`)."""
+
+    def __init__(self, counts: dict[str, int], terms: dict[str, np.ndarray]) -> None:
+        super().__init__(counts)
+        self.terms = terms
+
+
+def remove(w: sqlite3.Connection, iids: list[int], dense: list[str], sparse: list[str]) -> Removed:
     """Delete every named vector of the points ``iids`` (in a transaction the caller holds); returns how many points
-    lost each vector."""
+    lost each vector, with the sparse vectors' terms (:class:`Removed`)."""
     out = dict.fromkeys([*dense, *sparse], 0)
+    terms: dict[str, list[bytes]] = {n: [] for n in sparse}
     for part in chunks(iids):
         for name in dense:
             cur = w.execute(f"DELETE FROM named_dense WHERE field=? AND iid IN ({marks(part)})", [name, *part])
             out[name] += cur.rowcount
         for name in sparse:
-            q = f"SELECT iid, indices FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
-            rows = [
-                (name, int(t), iid) for iid, idx in w.execute(q, [name, *part]) for t in np.frombuffer(idx, dtype="<u4")
-            ]
-            w.executemany("DELETE FROM sparse_postings WHERE field=? AND term=? AND iid=?", rows)
+            q = f"SELECT indices FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
+            terms[name].extend(r[0] for r in w.execute(q, [name, *part]))
             q = f"DELETE FROM sparse_vectors WHERE field=? AND iid IN ({marks(part)})"
             out[name] += w.execute(q, [name, *part]).rowcount
-    return out
+    return Removed(out, {n: np.frombuffer(b"".join(b), dtype="<u4") for n, b in terms.items()})
 
 
 def reconfigure(db_path: Path, vectors: dict[str, Any], cleared: list[str]) -> None:
@@ -97,7 +101,7 @@ def reconfigure(db_path: Path, vectors: dict[str, Any], cleared: list[str]) -> N
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for table in ("named_dense", "sparse_vectors", "sparse_postings"):
+            for table in ("named_dense", "sparse_vectors"):
                 conn.executemany(f"DELETE FROM {table} WHERE field=?", [(n,) for n in cleared])
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('vectors', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -109,6 +113,26 @@ def reconfigure(db_path: Path, vectors: dict[str, Any], cleared: list[str]) -> N
             raise
     finally:
         conn.close()
+
+
+def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000) -> Iterator[tuple]:
+    """``(iids, lengths, terms, vals)`` chunks of every stored sparse vector ``name``, in internal-id order: int64
+    ``(c,)`` twice, then uint32 and float32 ``(sum(lengths),)`` (the chunk's vectors one after another), read a chunk
+    of rows at a time (no Python object per entry)."""
+    last = -1
+    while True:
+        rows = conn.execute(
+            "SELECT iid, indices, vals FROM sparse_vectors WHERE field=? AND iid > ? ORDER BY iid LIMIT ?",
+            (name, last, chunk),
+        ).fetchall()
+        if not rows:
+            return
+        ids = np.fromiter((r[0] for r in rows), np.int64, count=len(rows))
+        lengths = np.fromiter((len(r[1]) // 4 for r in rows), np.int64, count=len(rows))
+        terms = np.frombuffer(b"".join(r[1] for r in rows), dtype="<u4")
+        vals = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4")
+        yield ids, lengths, terms, vals
+        last = int(ids[-1])
 
 
 def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list[tuple[int, bytes]]]:
@@ -191,42 +215,3 @@ def count(conn: sqlite3.Connection, name: str, sparse: bool) -> int:
     """How many points hold the vector ``name``."""
     table = "sparse_vectors" if sparse else "named_dense"
     return conn.execute(f"SELECT COUNT(*) FROM {table} WHERE field=?", (name,)).fetchone()[0]
-
-
-def holders(conn: sqlite3.Connection, name: str) -> np.ndarray:
-    """The internal ids (int64, ascending) of the points holding the sparse vector ``name``."""
-    rows = conn.execute("SELECT iid FROM sparse_vectors WHERE field=? ORDER BY iid", (name,)).fetchall()
-    return np.fromiter((r[0] for r in rows), np.int64, count=len(rows))
-
-
-def sparse_scores(
-    conn: sqlite3.Connection, name: str, query: SparseVec, modifier: str, n_points: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The exact dot product of ``query`` with every stored sparse vector ``name`` sharing a term with it, each query
-    weight multiplied by the term's IDF over the ``n_points`` points holding the vector when ``modifier`` is ``idf``
-    (:func:`~...schema.idf`: document frequencies counted from the postings).
-
-    Returns:
-        ``(iids, scores)``: int64 and float32 ``(m,)``, unordered; points sharing no term are absent.
-    """
-    terms = [int(t) for t in query.indices]
-    weight = dict(zip(terms, query.values.astype(np.float64)))
-    t_all, i_all, v_all = [], [], []
-    for part in chunks(terms):
-        q = f"SELECT term, iid, value FROM sparse_postings WHERE field=? AND term IN ({marks(part)})"
-        rows = conn.execute(q, [name, *part]).fetchall()
-        if rows:
-            t, iid, v = zip(*rows)
-            t_all.append(np.asarray(t, np.int64))
-            i_all.append(np.asarray(iid, np.int64))
-            v_all.append(np.asarray(v, np.float64))
-    if not t_all:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
-    t, iid, v = np.concatenate(t_all), np.concatenate(i_all), np.concatenate(v_all)
-    uterms, tinv, df = np.unique(t, return_inverse=True, return_counts=True)
-    w = np.array([weight[int(x)] for x in uterms], dtype=np.float64)
-    if modifier == "idf":
-        w = w * idf(n_points, df).astype(np.float64)
-    ids, inv = np.unique(iid, return_inverse=True)
-    scores = np.bincount(inv, weights=v * w[tinv], minlength=len(ids))
-    return ids, scores.astype(np.float32)
