@@ -101,7 +101,7 @@ def default_model_dir() -> Path:
 RERANKER_NAME = "scifact-reranker-tiny"
 #: the session's reranker: a handful of steps on a small slice of SciFact (what it costs, not a useful model)
 TINY_RERANKER = {"max_queries": 24, "max_corpus": 150, "negatives_per_query": 3, "dev_fraction": 0.25,
-                 "max_steps": 6, "batch_size": 8, "max_seq_length": 128, "eval_steps": 3}  # fmt: skip
+                 "max_steps": 6, "batch_size": 8, "max_seq_length": 128, "eval_steps": 3, "dev_depth": 10}  # fmt: skip
 
 
 def reranker_config():

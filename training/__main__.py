@@ -14,6 +14,8 @@ COMMANDS = {
     "eval": "evaluate a model directory or ONNX artifact on the STS suite",
     "sparse": "SparseCSE: importance scores, pruning, sparsity sweep",
     "pretrain": "masked-LM pretraining of a raw BERT encoder (from scratch or continued)",
+    "rerank-eval": "a reranker on SciFact by the test protocol: fusion weight chosen on dev, test read once",
+    "interpolate": "WiSE-FT: interpolate two checkpoints' weights, or choose the mixing weight on dev",
 }
 
 

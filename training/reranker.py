@@ -12,9 +12,12 @@
    positives weighted by the negatives-per-positive ratio (``pos_weight``, as its docs advise for mined negatives;
    unweighted, a one-in-eight positive rate lets the model settle on the prior); ``mnrl`` —
    ``MultipleNegativesRankingLoss``, InfoNCE over (query, positive, mined negatives, in-batch negatives); ``lambda``
-   — ``LambdaLoss`` (listwise, NDCGLoss2++ weighting) over each query's positives and mined negatives; the dev split is scored by ``CrossEncoderRerankingEvaluator`` (nDCG@10 of
-   each dev query's positives among its mined negatives) every ``eval_steps``, and the best checkpoint is kept
-   (``load_best_model_at_end``), which is the model choice;
+   — ``LambdaLoss`` (listwise, NDCGLoss2++ weighting) over each query's positives and mined negatives; the model
+   choice is the test protocol on dev (:class:`training.rerank_protocol.DevEvaluator`): each dev claim's first stage
+   (``dev_first_stage``, top ``dev_depth`` of the whole corpus, the bi-encoder ``dev_encoder`` for its dense part)
+   reranked and scored by nDCG@10 against its judgements, every ``eval_steps``; the best checkpoint is kept
+   (``load_best_model_at_end``). The chosen model's dev nDCG@10 over a grid of the fusion weight alpha
+   (:func:`training.rerank_protocol.alpha_grid`) and the alpha it chooses are recorded beside it;
 4. ``publish``: the chosen model is exported (:func:`training.export.reranker.export_reranker`) as the next version
    of ``artifact_name`` in the models directory, parity measured on dev pairs.
 
@@ -44,7 +47,9 @@ DONE_FILE = "done.json"
 class RerankerConfig:
     """Settings of one reranker run (each is a ``--flag`` of ``python -m training train-reranker``).
 
-    ``model_dir`` None: the default encoder. ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
+    ``model_dir`` None: the default encoder. ``dev_first_stage`` (dense, bm25, rrf, dbsf), ``dev_depth``,
+    ``dev_encoder`` (None: the default encoder): the first stage the dev claims are reranked from (the one test
+    reranks). ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
     corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only. ``quantize`` ``"int8"``:
     also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised.
     """
@@ -68,6 +73,9 @@ class RerankerConfig:
     artifact_name: str = "scifact-reranker"
     models_dir: str | None = None
     quantize: str | None = None
+    dev_first_stage: str = "dbsf"
+    dev_depth: int = 100
+    dev_encoder: str | None = None
 
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
@@ -129,23 +137,10 @@ def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negative
     raise ValueError(f"loss must be bce, mnrl or lambda, got {cfg.loss!r}")
 
 
-def dev_samples(data, dev_q: list[str], negatives: dict[str, list[str]]) -> list[dict]:
-    """``CrossEncoderRerankingEvaluator`` samples: per dev query its positives and mined negatives (texts)."""
-    return [
-        {
-            "query": data.queries[q],
-            "positive": [data.corpus[d] for d in sorted(data.qrels[q])],
-            "negative": [data.corpus[d] for d in negatives[q]],
-        }
-        for q in dev_q
-    ]
-
-
 def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> dict[str, float]:
     from datasets import Dataset
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
     from transformers.trainer_utils import get_last_checkpoint
 
     from training.st_dir import default_model_dir
@@ -156,7 +151,7 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
         max_length=cfg.max_seq_length,
         device="cpu" if not _cuda() else None,
     )
-    evaluator = CrossEncoderRerankingEvaluator(dev_samples(data, dev_q, negatives), name="scifact-dev", write_csv=False)
+    evaluator = dev_evaluator(cfg, data, dev_q)
     ckpt = Path(cfg.output_dir) / "checkpoints"
     every = min(cfg.eval_steps or cfg.max_steps, cfg.max_steps)
     args = CrossEncoderTrainingArguments(
@@ -195,8 +190,32 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
         log.info("resuming from %s", last)
     trainer.train(resume_from_checkpoint=last)
     scores = {k: float(v) for k, v in evaluator(model).items()}
+    scores.update(dev_alphas(evaluator, model))
     model.save_pretrained(str(final))
     return scores
+
+
+def dev_evaluator(cfg: RerankerConfig, data, dev_q: list[str]):
+    """The model choice (:class:`training.rerank_protocol.DevEvaluator`): the dev claims' ``cfg.dev_first_stage``
+    over the whole (loaded) corpus, top ``cfg.dev_depth``, judged by the train qrels."""
+    from training.rerank_protocol import DevEvaluator, first_stage
+
+    run = first_stage(data, dev_q, cfg.dev_first_stage, cfg.dev_depth, cfg.dev_encoder, cfg.max_seq_length)
+    return DevEvaluator(data, run, {q: data.qrels[q] for q in dev_q})
+
+
+def dev_alphas(evaluator, model) -> dict[str, float]:
+    """The chosen model's dev nDCG@10 (in [0, 1]) fused with the first stage at each alpha of
+    :data:`training.rerank_protocol.DEFAULT_ALPHAS` (``scifact-dev_ndcg@10_alpha=A``) and the best alpha
+    (``scifact-dev_alpha``)."""
+    from training.rerank_protocol import DEFAULT_ALPHAS, alpha_grid, choose_alpha, score_run
+
+    def scorer(pairs):
+        return model.predict(pairs, batch_size=64, activation_fn=None, show_progress_bar=False)
+
+    grid = alpha_grid(evaluator.run, score_run(evaluator.data, evaluator.run, scorer), evaluator.qrels, DEFAULT_ALPHAS)
+    out = {f"{evaluator.name}_ndcg@10_alpha={a:g}": v / 100 for a, v in grid.items()}
+    return {**out, f"{evaluator.name}_alpha": choose_alpha(grid)}
 
 
 def _cuda() -> bool:
@@ -211,11 +230,13 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: SciFact is missing. training.export.ExportError: the export failed parity.
-        ValueError: ``quantize`` is neither None nor ``"int8"``.
+        ValueError: ``quantize`` is neither None nor ``"int8"``; an unknown ``dev_first_stage``.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if cfg.quantize not in (None, "int8"):
         raise ValueError(f"quantize must be int8 or unset, got {cfg.quantize!r}")
+    if cfg.dev_first_stage not in ("dense", "bm25", "rrf", "dbsf"):
+        raise ValueError(f"dev_first_stage must be dense, bm25, rrf or dbsf, got {cfg.dev_first_stage!r}")
     out = Path(cfg.output_dir)
     final = out / "model"
     recipe = cfg.recipe()

@@ -19,11 +19,13 @@ from service.collections.formula import FormulaSpec
 class Rerank:
     """A search's second stage (:mod:`.rerank_search`): the first ``candidates`` hits' texts scored against the
     query's text by the reranker ``model`` (None: the first loaded), the best ``top_n`` kept (None: the search's
-    ``top_k``)."""
+    ``top_k``); ``weight`` (alpha, in [0, 1]) of the reranker's score in its fusion with the first stage's (1: the
+    reranker's score alone; :func:`.rerank_search.fused`)."""
 
     model: str | None = None
     candidates: int = 100
     top_n: int | None = None
+    weight: float = 1.0
 
 
 @dataclass

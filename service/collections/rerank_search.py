@@ -1,5 +1,5 @@
 """Reranking inside a native search: ``POST /collections/{name}/search`` (and each search of ``/search/batch``) with
-``rerank: {model, candidates, top_n}``.
+``rerank: {model, candidates, top_n, weight}``.
 
 The search runs as asked (``mode`` dense, sparse or hybrid; ``filter``, ``score_threshold`` and ``using`` apply to it)
 for ``candidates`` hits (default 100, at most ``collections_max_top_k``), their stored texts are scored against the
@@ -8,6 +8,13 @@ query text by a loaded reranker (a cross-encoder artifact, ``task: "reranker"``)
 the best ``top_n`` (default: the search's ``top_k``) come back ordered by the reranker's score, which becomes each
 hit's ``score`` (the model's raw score, a logit: ``/rerank``'s ``raw_scores: true``; higher is better). Points
 without stored text (upserted as vectors only) cannot be scored and are left out.
+
+``weight`` (alpha in [0, 1], default 1) fuses the two stages instead (:func:`fused`): each hit scores
+``alpha * mm(rerank) + (1 - alpha) * mm(first stage)``, ``mm`` the min-max normalisation over the scored candidates
+(the convex combination of min-max normalised scores of Bruch, Gai & Ingber, "An Analysis of Fusion Functions for
+Hybrid Retrieval", ACM TOIS 2023, arXiv:2210.11934, section 4; min-max after Lee, SIGIR 1997), the hits ordered by
+it (ties: the first stage's order). Alpha 1 answers the reranker's raw score, as without ``weight``; alpha 0 keeps the
+first stage's order. The answered ``score`` is the fused one, in [0, 1].
 
 Errors (JSON, 4xx): the query must be a text (422 ``invalid_value`` naming ``query``: a reranker reads the query's
 text); ``rerank.model`` unknown: 404 ``model_not_found``; an embedding model named: 422 ``not_a_reranker``; no model
@@ -81,5 +88,31 @@ async def _rerank(s: Any, hits: list[Hit], reranker: InferencePort, pre: str) ->
     if not scored:
         return []
     scores = await reranker.rerank(s.query, [h.text for h in scored], model=s.rerank.model, param=f"{pre}candidates")
-    order = sorted(range(len(scored)), key=lambda j: -float(scores[j]))[: s.rerank.top_n or s.top_k]
-    return [dataclasses.replace(scored[j], score=float(scores[j])) for j in order]
+    final = fused([float(x) for x in scores], [h.score for h in scored], s.rerank.weight)
+    order = sorted(range(len(scored)), key=lambda j: -final[j])[: s.rerank.top_n or s.top_k]
+    return [dataclasses.replace(scored[j], score=final[j]) for j in order]
+
+
+def min_max(scores: Sequence[float]) -> list[float]:
+    """``(s - min) / (max - min)`` of each score, in [0, 1] (Lee, "Analyses of multiple evidence combination", SIGIR
+    1997); every score 0 when they are all equal (or there are none)."""
+    lo, hi = min(scores, default=0.0), max(scores, default=0.0)
+    return [(x - lo) / (hi - lo) if hi > lo else 0.0 for x in scores]
+
+
+def fused(rerank: Sequence[float], first: Sequence[float], weight: float) -> list[float]:
+    """Each candidate's final score: the reranker's raw score for ``weight`` 1, else ``weight * min_max(rerank) +
+    (1 - weight) * min_max(first)`` (Bruch et al., arXiv:2210.11934, the convex combination "TM2C2" of min-max
+    normalised scores).
+
+    Args:
+        rerank: the reranker's raw scores of the candidates (higher is better).
+        first: the first stage's scores of the same candidates, in its order (best first). A first stage whose
+            first score is below its last (a distance: l2) is negated, so higher is better for both.
+        weight: alpha in [0, 1].
+    """
+    if weight >= 1.0:
+        return list(rerank)
+    sign = -1.0 if first and first[0] < first[-1] else 1.0
+    r, f = min_max(rerank), min_max([sign * x for x in first])
+    return [weight * a + (1.0 - weight) * b for a, b in zip(r, f)]

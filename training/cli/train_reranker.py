@@ -2,7 +2,8 @@
 
 Trains a cross-encoder reranker on BEIR SciFact's train qrels with mined hard negatives (sentence-transformers'
 ``CrossEncoderTrainer``, a pointwise, contrastive or listwise loss; :mod:`training.reranker`), choosing the checkpoint on a dev split
-carved from train by query, and with ``--publish`` exports it as the next version of ``--artifact-name`` in
+carved from train by query (the dev claims' first-stage top ``--dev-depth`` reranked, nDCG@10: the test protocol on
+dev, :mod:`training.rerank_protocol`), and with ``--publish`` exports it as the next version of ``--artifact-name`` in
 ``MODELS_DIR`` (an artifact with ``task: "reranker"``, served by ``/rerank``, ``/v1/rerank`` and ``/v2/rerank`` once
 loaded: ``--rerank-models NAME`` or ``POST /admin/models/NAME/load``). A finished run of the same recipe is not
 trained again, an interrupted one resumes from its newest checkpoint (``--no-resume``: start over). ``--quantize int8``
@@ -39,6 +40,9 @@ HELP = {
     "seed": "data split, sampling and initialisation seed",
     "artifact_name": "name of the published artifact (MODELS_DIR/NAME/<next version>/)",
     "quantize": "int8: also publish NAME-int8, the fp32 artifact dynamically quantised",
+    "dev_first_stage": "the first stage the dev claims are reranked from, the one test reranks (model choice)",
+    "dev_depth": "first-stage candidates per dev claim",
+    "dev_encoder": "bi-encoder of the dev first stage's dense part (default: the default encoder)",
 }
 
 
@@ -57,6 +61,7 @@ def main(argv: list[str]) -> int:
             "quantize": ["int8"],
             "loss": ["bce", "mnrl", "lambda"],  # int8: also publish <name>-int8
             "negatives": ["bm25", "dense", "bm25+dense"],
+            "dev_first_stage": ["dense", "bm25", "rrf", "dbsf"],
         }.get(f.name)
         help_ = f"{HELP[f.name]} (default: {f.default})"
         p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=help_)

@@ -147,12 +147,15 @@ class CountRequest(BaseModel):
 
 class RerankOptions(BaseModel):
     """A search's ``rerank``: ``model`` (a loaded reranker; default the first loaded), ``candidates`` (first-stage
-    hits scored, default 100, at most ``collections_max_top_k``), ``top_n`` (hits answered, default ``top_k``)."""
+    hits scored, default 100, at most ``collections_max_top_k``), ``top_n`` (hits answered, default ``top_k``),
+    ``weight`` (alpha in [0, 1], default 1: the reranker's score alone; else fused with the first stage's,
+    :func:`service.collections.rerank_search.fused`)."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model: StrictStr | None = None
     candidates: StrictInt = Field(100, ge=1)
     top_n: StrictInt | None = Field(None, ge=1)
+    weight: FiniteFloat = Field(1.0, ge=0.0, le=1.0)
 
 
 class SearchRequest(BaseModel):
@@ -199,7 +202,7 @@ class SearchRequest(BaseModel):
             fusion=self.fusion,
             rrf_k=self.rrf_k,
             candidates=self.candidates,
-            rerank=None if r is None else Rerank(r.model, r.candidates, r.top_n),
+            rerank=None if r is None else Rerank(r.model, r.candidates, r.top_n, r.weight),
         )
 
 

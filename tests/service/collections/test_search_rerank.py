@@ -90,6 +90,52 @@ def test_search_reranks_its_candidates(client):
     assert r.json()[1] == c.post("/collections/scifact/search", json=first).json()
 
 
+def _min_max(xs: list[float]) -> list[float]:
+    lo, hi = min(xs), max(xs)
+    return [(x - lo) / (hi - lo) for x in xs]
+
+
+def test_search_rerank_weight_fuses_the_two_stages(client):
+    """``rerank.weight`` alpha: 1 answers today's reranked hits, 0 the first stage's order, 0.3 the convex combination
+    of the min-max normalised reranker and first-stage scores, computed here from the two score lists."""
+    c = client
+    if c.get("/collections/scifact").status_code == 404:
+        _collection(c)
+    data = load_scifact(max_queries=2, max_corpus=20, seed=3)
+    query, changed = data.queries[sorted(data.qrels)[0]], []
+    for mode in ("dense", "hybrid"):
+        first_body = {"query": query, "mode": mode, "top_k": 12, "with_text": True}
+        first = [h for h in c.post("/collections/scifact/search", json=first_body).json() if h["text"]]
+        r = c.post("/rerank", json={"query": query, "texts": [h["text"] for h in first], "raw_scores": True})
+        raw = [x["score"] for x in sorted(r.json(), key=lambda x: x["index"])]
+
+        def search(first_body: dict = first_body, **rerank) -> list[dict]:
+            body = {**first_body, "rerank": {"candidates": 12, "top_n": 12, **rerank}}
+            r = c.post("/collections/scifact/search", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        today = search()
+        assert [h["id"] for h in search(weight=1.0)] == [h["id"] for h in today]
+        assert [h["score"] for h in search(weight=1)] == [h["score"] for h in today]
+        assert [h["id"] for h in search(weight=0.0)] == [h["id"] for h in first]  # the first stage's order
+        alpha = 0.3
+        want = {h["id"]: alpha * a + (1 - alpha) * b for h, a, b in zip(first, _min_max(raw), _min_max(
+            [h["score"] for h in first]))}  # fmt: skip
+        got = search(weight=alpha)
+        assert sorted(h["id"] for h in got) == sorted(want)
+        for h in got:  # the reranker's batches differ (padding): its raw scores agree within 1e-4
+            assert abs(h["score"] - want[h["id"]]) <= 1e-3, (got, want)
+        assert [h["score"] for h in got] == sorted((h["score"] for h in got), reverse=True)
+        ordered = sorted(want, key=lambda i: -want[i])
+        assert [want[h["id"]] for h in got] == pytest.approx([want[i] for i in ordered], abs=2e-3)
+        changed.append([h["id"] for h in got] != [h["id"] for h in today])
+    assert any(changed)  # the fusion changed an answer
+    for bad in (-0.1, 1.5, True, "1"):
+        r = c.post("/collections/scifact/search", json={"query": "x", "rerank": {"weight": bad}})
+        assert r.status_code == 422 and r.json()["error"]["param"].startswith("rerank.weight"), r.text
+
+
 def test_search_rerank_bad_inputs(client):
     c = client
     if c.get("/collections/scifact").status_code == 404:
@@ -110,7 +156,8 @@ def test_search_rerank_bad_inputs(client):
     assert (e["status"], e["code"], e["param"]) == (422, "not_a_reranker", "rerank.model")
     e = err({"query": "x", "rerank": {"candidates": 100000}})
     assert (e["status"], e["param"]) == (422, "rerank.candidates")
-    for bad in ({"candidates": 0}, {"top_n": 0}, {"candidates": "5"}, {"extra": 1}, {"model": 3}):
+    bads = ({"candidates": 0}, {"top_n": 0}, {"candidates": "5"}, {"extra": 1}, {"model": 3}, {"weight": "0.5"})
+    for bad in bads:
         assert err({"query": "x", "rerank": bad})["status"] == 422
     auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
     assert c.post(f"/admin/models/{RERANKER}/unload", headers=auth).status_code == 200
