@@ -278,6 +278,12 @@ class Settings(BaseSettings):
         description="largest candidates_limit of an MMR query (its n x n similarity matrix is computed per request); "
         "at most collections_max_top_k",
     )
+    collections_max_concurrent_reranks: int = Field(
+        2,
+        ge=1,
+        description="most searches with 'rerank' of one collection scored at once (the others wait their turn), so "
+        "one collection's reranked searches never fill the reranker's queue for every other caller",
+    )
     collections_max_formula_work: int = Field(
         2_000_000,
         ge=1,

@@ -59,7 +59,8 @@ async def search(
     results = await searcher.search(name, firsts, param, rc)
     for i, s in enumerate(searches):
         if s.rerank is not None:
-            results[i] = await _rerank(s, results[i], reranker, pres[i])
+            async with searcher.rerank_turns.gate(name):  # one collection's reranks never fill the reranker's queue
+                results[i] = await _rerank(s, results[i], reranker, pres[i])
     return results
 
 

@@ -29,6 +29,7 @@ from service.collections.point_reads import PointReads
 from service.collections.query_model import QueryNode, SearchQuery
 from service.collections.schema import SparseVec, dense_value, sparse_vec
 from service.collections.scorers import Scorer, scorer_of
+from service.collections.shares import Shares
 from service.collections.stopping import for_collection
 from service.collections.vector_backend import Hit, ReadConsistency, ResponseBudget
 from service.collections.vectors import query_problem
@@ -102,6 +103,7 @@ class Searcher:
     def __init__(self, reads: PointReads, embedding: Embedding) -> None:
         self.reads = reads
         self.embedding = embedding
+        self.rerank_turns = Shares(0, share=reads.settings.max_concurrent_reranks)  # per collection (rerank_search)
 
     async def search(
         self,
