@@ -89,10 +89,14 @@ class IndexType(ABC):
         name: the ``index`` value users give when creating a collection.
         removes_in_place: False when the FAISS index cannot delete vectors (HNSW): deleted ids are then kept as
             tombstones, excluded from results, until :meth:`rebuild_due` asks for a rebuild.
+        trains_on_add: True when training is cheap and needs only the vectors the untrained index holds (scalar
+            quantization: ranges): the write that brings the index to :meth:`train_sample_size` trains it in place
+            (so does a build from the store), whoever owns the index; otherwise maintenance trains it beside.
     """
 
     name: str = ""
     removes_in_place: bool = True
+    trains_on_add: bool = False
 
     @abstractmethod
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:

@@ -6,7 +6,9 @@ the SQLite store, which re-scores the candidates exactly (Qdrant's ``rescore``, 
 candidates per result: :class:`~service.collections.query_model.QuantizationSearch`). The ranges are trained on a
 sample of the stored vectors (Qdrant's ``quantile``: the central ``quantile`` of each dimension's values; none: the
 whole range), so until the collection holds ``min_train_points`` vectors the index is an exact flat one, as an IVF-PQ
-index is; maintenance then trains it. The params follow Qdrant's ``ScalarQuantizationConfig`` (Qdrant API reference,
+index is; the write that reaches it trains the ranges on (a sample of) the vectors held and moves them to codes, in
+place (training is a pass over the sample: cheap), for a model-bound vector and a client-supplied one alike; a
+build from the store (at open, after maintenance) trains on a sample of the stored vectors. The params follow Qdrant's ``ScalarQuantizationConfig`` (Qdrant API reference,
 "Collections", ``quantization_config.scalar``) and the codes FAISS's ``ScalarQuantizer`` (Johnson, Douze & Jégou,
 "Billion-scale similarity search with GPUs", 2017; the FAISS wiki, "Index IO, cloning and hyper parameter tuning").
 """
@@ -87,6 +89,7 @@ class FlatSQType(FlatType):
     ``min_train_points``, default 20,000)."""
 
     name = "flat_sq"
+    trains_on_add = True
 
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
         """Flat SQ: :func:`normalize_sq` (``dimension`` is not used).

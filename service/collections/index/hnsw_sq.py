@@ -2,7 +2,8 @@
 ``IndexIDMap2``): the graph of :mod:`.hnsw` (same params, same tombstones and rebuilds) whose nodes hold ``d``-byte
 codes instead of float32 vectors, the candidates re-scored exactly from the stored originals (:mod:`.flat_sq` says
 how the codes are trained and rescored). Until the collection holds ``min_train_points`` vectors the index is a plain
-``IndexHNSWFlat``; maintenance then builds the quantized graph from the stored vectors.
+``IndexHNSWFlat``; the write that reaches it trains the codes and builds the quantized graph over the vectors held
+(about ``min_train_points`` of them: a bounded cost, once).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class HNSWSQType(HNSWType):
     ``flat_sq`` (``quantization``, ``min_train_points``, ``train_sample``)."""
 
     name = "hnsw_sq"
+    trains_on_add = True
 
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
         """HNSW SQ: the HNSW params as :meth:`.hnsw.HNSWType.normalize_params` checks them, the rest as

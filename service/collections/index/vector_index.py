@@ -132,6 +132,18 @@ class VectorIndex:
         if vectors.ndim != 2 or vectors.shape[1] != self.spec.dimension or len(ids) != len(vectors):
             raise ValueError(f"expected ({len(ids)}, {self.spec.dimension}) vectors, got {vectors.shape}")
         self.index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+        if self.type.trains_on_add and not self.trained and (n := self.type.train_sample_size(self.spec, self.live)):
+            self._train_in_place(n)
+
+    def _train_in_place(self, n: int) -> None:
+        """Replace the untrained index by the trained one over the same live vectors, trained on at most ``n`` of
+        them (a seeded random sample); the tombstones go with the old index."""
+        ids, held = self.held()
+        sample = held if len(held) <= n else held[np.random.default_rng(0).choice(len(held), n, replace=False)]
+        trained = self.type.create_trained(self.spec, np.ascontiguousarray(sample))
+        trained.add_with_ids(np.ascontiguousarray(held), ids)
+        self.index, self._tombstones = trained, set()
+        self._refresh_tomb_selector()
 
     def remove(self, ids: np.ndarray, may_be_absent: bool = False) -> None:
         """Remove ``ids`` (int64); absent ids are ignored. A type that cannot remove in place tombstones them.

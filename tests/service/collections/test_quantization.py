@@ -60,9 +60,11 @@ def col(request, sts, tmp_path_factory):
     path = tmp_path_factory.mktemp(kind) / "c"
     spec = IndexSpec(kind, "cosine", normalize_params(kind, {"min_train_points": 500}, D), D)
     c = Collection.create(path, VectorsConfig.single(spec, MODEL))
-    c.upsert(list(range(N)), [f"s{i}" for i in range(N)], [{} for _ in range(N)], X)
+    c.upsert(list(range(400)), [f"s{i}" for i in range(400)], [{} for _ in range(400)], X[:400])
     assert not c.index.quantized and c.info()["index"]["in_use"] == "flat (until trained)"
-    assert c.maintain() == f"trained {kind}"
+    c.upsert(list(range(400, N)), [f"s{i}" for i in range(400, N)], [{} for _ in range(400, N)], X[400:])
+    assert c.index.quantized and c.info()["index"]["in_use"] == kind  # the write past min_train_points trained it
+    assert c.maintain() is None
     state = {"c": c, "path": path, "kind": kind}
     yield state
     state["c"].close()
@@ -166,3 +168,27 @@ def test_quantile_trains_each_dimension_on_its_central_values():
         vi = VectorIndex.build(IndexSpec("flat_sq", "l2", params, 16), [(ids, X)], train_sample=X)
         got[quantile] = np.mean([len(set(r) & set(t)) / K for r, t in zip(vi.search(Q, K)[1], truth)])
     assert got[0.99] > got[None] + 0.1, got
+
+
+@pytest.mark.parametrize("kind", ["flat_sq", "hnsw_sq"])
+def test_a_client_supplied_vector_is_quantized_too(kind, tmp_path):
+    """A named vector's index has no maintenance: the write that reaches ``min_train_points`` trains it in place, and
+    a reopen (which rebuilds it from the store) trains it again."""
+    from service.collections.schema import DenseVector
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((300, 16)).astype(np.float32)
+    spec = IndexSpec(kind, "dot", normalize_params(kind, {"min_train_points": 250}, 16), 16)
+    c = Collection.create(tmp_path / "c", VectorsConfig({"v": DenseVector("v", spec)}, {}))
+    for s in range(0, 300, 100):
+        c.upsert(list(range(s, s + 100)), ["t"] * 100, [{}] * 100, None, named=[{"v": x} for x in X[s : s + 100]])
+        assert c.named.indexes["v"].quantized is (s + 100 >= 250)
+    c.delete(ids=[0, 1])
+    hits = c.search(X[5:6], K, using="v", quantization=QuantizationSearch(rescore=False))[0]
+    assert {h.id for h in hits}.isdisjoint({0, 1}) and abs(hits[0].score - float(X[5] @ X[hits[0].id])) > 1e-6
+    exact = c.search(X[5:6], K, using="v")[0]  # rescored: the originals' scores
+    assert np.allclose([h.score for h in exact], [float(X[5] @ X[h.id]) for h in exact], atol=1e-5)
+    c.close()
+    c = Collection.open(tmp_path / "c")
+    assert c.named.indexes["v"].quantized and c.named.indexes["v"].live == 298
+    c.close()
