@@ -5,6 +5,7 @@ legacy ``SearchRequest``) and builds a :class:`SearchQuery`, which the core's se
 (:class:`.searching.Searcher`, through :meth:`~.service.CollectionService.search`) plans and runs; a query with
 prefetches (Qdrant's Query API, the native ``mode: hybrid``) is a tree of :class:`QueryNode`\\ s over them. Plain
 Python: no validation happens here (the dialect validated; the planning checks the query against the collection).
+How a quantized index is searched is the index layer's :class:`~.index.QuantizationSearch`, part of this model.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.collections.formula import FormulaSpec
+from service.collections.index import QuantizationSearch
 
 
 @dataclass
@@ -45,6 +47,7 @@ class SearchQuery:
             (a text searched by both, ``candidates`` hits each, fused by ``fusion`` (``rrf`` with ``rrf_k``, or
             ``dbsf``); :func:`.searching.hybrid`), or None (the vector ``using`` names).
         rerank: a second stage (:class:`Rerank`), or None.
+        quantization: how a quantized index is searched (:class:`QuantizationSearch`; None: its defaults).
     """
 
     query: Any
@@ -60,6 +63,7 @@ class SearchQuery:
     rrf_k: int | None = None
     candidates: int = 100
     rerank: Rerank | None = None
+    quantization: QuantizationSearch | None = None
 
 
 @dataclass

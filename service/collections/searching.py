@@ -74,7 +74,10 @@ def _on_mode(cfg: Any, s: Any, pre: str) -> Any:
     if mode is None:
         return s
     using = s.using if s.using is not None else _bound_dense(cfg, pre) if mode == "dense" else _model_sparse(cfg, pre)
-    return SearchQuery(s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact)
+    q = getattr(s, "quantization", None)
+    return SearchQuery(
+        s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact, quantization=q
+    )
 
 
 def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
@@ -87,9 +90,9 @@ def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
     """
     if not isinstance(s.query, str):
         raise InvalidCollectionRequest("mode hybrid takes a text query", f"{pre}query")
-    k = max(getattr(s, "candidates", None) or 100, s.top_k)
+    k, q = max(getattr(s, "candidates", None) or 100, s.top_k), getattr(s, "quantization", None)
     leaves = [
-        QueryNode(SearchQuery(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact))
+        QueryNode(SearchQuery(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact, quantization=q))
         for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))
     ]
     top = SearchQuery(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
@@ -247,6 +250,7 @@ class Searcher:
                 s.with_text,
                 using,
                 bool(getattr(s, "exact", False)),
+                getattr(s, "quantization", None),
                 i if isinstance(plans[i][3], Scorer) else -1,
             )
             groups.setdefault(key, []).append(i)
@@ -271,6 +275,7 @@ class Searcher:
                     consistency=consistency,
                     using=using,
                     exact=bool(getattr(s, "exact", False)),
+                    quantization=getattr(s, "quantization", None),
                 )
                 for i, h in zip(part, hits):
                     out[i] = h

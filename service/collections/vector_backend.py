@@ -32,7 +32,7 @@ import numpy as np
 
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.filters import Filter
-from service.collections.index import IndexSpec
+from service.collections.index import IndexSpec, QuantizationSearch
 from service.collections.payload_indexes import PayloadIndex
 from service.collections.reads import STRONG, Hit, ReadConsistency, ResponseBudget
 from service.collections.schema import SparseVec, VectorsConfig, index_spec
@@ -241,13 +241,15 @@ class CollectionHandle(Protocol):
         consistency: ReadConsistency = STRONG,
         using: str | None = None,
         exact: bool = False,
+        quantization: QuantizationSearch | None = None,
     ) -> list[list[Hit]]:
         """The ``top_k`` best points among those matching ``where`` for each query by the vector ``using`` (None:
         the model-bound one; float32 ``(nq, d)`` dense queries, made by ``model`` for the model-bound vector, or a
         list of :class:`~.schema.SparseVec`), best first, without those scoring below (cosine/dot/sparse) or beyond
         (l2) the threshold, read at ``consistency``. A sparse search scores by the exact dot product and returns
         only points sharing a term with the query. ``exact``: score every stored vector (no approximate index), as
-        Qdrant's ``params.exact`` asks.
+        Qdrant's ``params.exact`` asks; ``quantization``: how a quantized index is searched (Qdrant's
+        ``params.quantization``; None: its defaults; no effect on an index that is not quantized).
         The hits' bytes are spent from ``budget`` before their texts and payloads are read where the backend can
         (embedded), else as they arrive.
 

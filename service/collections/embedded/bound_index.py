@@ -88,7 +88,7 @@ class BoundIndex:
     def rebuilt(self, count: int) -> tuple[str, VectorIndex]:
         """``(what was done, a new index)``: the due maintenance (:meth:`needs_maintenance`) done beside the live
         index, to be swapped in with :meth:`use`."""
-        what = "trained ivf_pq" if self.index.needs_training(count) else "rebuilt hnsw"
+        what = f"{'trained' if self.index.needs_training(count) else 'rebuilt'} {self.spec.kind}"
         return what, build_index(self.store, self.spec, count)
 
     def use(self, index: VectorIndex) -> None:

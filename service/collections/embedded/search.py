@@ -14,7 +14,7 @@ from service.collections.embedded.named import NamedIndexes, prepared
 from service.collections.embedded.store import Store
 from service.collections.filters import Filter, Ids, Not
 from service.collections.ids import decode_id
-from service.collections.index import VectorIndex, exact_search
+from service.collections.index import QuantizationSearch, VectorIndex, exact_search
 from service.collections.metric import higher_is_better
 from service.collections.reads import FLOAT_JSON_BYTES, SPARSE_ENTRY_BYTES, Hit, ResponseBudget
 from service.collections.schema import SparseVec
@@ -40,9 +40,9 @@ Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # iids -> (iids f
 
 
 def rerank(
-    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, allowed: np.ndarray | None, factor: int, metric: str
+    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, allowed: np.ndarray | None, n: int, metric: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``factor * top_k`` approximate candidates per query re-scored exactly with the stored vectors.
+    """``n`` approximate candidates per query re-scored exactly with the stored vectors.
 
     Args:
         fetch: the stored vectors of some internal ids.
@@ -52,7 +52,7 @@ def rerank(
     Returns:
         ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 where fewer candidates exist).
     """
-    _, cand = index.search(q, top_k * factor, allowed)
+    _, cand = index.search(q, n, allowed)
     ids, vecs = fetch(np.unique(cand[cand >= 0]))
     pos = {int(i): j for j, i in enumerate(ids)}
     D = np.full((len(q), top_k), np.nan, np.float32)
@@ -95,14 +95,16 @@ def dense_search(
     allowed: np.ndarray | None,
     cap: int,
     scan: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
+    quantization: QuantizationSearch | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
-        (None: all). Exact over the allowed points' vectors when at most ``cap`` points are allowed (``top_k`` of them; in
-    memory where the index holds them and they are not a tiny part of it, :data:`HELD_RATIO`, else read from the store); exact
-        when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index holds at most
-        ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW graph), in
-        memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
-        restricted by an ``IDSelector``, its candidates re-scored exactly when the type asks for it (IVF-PQ)."""
+    (None: all). Exact over the allowed points' vectors when at most ``cap`` points are allowed (``top_k`` of them;
+    in memory where the index holds them and they are not a tiny part of it, :data:`HELD_RATIO`, else read from the
+    store); exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index
+    holds at most ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW
+    graph), in memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
+    restricted by an ``IDSelector``, its candidates re-scored exactly when the index is quantized and ``quantization``
+    does not turn it off (:meth:`~..index.VectorIndex.rescore_candidates`)."""
     if isinstance(q, Scorer):  # a multi-example query: every candidate scored (in memory where the index allows)
         found = index.held(allowed)
         chunks = [found] if found is not None else (scan() if scan is not None else [fetch(allowed)])
@@ -120,8 +122,8 @@ def dense_search(
             return found
         if scan is not None:
             return exact_scan(q, scan(), k, index.spec.metric, allowed)
-    if (factor := index.rerank_factor()) > 1:
-        return rerank(index, fetch, q, k, allowed, factor, index.spec.metric)
+    if (n := index.rescore_candidates(k, quantization)) is not None:
+        return rerank(index, fetch, q, k, allowed, n, index.spec.metric)
     return index.search(q, k, allowed)
 
 
@@ -136,11 +138,13 @@ def nearest(
     allowed: np.ndarray | None,
     cap: int,
     exact: bool,
+    quantization: QuantizationSearch | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """``(scores, iids, metric the scores are in)`` of the ``k`` best points per query by the vector ``using``
     (``bound``: the model-bound vector's index when that is the one searched, else None) among ``allowed`` (None: all). A sparse vector or a
     multivector is searched exactly (:meth:`.named.NamedIndexes.sparse_search`); a dense one by :func:`dense_search`
-    (``cap``: its exact threshold; ``exact``: every stored vector scored). A multi-example query
+    (``cap``: its exact threshold; ``exact``, or ``quantization.ignore`` on a quantized index: every stored vector
+    scored; ``quantization``: how a quantized index is searched). A multi-example query
     (:class:`~..scorers.Scorer`) is scored higher-is-better whatever the metric (``dot``)."""
     if named.scanned(using):  # a sparse vector or a multivector: no FAISS index
         D, I = named.sparse_search(using, queries, k, allowed)
@@ -155,7 +159,8 @@ def nearest(
         fetch = lambda iids: named.fetch_dense(using, iids)  # noqa: E731
         scan = lambda: named.scan_dense(using)  # noqa: E731
     scored = isinstance(q, Scorer)
-    D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None)
+    exact = exact or index.ignores_quantization(quantization)
+    D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None, quantization)
     return D, I, "dot" if scored else index.spec.metric
 
 

@@ -2,7 +2,8 @@
 :class:`VectorIndex` that holds a collection's FAISS index.
 
 Types: ``flat`` (exact), ``hnsw`` (graph, tombstoned deletes), ``ivf_pq`` (trained product quantisation with an
-exact fallback until trained). See ``registry.py`` to add one.
+exact fallback until trained), ``flat_sq`` and ``hnsw_sq`` (int8 scalar quantization, flat or under an HNSW graph,
+candidates re-scored from the stored originals; exact until trained). See ``registry.py`` to add one.
 """
 
 from service.collections.index.base import (
@@ -10,6 +11,7 @@ from service.collections.index.base import (
     IndexConfigError,
     IndexSpec,
     IndexType,
+    QuantizationSearch,
     faiss_metric,
 )
 from service.collections.index.exact import exact_search
@@ -21,6 +23,7 @@ __all__ = [
     "IndexConfigError",
     "IndexSpec",
     "IndexType",
+    "QuantizationSearch",
     "VectorIndex",
     "exact_search",
     "faiss_metric",

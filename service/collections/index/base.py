@@ -28,6 +28,20 @@ class IndexConfigError(ValueError):
     """Index kind, metric or params are invalid (message names the field)."""
 
 
+@dataclass(frozen=True)
+class QuantizationSearch:
+    """How a search uses a quantized index (Qdrant API reference, schema ``QuantizationSearchParams``), a part of the
+    core's query model (:class:`~service.collections.query_model.SearchQuery`): ``ignore`` searches the original
+    vectors instead of the codes (here: exactly, over the stored originals); ``rescore`` re-scores the candidates
+    exactly with the originals (None: the index type's default, true for scalar quantization); ``oversampling``
+    (>= 1; None: the type's default, 1.0 for scalar quantization) asks for ``ceil(oversampling * k)`` candidates to
+    re-score. No effect on an index that is not quantized (yet)."""
+
+    ignore: bool = False
+    rescore: bool | None = None
+    oversampling: float | None = None
+
+
 @dataclass
 class IndexSpec:
     """What a collection's index is: ``kind``, ``metric``, complete ``params``, vector ``dimension``."""
@@ -75,10 +89,14 @@ class IndexType(ABC):
         name: the ``index`` value users give when creating a collection.
         removes_in_place: False when the FAISS index cannot delete vectors (HNSW): deleted ids are then kept as
             tombstones, excluded from results, until :meth:`rebuild_due` asks for a rebuild.
+        trains_on_add: True when training is cheap and needs only the vectors the untrained index holds (scalar
+            quantization: ranges): the write that brings the index to :meth:`train_sample_size` trains it in place
+            (so does a build from the store), whoever owns the index; otherwise maintenance trains it beside.
     """
 
     name: str = ""
     removes_in_place: bool = True
+    trains_on_add: bool = False
 
     @abstractmethod
     def normalize_params(self, params: dict[str, Any], dimension: int) -> dict[str, Any]:
@@ -116,9 +134,11 @@ class IndexType(ABC):
         """Per-search FAISS parameters for ``k`` results (an ``IDSelector`` is added by the caller)."""
         return faiss.SearchParameters()
 
-    def rerank_factor(self, spec: IndexSpec, index: faiss.Index) -> int:
-        """Fetch ``factor * top_k`` candidates and re-score them exactly with the stored vectors (1: no rerank)."""
-        return 1
+    def rescore_defaults(self, spec: IndexSpec, index: faiss.Index) -> tuple[bool, float] | None:
+        """``(rescore, oversampling)`` by default when ``index`` scores compressed codes (a quantized type, trained):
+        whether ``ceil(oversampling * k)`` candidates are re-scored exactly with the stored originals. None: the
+        index's scores are exact (no quantization, or the exact fallback before training)."""
+        return None
 
     def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray | None:
         """The float32 ``(ntotal, dimension)`` vectors ``index`` holds uncompressed, row ``i`` under the ``i``-th id

@@ -97,9 +97,13 @@ class IVFPQType(IndexType):
         params.nprobe = spec.params["nprobe"]
         return params
 
-    def rerank_factor(self, spec: IndexSpec, index: faiss.Index) -> int:
-        """IVF-PQ: the ``rerank`` param once trained; 1 for the exact flat fallback."""
-        return int(spec.params.get("rerank", 1)) if self.is_trained(spec, index) else 1
+    def rescore_defaults(self, spec: IndexSpec, index: faiss.Index) -> tuple[bool, float] | None:
+        """IVF-PQ, once trained: re-scored when the ``rerank`` param is above 1, ``rerank`` candidates per result;
+        None for the exact flat fallback."""
+        if not self.is_trained(spec, index):
+            return None
+        rerank = int(spec.params.get("rerank", 1))
+        return rerank > 1, float(rerank)
 
     def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
         """IVF-PQ: ``nprobe`` set from params on a trained index read from a snapshot."""

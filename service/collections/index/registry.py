@@ -11,10 +11,12 @@ from typing import Any
 
 from service.collections.index.base import IndexConfigError, IndexType
 from service.collections.index.flat import FlatType
+from service.collections.index.flat_sq import FlatSQType
 from service.collections.index.hnsw import HNSWType
+from service.collections.index.hnsw_sq import HNSWSQType
 from service.collections.index.ivf_pq import IVFPQType
 
-_TYPES: dict[str, IndexType] = {t.name: t for t in (FlatType(), HNSWType(), IVFPQType())}
+_TYPES: dict[str, IndexType] = {t.name: t for t in (FlatType(), HNSWType(), IVFPQType(), FlatSQType(), HNSWSQType())}
 
 
 def register(index_type: IndexType) -> None:

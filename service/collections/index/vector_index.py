@@ -9,6 +9,7 @@ differs between types (params, construction, training, search parameters, rebuil
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import zlib
@@ -20,7 +21,7 @@ import faiss
 import numpy as np
 
 from artifact_contract.fsio import fsync_dir
-from service.collections.index.base import IndexSpec
+from service.collections.index.base import IndexSpec, QuantizationSearch
 from service.collections.index.exact import exact_search
 from service.collections.index.registry import get_type
 from service.collections.metric import is_distance
@@ -83,9 +84,30 @@ class VectorIndex:
         """Still on the untrained fallback while ``live_count`` is enough to train the configured index."""
         return not self.trained and self.type.train_sample_size(self.spec, live_count) is not None
 
-    def rerank_factor(self) -> int:
-        """Candidates per result to re-score exactly with the stored vectors (1: the index's scores are final)."""
-        return self.type.rerank_factor(self.spec, self.index)
+    @property
+    def quantized(self) -> bool:
+        """Whether searches score compressed codes (a quantized type, trained): then a search's
+        :class:`~.base.QuantizationSearch` applies."""
+        return self.type.rescore_defaults(self.spec, self.index) is not None
+
+    def ignores_quantization(self, quantization: QuantizationSearch | None) -> bool:
+        """Whether a search asks to ignore this index's codes (``quantization.ignore`` on a quantized index): it is
+        then answered from the original vectors, exactly."""
+        return quantization is not None and quantization.ignore and self.quantized
+
+    def rescore_candidates(self, k: int, quantization: QuantizationSearch | None = None) -> int | None:
+        """How many candidates of an approximate search for ``k`` results to re-score exactly with the stored
+        vectors: ``ceil(oversampling * k)`` (at least ``k``) when the index is quantized and rescoring is on, the
+        type's defaults (:meth:`~.base.IndexType.rescore_defaults`) overridden by ``quantization``'s ``rescore`` and
+        ``oversampling``; None when the index's scores are final (not quantized, or ``rescore: false``)."""
+        defaults = self.type.rescore_defaults(self.spec, self.index)
+        if defaults is None:
+            return None
+        rescore, oversampling = defaults
+        if quantization is not None:
+            rescore = rescore if quantization.rescore is None else quantization.rescore
+            oversampling = oversampling if quantization.oversampling is None else quantization.oversampling
+        return max(k, math.ceil(k * oversampling - 1e-9)) if rescore else None
 
     def id_array(self) -> np.ndarray | None:
         """All ids of an index wrapped in an ``IndexIDMap2``, int64; None when the index stores ids natively."""
@@ -110,6 +132,18 @@ class VectorIndex:
         if vectors.ndim != 2 or vectors.shape[1] != self.spec.dimension or len(ids) != len(vectors):
             raise ValueError(f"expected ({len(ids)}, {self.spec.dimension}) vectors, got {vectors.shape}")
         self.index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+        if self.type.trains_on_add and not self.trained and (n := self.type.train_sample_size(self.spec, self.live)):
+            self._train_in_place(n)
+
+    def _train_in_place(self, n: int) -> None:
+        """Replace the untrained index by the trained one over the same live vectors, trained on at most ``n`` of
+        them (a seeded random sample); the tombstones go with the old index."""
+        ids, held = self.held()
+        sample = held if len(held) <= n else held[np.random.default_rng(0).choice(len(held), n, replace=False)]
+        trained = self.type.create_trained(self.spec, np.ascontiguousarray(sample))
+        trained.add_with_ids(np.ascontiguousarray(held), ids)
+        self.index, self._tombstones = trained, set()
+        self._refresh_tomb_selector()
 
     def remove(self, ids: np.ndarray, may_be_absent: bool = False) -> None:
         """Remove ``ids`` (int64); absent ids are ignored. A type that cannot remove in place tombstones them.

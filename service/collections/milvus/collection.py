@@ -302,8 +302,10 @@ class MilvusCollection:
         consistency=STRONG,
         using=None,
         exact=False,
+        quantization=None,
     ):
-        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``.
+        """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``
+        (``quantization`` has no effect: no index here is quantized).
 
         Raises:
             CollectionClosed, ModelChanged; InvalidCollectionRequest: a multi-example query (not on Milvus).

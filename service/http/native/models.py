@@ -18,7 +18,7 @@ from pydantic import (
 
 from service.collections.index import index_kinds
 from service.collections.payload_checks import check_payload_values
-from service.collections.query_model import Rerank, SearchQuery
+from service.collections.query_model import QuantizationSearch, Rerank, SearchQuery
 
 IndexKind = Literal[index_kinds()]  # the registered index types, listed in the OpenAPI schema
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]  # a number: not true/false, not a string
@@ -158,13 +158,25 @@ class RerankOptions(BaseModel):
     weight: FiniteFloat = Field(1.0, ge=0.0, le=1.0)
 
 
+class QuantizationIn(BaseModel):
+    """How a quantized index (``flat_sq``, ``hnsw_sq``; IVF-PQ's codes too) is searched, as Qdrant's
+    ``QuantizationSearchParams``: ``ignore`` (score the stored originals, exactly), ``rescore`` (re-score the
+    candidates with the originals; default: the index's, true for ``*_sq``), ``oversampling`` (candidates per result,
+    >= 1; default: the index's, 1 for ``*_sq``). No effect on an index that is not quantized (yet)."""
+
+    model_config = ConfigDict(extra="forbid")
+    ignore: StrictBool = False
+    rescore: StrictBool | None = None
+    oversampling: Annotated[FiniteFloat, Field(ge=1, le=1000)] | None = None
+
+
 class SearchRequest(BaseModel):
     """One search: ``query`` (a text, a dense vector or a sparse ``{indices, values}``) by the vector ``using``
     (default: the model-bound one, else the only dense one), ``top_k``, optional ``filter`` and ``score_threshold``;
     ``exact``: score every stored vector instead of searching the approximate index. ``mode``: ``dense`` (the
     model-bound vector), ``sparse`` (the sparse vector bound to ``qdrant/bm25``) or ``hybrid`` (a text searched by
     both, ``candidates`` hits each, fused by ``fusion``: ``rrf``, its constant ``rrf_k`` default 2 as Qdrant's, or
-    ``dbsf``)."""
+    ``dbsf``). ``quantization``: how a quantized index is searched (:class:`QuantizationIn`)."""
 
     model_config = ConfigDict(extra="forbid")
     query: (
@@ -185,6 +197,7 @@ class SearchRequest(BaseModel):
     with_payload: StrictBool = True
     with_text: StrictBool = True
     rerank: RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
+    quantization: QuantizationIn | None = None
 
     def compiled(self) -> SearchQuery:
         """The core's query (:class:`~service.collections.query_model.SearchQuery`) of this search."""
@@ -203,6 +216,7 @@ class SearchRequest(BaseModel):
             rrf_k=self.rrf_k,
             candidates=self.candidates,
             rerank=None if r is None else Rerank(r.model, r.candidates, r.top_n, r.weight),
+            quantization=None if (q := self.quantization) is None else QuantizationSearch(**q.model_dump()),
         )
 
 

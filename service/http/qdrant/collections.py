@@ -7,8 +7,9 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 * ``PUT /collections/{collection_name}`` (create), ``DELETE /collections/{collection_name}``;
 * ``PATCH /collections/{collection_name}`` (update): the storage and cluster settings a creation ignores are accepted
   with no effect (``optimizers_config``, as in Qdrant's bulk-upload recipe that turns indexing off and on,
-  ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``); refused with 422:
-  ``m``/``ef_construct`` (an existing collection's index is not rebuilt), quantization, sparse vectors; ``metadata``
+  ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``, a
+  ``quantization_config`` equal to the vector's); refused with 422: ``m``/``ef_construct`` and a quantization change
+  (an existing collection's index is not rebuilt), sparse vectors; ``metadata``
   is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
 * ``PUT /collections/{collection_name}/index`` (create a payload index: ``{field_name, field_schema}``, the schema a
   type name or a ``*IndexParams`` object; :mod:`service.collections.payload_indexes`) and ``DELETE
@@ -27,9 +28,12 @@ dimension is bound to the model (``Document`` texts embedded here, re-embedded o
 native ``GET /collections/{name}``'s ``model``), every other is client-supplied (any size). ``metadata`` (a JSON
 object) is kept with the collection and answered as given in ``config.metadata`` (null when none was given). ``hnsw_config`` (the collection's,
 then each vector's) -> an ``hnsw`` index (``m`` -> ``M``, ``ef_construct`` -> ``ef_construction``; ``m: 0``,
-Qdrant's "no HNSW graph", -> an exact ``flat`` index). ``sparse_vectors: {name: {modifier}}`` -> sparse vectors
+Qdrant's "no HNSW graph", -> an exact ``flat`` index). ``quantization_config: {scalar: {type: int8, quantile,
+always_ram}}`` (the collection's, or a vector's over it) -> the same index over int8 codes, ``hnsw_sq`` or ``flat_sq``
+(:mod:`service.collections.index.flat_sq`: codes in RAM, originals in the store, rescored; answered in the info's
+``quantization_config``). ``sparse_vectors: {name: {modifier}}`` -> sparse vectors
 (``idf`` or none; searched exactly), multivectors (``multivector_config`` with ``max_sim``: client-supplied, searched
-exactly). Refused with 422: quantization, a datatype other than float32,
+exactly). Refused with 422: product and binary quantization, a datatype other than float32,
 the Manhattan distance, ``init_from``, custom sharding; on the milvus backend, anything but one model-bound vector
 (Milvus 2.3's limit). Cluster tuning (shards, replication, WAL, optimizers, on-disk flags) is accepted and has no
 effect. IVF-PQ has no Qdrant equivalent: create it through the native API; it is then usable here.
@@ -51,7 +55,7 @@ from service.http.qdrant.models import (
     VectorNameConfig,
     VectorParams,
 )
-from service.http.qdrant.vectors import HNSW_IGNORED, dense_config, params_of
+from service.http.qdrant.vectors import HNSW_IGNORED, dense_config, params_of, quantization_of, scalar_params
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 
@@ -64,7 +68,6 @@ def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, A
         InvalidCollectionRequest: a setting that does not map (see the module docstring).
     """
     for given, what, param in (
-        (body.quantization_config, "quantization", "quantization_config"),
         (body.init_from, "init_from", "init_from"),
         (body.sharding_method not in (None, "auto"), "custom sharding", "sharding_method"),
     ):
@@ -74,7 +77,8 @@ def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, A
     dense: dict[str, Any] = {}
     bound = next((n for n, vp in given.items() if vp.size == dimension and not vp.multivector_config), None)
     for name, vp in given.items():
-        dense[name] = dense_config(vp, name == bound, body.hnsw_config or {}, f"vectors.{name}" if name else "vectors")
+        at = f"vectors.{name}" if name else "vectors"
+        dense[name] = dense_config(vp, name == bound, body.hnsw_config or {}, at, body.quantization_config)
     sparse = {n: {"modifier": p.modifier or "none"} for n, p in (body.sparse_vectors or {}).items()}
     return dense, sparse
 
@@ -111,7 +115,7 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
                 "flush_interval_sec": 5,
             },
             "wal_config": {"wal_capacity_mb": 32, "wal_segments_ahead": 0},
-            "quantization_config": None,
+            "quantization_config": quantization_of(info)[0],
             "metadata": (info.get("vectors") or {}).get("metadata"),
         },
         "payload_schema": info.get("payload_indexes") or {},
@@ -153,16 +157,22 @@ async def create_collection(collection_name: str, body: CreateCollection, reques
 async def update_collection(collection_name: str, body: UpdateCollection, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``PATCH /collections/{collection_name}`` -> ``true`` (module docstring: what is accepted
     with no effect and what is refused). Errors: 404, 422."""
-    await svc.collection(collection_name)
+    _, each = quantization_of(await svc.info(collection_name))
     hnsw = dict(body.hnsw_config or {})
-    quantization = [body.quantization_config]
+    asked = dict.fromkeys(each, body.quantization_config) if body.quantization_config is not None else {}
     for name, diff in (body.vectors or {}).items():
         if unknown := set(diff) - {"hnsw_config", "quantization_config", "on_disk", "memory"}:
             raise InvalidCollectionRequest(f"vectors.{name}: unknown fields {sorted(unknown)}", param="vectors")
         hnsw.update(diff.get("hnsw_config") or {})
-        quantization.append(diff.get("quantization_config"))
+        if diff.get("quantization_config") is not None:
+            asked[name] = diff["quantization_config"]
+    kept = lambda q: q and (q["type"], q["quantile"])  # noqa: E731 (always_ram: no effect here)
+    changed = any(
+        kept(scalar_params(c, "quantization_config")) != kept((each.get(n) or {}).get("scalar"))
+        for n, c in asked.items()
+    )
     for given, what, param in (
-        (any(q not in (None, "Disabled") for q in quantization), "quantization", "quantization_config"),
+        (changed, "changing quantization_config (the index is not rebuilt)", "quantization_config"),
         (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
         (
             {"m", "ef_construct"} & set(hnsw),

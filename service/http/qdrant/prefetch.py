@@ -25,6 +25,7 @@ from service.collections.errors import InvalidCollectionRequest
 from service.collections.formula import FormulaSpec, map_conditions
 from service.collections.fusion import FUSIONS
 from service.collections.query_model import QueryNode, SearchQuery
+from service.http.qdrant import search_params
 from service.http.qdrant.filters import translate
 from service.http.qdrant.models import Prefetch
 
@@ -83,25 +84,26 @@ async def build(
         for i, p in enumerate(given)
     ]
     where = translate(r.filter, f"{param}filter")
-    exact = bool((r.params or {}).get("exact"))
+    exact, q = search_params.exact(r.params), search_params.quantization(r.params, param)
     fusion = _fusion(r.query, f"{param}query")
     if fusion is not None:
         if not children:
             raise InvalidCollectionRequest(f"{param}query: a fusion needs prefetches", f"{param}query")
-        search = SearchQuery(None, limit, where, r.score_threshold, with_payload, False, r.using, exact)
+        search = SearchQuery(None, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q)
         return QueryNode(search, children, *fusion)
     spec = _formula(r.query, f"{param}query")
     if spec is not None or r.query is None:  # a formula re-scores the prefetches' points; no query: a scroll
         if spec is not None and not children:
             raise InvalidCollectionRequest(f"{param}query: a formula needs prefetches", f"{param}query")
-        search = SearchQuery(None, limit, where, r.score_threshold, with_payload, False, r.using, exact)
+        search = SearchQuery(None, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q)
         return QueryNode(search, children, formula=spec)
     vec, excluded, model = await query_vector(r.query, f"{param}query", r.using, r.lookup_from)
     models.append(model)
     if excluded:
         nots = {"$not": {"$ids": excluded}}
         where = {"$and": [where, nots]} if where else nots
-    return QueryNode(SearchQuery(vec, limit, where, r.score_threshold, with_payload, False, r.using, exact), children)
+    search = SearchQuery(vec, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q)
+    return QueryNode(search, children)
 
 
 __all__ = ["Prefetch", "build"]

@@ -21,8 +21,8 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Points"/"
 * ``POST .../points/search`` and ``.../points/search/batch`` (legacy): ``vector`` (floats, ``{name, vector}`` or a
   ``NamedSparseVector``), with the same options; ``limit`` required.
 
-``params.exact: true`` scores every stored vector (no approximate index); the rest of ``params`` (``hnsw_ef``,
-quantization) is accepted and has no effect. ``offset + limit`` is at most ``collections_max_top_k``.
+``params``: :mod:`.search_params` (``exact: true`` scores every stored vector; ``quantization`` says how a
+quantized index is searched; the rest is accepted with no effect). ``offset + limit`` is at most ``collections_max_top_k``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from service.collections.query_model import QueryNode, SearchQuery
 from service.collections.service import CollectionService
 from service.collections.vector_backend import ResponseBudget
 from service.http.kit import JSONRoute
-from service.http.qdrant import explore, ordered, prefetch
+from service.http.qdrant import explore, ordered, prefetch, search_params
 from service.http.qdrant.envelope import PREFIX, Service, ok, unsupported
 from service.http.qdrant.filters import translate
 from service.http.qdrant.ids import QdrantId
@@ -95,6 +95,7 @@ def _spec(
     vector: Any,
     using: str | None = None,
     params: dict[str, Any] | None = None,
+    param: str = "",
 ) -> Spec:
     search = SearchQuery(
         query=query,
@@ -104,7 +105,8 @@ def _spec(
         with_payload=bool(payload),
         with_text=False,
         using=using,
-        exact=bool((params or {}).get("exact")),
+        exact=search_params.exact(params),
+        quantization=search_params.quantization(params, param),
     )
     return Spec(search, offset, payload, vector)
 
@@ -206,7 +208,9 @@ async def plan(svc: CollectionService, name: str, r: QueryRequest, param: str) -
     if excluded:  # alone, a search for that many more hits on either backend (embedded: search.left_out)
         nots = {"$not": {"$ids": excluded}}
         where = {"$and": [where, nots]} if where else nots
-    spec = _spec(query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector, r.using, r.params)
+    spec = _spec(
+        query, top_k, where, r.score_threshold, offset, r.with_payload, r.with_vector, r.using, r.params, param
+    )
     spec.model, spec.mmr = model, diversity
     return spec
 
@@ -341,6 +345,7 @@ def _legacy(svc: CollectionService, r: LegacySearch, param: str) -> Spec:
         r.with_vector,
         r.vector.name if named else None,
         r.params,
+        param,
     )
 
 

@@ -24,17 +24,22 @@ METRICS = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
 DISTANCES = {v: k for k, v in METRICS.items()}
 
 
-def dense_config(vp: VectorParams, bind: bool, hnsw: dict[str, Any], param: str) -> dict[str, Any]:
+def dense_config(
+    vp: VectorParams, bind: bool, hnsw: dict[str, Any], param: str, quantization: Any = None
+) -> dict[str, Any]:
     """The native config of one Qdrant ``VectorParams`` as :func:`~service.collections.schema.new_vectors_config`
-    takes it (its ``hnsw_config`` over the collection's ``hnsw``: :func:`hnsw_index`).
+    takes it (its ``hnsw_config`` over the collection's ``hnsw``: :func:`hnsw_index`; its ``quantization_config``,
+    else the collection's ``quantization``: :func:`scalar_params`).
 
     Raises:
-        InvalidCollectionRequest: quantization, a multivector comparator other than ``max_sim``, a datatype other
-            than float32, Manhattan.
+        InvalidCollectionRequest: a quantization other than scalar int8 or on a multivector, a multivector comparator
+            other than ``max_sim``, a datatype other than float32, Manhattan.
     """
     multi = vp.multivector_config
+    at_q = f"{param}.quantization_config" if vp.quantization_config is not None else "quantization_config"
+    scalar = scalar_params(vp.quantization_config if vp.quantization_config is not None else quantization, at_q)
     for given, what, at in (
-        (vp.quantization_config, "quantization", f"{param}.quantization_config"),
+        (multi and scalar, "quantization of a multivector (searched exactly, without an index)", at_q),
         (
             multi and (not isinstance(multi, dict) or multi.get("comparator") != "max_sim"),
             "a multivector comparator other than max_sim",
@@ -49,7 +54,51 @@ def dense_config(vp: VectorParams, bind: bool, hnsw: dict[str, Any], param: str)
     if multi:  # searched exactly by MAX_SIM: no index
         return {"bound": False, "size": vp.size, "metric": METRICS[vp.distance], "multivector": True}
     index = hnsw_index({**hnsw, **(vp.hnsw_config or {})}, param)
+    if scalar is not None:  # the same index over int8 codes, rescored from the stored originals
+        index = {"index": QUANTIZED[index["index"]], "params": {**index["params"], "quantization": scalar}}
     return {"bound": bind, "size": vp.size, "metric": METRICS[vp.distance], **index}
+
+
+#: the index of a vector given a scalar ``quantization_config``, by the index it would have without one
+QUANTIZED = {"hnsw": "hnsw_sq", "flat": "flat_sq"}
+SCALAR_KEYS = {"type", "quantile", "always_ram", "memory"}
+
+
+def scalar_params(config: Any, param: str) -> dict[str, Any] | None:
+    """The native ``quantization`` params (``{type, quantile, always_ram}``) of a Qdrant ``QuantizationConfig``
+    (Qdrant API reference, schema ``ScalarQuantization``: ``{scalar: {type: int8, quantile, always_ram, memory}}``;
+    ``memory`` is accepted with no effect: the codes are in RAM here); None for none (null, or ``Disabled`` in an
+    update).
+
+    Raises:
+        InvalidCollectionRequest: product or binary quantization (``unsupported``), another type than int8, an
+            unknown key, a value that is not an object.
+    """
+    if config is None or config == "Disabled":
+        return None
+    if isinstance(config, dict) and set(config) & {"product", "binary"}:
+        raise unsupported(f"{sorted(set(config) & {'product', 'binary'})[0]} quantization", param)
+    scalar = config.get("scalar") if isinstance(config, dict) and set(config) == {"scalar"} else None
+    if not isinstance(scalar, dict):
+        raise InvalidCollectionRequest(f"{param} must be {{scalar: {{type: int8, ...}}}}", param=param)
+    if unknown := set(scalar) - SCALAR_KEYS:
+        raise InvalidCollectionRequest(f"{param}.scalar: unknown fields {sorted(unknown)}", param=param)
+    if scalar.get("type") != "int8":
+        raise unsupported(f"the scalar quantization type {scalar.get('type')!r} (int8 only)", f"{param}.scalar.type")
+    out = {k: scalar.get(k) for k in ("type", "quantile", "always_ram")}
+    if isinstance(q := out["quantile"], float):  # gRPC carries it as a float32: 0.99 -> 0.9900000095...
+        out["quantile"] = round(q, 6)
+    return out
+
+
+def quantization_of(info: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any] | None]]:
+    """``(collection's, {indexed dense vector's name: its})`` Qdrant ``quantization_config`` of a collection's native
+    info (None: none); the collection's is the vectors' when they all have the same one, else None."""
+    dense = (info.get("vectors") or {}).get("dense") or {}
+    each = {n: (v.get("params") or {}).get("quantization") for n, v in dense.items() if not v.get("multivector")}
+    each = {n: {"scalar": q} if q else None for n, q in each.items()}
+    common = next(iter(each.values())) if each and all(q == next(iter(each.values())) for q in each.values()) else None
+    return common, each
 
 
 HNSW_IGNORED = {"full_scan_threshold", "max_indexing_threads", "on_disk", "payload_m", "inline_storage", "memory"}
@@ -133,11 +182,13 @@ def shown(point: dict[str, Any] | None, sel: Any, cfg: VectorsConfig) -> Any:
 def params_of(info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``(vectors, sparse_vectors)`` of Qdrant's ``CollectionParams`` from a collection's native info."""
     vectors = info.get("vectors") or {"dense": {"": {"dimension": info["dimension"], "metric": info["metric"]}}}
+    common, quantized = quantization_of(info)
     dense = {
         n: {
             "size": v["dimension"],
             "distance": DISTANCES[v["metric"]],
             **({"multivector_config": {"comparator": "max_sim"}} if v.get("multivector") else {}),
+            **({"quantization_config": quantized[n]} if quantized.get(n) not in (None, common) else {}),
         }
         for n, v in vectors["dense"].items()
     }

@@ -1,0 +1,194 @@
+"""Scalar quantization of an embedded collection's index (``flat_sq``, ``hnsw_sq``) on real embeddings: STS-B
+sentences embedded with the default model, searched against exact search over the float32 originals. Rescoring
+(Qdrant's default) keeps recall@10 >= 0.95; ``rescore: false`` answers the codes' approximate scores; ``ignore``
+answers from the originals; ``oversampling`` sets how many candidates are rescored; a snapshot and a reopen keep the
+trained codes. The Qdrant and native routes: tests/service/http/qdrant/test_qdrant_quantization.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.collections.embedded import Collection
+from service.collections.index import IndexConfigError, IndexSpec, VectorIndex, normalize_params
+from service.collections.query_model import QuantizationSearch
+from service.collections.schema import VectorsConfig
+
+N, NQ, K, D = 1000, 50, 10, 384
+MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
+
+
+def sts_sentences(n: int) -> list[str]:
+    """The first ``n`` distinct sentences of STS-B's train split (columns 5 and 6)."""
+    import os
+
+    path = os.path.join(os.environ.get("SHARED_DATA_DIR", "/work/shared/data"), "sts/STSBenchmark/sts-train.csv")
+    seen: dict[str, None] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            for s in line.rstrip("\n").split("\t")[5:7]:
+                seen.setdefault(s, None)
+            if len(seen) >= n:
+                break
+    return list(seen)[:n]
+
+
+@pytest.fixture(scope="module")
+def sts(default_artifact):
+    """``(corpus (N, 384), queries (NQ, 384))``: unit-normalised embeddings of distinct STS-B sentences."""
+    from service.inference.onnx_encoder import OnnxModel
+
+    model = OnnxModel(default_artifact, providers=["CPUExecutionProvider"], intra_op_threads=1)
+    X = model.embed_sync(sts_sentences(N + NQ)).astype(np.float32)
+    return X[:N], X[N:]
+
+
+def exact_top(X: np.ndarray, Q: np.ndarray, k: int = K) -> tuple[np.ndarray, np.ndarray]:
+    S = Q @ X.T
+    top = np.argsort(-S, axis=1, kind="stable")[:, :k]
+    return top, np.take_along_axis(S, top, 1)
+
+
+def recall(hits: list[list], truth: np.ndarray) -> float:
+    return float(np.mean([len({h.id for h in row} & set(t.tolist())) / len(t) for row, t in zip(hits, truth)]))
+
+
+@pytest.fixture(scope="module", params=["flat_sq", "hnsw_sq"])
+def col(request, sts, tmp_path_factory):
+    """A trained quantized collection of the STS-B corpus: ``{c, path, kind}`` (a test may reopen ``c``)."""
+    kind, (X, _) = request.param, sts
+    path = tmp_path_factory.mktemp(kind) / "c"
+    spec = IndexSpec(kind, "cosine", normalize_params(kind, {"min_train_points": 500}, D), D)
+    c = Collection.create(path, VectorsConfig.single(spec, MODEL))
+    c.upsert(list(range(400)), [f"s{i}" for i in range(400)], [{} for _ in range(400)], X[:400])
+    assert not c.index.quantized and c.info()["index"]["in_use"] == "flat (until trained)"
+    c.upsert(list(range(400, N)), [f"s{i}" for i in range(400, N)], [{} for _ in range(400, N)], X[400:])
+    assert c.index.quantized and c.info()["index"]["in_use"] == kind  # the write past min_train_points trained it
+    assert c.maintain() is None
+    state = {"c": c, "path": path, "kind": kind}
+    yield state
+    state["c"].close()
+
+
+def test_rescored_search_keeps_recall_and_answers_exact_scores(col, sts):
+    X, Q = sts
+    c = col["c"]
+    assert c.index.quantized and c.info()["index"]["trained"]
+    truth, _ = exact_top(X, Q)
+    hits = c.search(Q, K)
+    assert recall(hits, truth) >= 0.95
+    for qi, row in enumerate(hits):  # rescored from the stored float32 originals
+        assert np.allclose([h.score for h in row], X[[h.id for h in row]] @ Q[qi], atol=1e-5)
+
+
+def test_rescore_false_answers_the_codes_approximate_scores(col, sts):
+    X, Q = sts
+    c = col["c"]
+    hits = c.search(Q, K, quantization=QuantizationSearch(rescore=False))
+    raw_scores, _ = c.index.search(c.bound.prepare(Q), K)  # the index's own scores, by internal id
+    approx = np.array([[h.score for h in row] for row in hits])
+    exact = np.array([X[[h.id for h in row]] @ Q[qi] for qi, row in enumerate(hits)])
+    assert np.allclose(approx, raw_scores, atol=1e-6)
+    assert np.abs(approx - exact).max() > 1e-4  # int8 codes: not the originals' scores
+    assert recall(hits, exact_top(X, Q)[0]) >= 0.8
+
+
+def test_ignore_answers_from_the_originals(col, sts):
+    X, Q = sts
+    c = col["c"]
+    truth, scores = exact_top(X, Q)
+    hits = c.search(Q, K, quantization=QuantizationSearch(ignore=True))
+    assert [[h.id for h in row] for row in hits] == truth.tolist()
+    assert np.allclose([[h.score for h in row] for row in hits], scores, atol=1e-5)
+
+
+def test_oversampling_sets_the_candidates_rescored(col, sts, monkeypatch):
+    X, Q = sts
+    c, asked = col["c"], []
+    search = VectorIndex.search
+    monkeypatch.setattr(
+        VectorIndex, "search", lambda self, q, k, allowed=None: asked.append(k) or search(self, q, k, allowed)
+    )
+    truth = exact_top(X, Q)[0]
+    default = c.search(Q, K)
+    more = c.search(Q, K, quantization=QuantizationSearch(oversampling=3.0))
+    c.search(Q, K, quantization=QuantizationSearch(oversampling=1.25))
+    c.search(Q, K, quantization=QuantizationSearch(rescore=False, oversampling=3.0))
+    c.search(Q, K, quantization=QuantizationSearch(ignore=True))  # the originals: no index search
+    assert asked == [K, 3 * K, 13, K]
+    assert recall(more, truth) >= recall(default, truth)
+
+
+def test_codes_in_ram_are_smaller_than_the_floats(col):
+    c = col["c"]
+    floats = N * D * 4
+    assert c.index.memory_bytes() < floats * (0.4 if col["kind"] == "flat_sq" else 0.6)
+
+
+def test_snapshot_and_reopen_keep_the_trained_codes(col, sts):
+    X, Q = sts
+    c = col["c"]
+    before = [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)]
+    assert c.snapshot() is not None
+    c.close()
+    col["c"] = c = Collection.open(col["path"])
+    info = c.info()["index"]
+    assert (info["type"], info["in_use"], info["trained"]) == (col["kind"], col["kind"], True)
+    assert info["params"]["quantization"] == {"type": "int8", "quantile": None, "always_ram": None}
+    assert [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)] == before
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"quantization": {"type": "binary"}},
+        {"quantization": {"type": "int8", "quantile": 0.3}},
+        {"quantization": {"type": "int8", "bits": 4}},
+        {"quantization": "int8"},
+        {"min_train_points": 1},
+        {"min_train_points": 100, "train_sample": 50},
+        {"nlist": 4},
+    ],
+)
+def test_bad_params_are_refused(params):
+    for kind in ("flat_sq", "hnsw_sq"):
+        with pytest.raises(IndexConfigError):
+            normalize_params(kind, params, D)
+
+
+def test_quantile_trains_each_dimension_on_its_central_values():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4000, 16)).astype(np.float32)
+    X[:8] *= 50  # outliers: the whole range spends most codes on them
+    Q, ids = X[100:200] + 0.1 * rng.standard_normal((100, 16)).astype(np.float32), np.arange(4000, dtype=np.int64)
+    truth = np.argsort(((Q[:, None, :] - X[None]) ** 2).sum(-1), axis=1)[:, :K]
+    got = {}
+    for quantile in (None, 0.99):
+        params = normalize_params("flat_sq", {"quantization": {"quantile": quantile}}, 16)
+        vi = VectorIndex.build(IndexSpec("flat_sq", "l2", params, 16), [(ids, X)], train_sample=X)
+        got[quantile] = np.mean([len(set(r) & set(t)) / K for r, t in zip(vi.search(Q, K)[1], truth)])
+    assert got[0.99] > got[None] + 0.1, got
+
+
+@pytest.mark.parametrize("kind", ["flat_sq", "hnsw_sq"])
+def test_a_client_supplied_vector_is_quantized_too(kind, tmp_path):
+    """A named vector's index has no maintenance: the write that reaches ``min_train_points`` trains it in place, and
+    a reopen (which rebuilds it from the store) trains it again."""
+    from service.collections.schema import DenseVector
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((300, 16)).astype(np.float32)
+    spec = IndexSpec(kind, "dot", normalize_params(kind, {"min_train_points": 250}, 16), 16)
+    c = Collection.create(tmp_path / "c", VectorsConfig({"v": DenseVector("v", spec)}, {}))
+    for s in range(0, 300, 100):
+        c.upsert(list(range(s, s + 100)), ["t"] * 100, [{}] * 100, None, named=[{"v": x} for x in X[s : s + 100]])
+        assert c.named.indexes["v"].quantized is (s + 100 >= 250)
+    c.delete(ids=[0, 1])
+    hits = c.search(X[5:6], K, using="v", quantization=QuantizationSearch(rescore=False))[0]
+    assert {h.id for h in hits}.isdisjoint({0, 1}) and abs(hits[0].score - float(X[5] @ X[hits[0].id])) > 1e-6
+    exact = c.search(X[5:6], K, using="v")[0]  # rescored: the originals' scores
+    assert np.allclose([h.score for h in exact], [float(X[5] @ X[h.id]) for h in exact], atol=1e-5)
+    c.close()
+    c = Collection.open(tmp_path / "c")
+    assert c.named.indexes["v"].quantized and c.named.indexes["v"].live == 298
+    c.close()
