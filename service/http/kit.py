@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
@@ -15,6 +16,9 @@ from service.http.errors import APIError
 from service.http.middleware import WRITE_FLAG
 from service.inference.embedder import Embedder
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi._compat import ModelField  # the type of APIRoute.body_field
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -58,6 +62,30 @@ class JSONRequest(Request):
             self._json = await run_in_threadpool(_loads, body) if len(body) >= OFFLOAD_BODY_BYTES else _loads(body)
         return self._json
 
+    async def validate_off_loop(self, field: ModelField) -> None:
+        """Parse and validate a big JSON body against the route's body ``field`` on a worker thread, so that neither
+        holds up the event loop (pydantic validation of a 17 MB upsert takes seconds, its Python validators included).
+        The validated value is what :meth:`json` then answers, which FastAPI's own validation passes through (a model
+        instance is not validated again: pydantic's ``revalidate_instances='never'``). A body that is not JSON is left
+        for FastAPI to report as it does.
+
+        Raises:
+            RequestValidationError: the body does not validate (the same errors FastAPI gives, ``loc`` from ``body``).
+        """
+        body = await self.body()
+
+        def parsed_and_validated() -> tuple[Any, Any, list[Any]]:
+            raw = _loads(body)
+            return (raw, *field.validate(raw, {}, loc=("body",)))
+
+        try:
+            raw, value, errors = await run_in_threadpool(parsed_and_validated)
+        except ValueError:  # not JSON (UnicodeDecodeError included): FastAPI's path answers it
+            return
+        if errors:
+            raise RequestValidationError(errors, body=raw)
+        self._json = value
+
 
 # digits -> "0"; what may stand before the digits of a fraction or an exponent ("." "e" "E") -> "."; anything else
 # -> " ". An integer literal past 2**64 is then a " " followed by 20 "0"s (or 20 "0"s opening the body), while a
@@ -93,11 +121,25 @@ class JSONRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """FastAPI's handler, given a :class:`JSONRequest` (FastAPI docs, "Custom Request and APIRoute class")."""
         handler = super().get_route_handler()
+        single = self.body_field is not None and len(self.dependant.body_params) == 1 and not self._embed_body_fields
+        field = self.body_field if single else None  # FastAPI validates the whole body against it
 
         async def json_handler(request: Request) -> Response:
-            return await handler(JSONRequest(request.scope, request.receive))
+            req = JSONRequest(request.scope, request.receive)
+            if field is not None and _is_json(req.headers.get("content-type")):
+                if len(await req.body()) >= OFFLOAD_BODY_BYTES:
+                    await req.validate_off_loop(field)
+            return await handler(req)
 
         return json_handler
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether FastAPI reads a body of this content type as JSON (``application/json`` or ``application/*+json``)."""
+    if not content_type:
+        return False
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime.startswith("application/") and (mime == "application/json" or mime.endswith("+json"))
 
 
 def mark_write(request: Request) -> None:
