@@ -209,15 +209,17 @@ class Collection(PayloadIndexing):
             return what
 
     def changes_since_snapshot(self) -> int:
-        """Writes (sequence numbers) not covered by the newest snapshot."""
-        return self.bound.changes_since_snapshot(self._seq)
+        """Writes (sequence numbers) not covered by the newest snapshot (FAISS's or a sparse index's)."""
+        sparse = self.named.snapshot_seq
+        return self._seq - min(self.bound.snapshot_seq, self._seq if sparse is None else sparse)
 
     def seconds_since_snapshot(self) -> float:
         """Seconds since the last snapshot (or since open)."""
         return self.bound.seconds_since_snapshot()
 
     def snapshot(self) -> int | None:
-        """Write a FAISS snapshot covering every write so far (atomically), prune what it covers.
+        """Write a FAISS snapshot and the sparse indexes' (:mod:`.sparse_snapshots`) covering every write so far
+        (atomically), prune what they cover.
 
         Returns the covered sequence number, or None when nothing changed since the last one.
         """
@@ -225,6 +227,7 @@ class Collection(PayloadIndexing):
             if self._locks.closed or self.changes_since_snapshot() == 0:
                 return None
             seq = self._seq
+            self.named.snapshot(seq)  # first: the FAISS snapshot prunes the removals that replaying it needs
             self.bound.snapshot(seq)
             return seq
 

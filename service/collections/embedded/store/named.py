@@ -115,11 +115,12 @@ def reconfigure(db_path: Path, vectors: dict[str, Any], cleared: list[str]) -> N
         conn.close()
 
 
-def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000) -> Iterator[tuple]:
-    """``(iids, lengths, terms, vals)`` chunks of every stored sparse vector ``name``, in internal-id order: int64
+def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000, after: int = -1) -> Iterator[tuple]:
+    """``(iids, lengths, terms, vals)`` chunks of the stored sparse vectors ``name`` of internal id past ``after``
+    (default: all), in internal-id order: int64
     ``(c,)`` twice, then uint32 and float32 ``(sum(lengths),)`` (the chunk's vectors one after another), read a chunk
     of rows at a time (no Python object per entry)."""
-    last = -1
+    last = after
     while True:
         rows = conn.execute(
             "SELECT iid, indices, vals FROM sparse_vectors WHERE field=? AND iid > ? ORDER BY iid LIMIT ?",
