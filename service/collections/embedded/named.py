@@ -108,6 +108,12 @@ class NamedIndexes:
         out.counts = {n: self.counts.get(n, 0) for n in [*out.dense, *config.sparse]}
         return out
 
+    def rebuilt(self, name: str) -> VectorIndex:
+        """A new index of the dense vector ``name`` with its configured spec, built from its stored values (the
+        config changed; to be swapped into :attr:`indexes` by the caller)."""
+        v = self.dense[name]
+        return VectorIndex.build(v.spec, tables.iter_dense(self.store.reader(), name, v.spec.dimension))
+
     def prepare(self, named: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The points' named vectors as stored: dense ones unit-normalised for cosine (float32), sparse as given.
 
