@@ -105,12 +105,14 @@ class BoundIndex:
         """Seconds since the last snapshot (or since open)."""
         return time.monotonic() - self.snapshot_time
 
-    def snapshot(self, seq: int) -> None:
+    def snapshot(self, seq: int, prune: int | None = None, write: bool = True) -> None:
         """Write a snapshot of the index covering the writes up to ``seq`` (atomically) and prune what it covers:
-        the store's removals and the older snapshots."""
-        if self.index is not None:
+        the store's removals (up to ``prune`` when that is lower: an index rebuilt beside replays those after it)
+        and the older snapshots. ``write`` false: no index file (the index no longer has the collection's config:
+        an open rebuilds it)."""
+        if self.index is not None and write:
             self.index.write_snapshot(snapshot_path(self.path, seq), seq)
-        self.store.prune_removed(seq)
+        self.store.prune_removed(seq if prune is None else min(seq, prune))
         remove_snapshots(self.path, below=seq)
         self.snapshot_seq, self.snapshot_time = seq, time.monotonic()
 

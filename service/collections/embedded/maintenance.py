@@ -8,34 +8,21 @@ in), and the snapshots that let an open skip rebuilding (FAISS's, :mod:`.snapsho
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 import time
+from collections.abc import Iterator
 
 from service.collections.embedded.bound_index import BoundIndex
 from service.collections.embedded.locks import CollectionLocks
 from service.collections.embedded.named import NamedIndexes
 from service.collections.embedded.reembedding import Reembedding
 from service.collections.embedded.store import Store
+from service.collections.embedded.store import named as tables
 from service.collections.errors import ReembeddingInProgress
-from service.collections.index import IndexSpec
+from service.collections.index import IndexSpec, VectorIndex, get_type
 from service.collections.schema import VectorsConfig
 
 log = logging.getLogger("service.collections")
-
-
-def record_bound_config(store: Store, spec: IndexSpec) -> None:
-    """Record the model-bound vector's index ``spec`` (``meta['config']``: index kind, metric, params, read back by
-    :func:`.store.files.vectors_from_meta` over the vectors' config) durably, on a connection of its own (the caller
-    holds the write mutex)."""
-    conn = sqlite3.connect(store.db_path, isolation_level=None, timeout=60.0)
-    try:
-        conn.execute("PRAGMA synchronous=FULL")
-        config = {"index": spec.kind, "metric": spec.metric, "params": spec.params}
-        conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(config),))
-    finally:
-        conn.close()
 
 
 class Maintenance:
@@ -51,6 +38,8 @@ class Maintenance:
     _locks: CollectionLocks
     _count: int
     _seq: int
+    #: while an index is rebuilt beside (:meth:`_rebuild_changed`): the write after which removals are replayed
+    _prune_floor: int | None = None
 
     def _record_vectors(self, new: VectorsConfig) -> NamedIndexes:
         """Store ``new`` as the collection's vectors (under the write mutex; :meth:`.named.NamedIndexes.reconfigure`)
@@ -66,7 +55,8 @@ class Maintenance:
             self.bound.forget_snapshots()
         named = self.named.reconfigure(new)
         if changed:
-            record_bound_config(self.store, new_b.spec)
+            spec = new_b.spec
+            self.store.set_meta(config={"index": spec.kind, "metric": spec.metric, "params": spec.params})
         return named
 
     def rebuilding(self) -> list[str]:
@@ -84,31 +74,92 @@ class Maintenance:
 
     def maintain(self) -> str | None:
         """Do the due maintenance (:meth:`needs_maintenance`): the new indexes are built beside the live ones, then
-        swapped in. Searches continue on the old indexes meanwhile; writes wait. Returns what was done."""
+        swapped in; searches continue on the old ones meanwhile. An index whose config changed is built while writes
+        go on too (:meth:`_rebuild_changed`); an HNSW rebuild or IVF-PQ training holds the write mutex (writes wait).
+        Returns what was done."""
+        if (what := self._rebuild_changed()) is not None:
+            return what
         with self._locks.mutex:
-            if not self.needs_maintenance():
+            if self._locks.closed or not self.bound.needs_maintenance(self._count):
                 return None
             t0 = time.monotonic()
-            done, bound, named = [], None, {}
-            b = self.vectors.bound
-            for name in self.rebuilding():
-                if b is not None and name == b.name:
-                    bound = self.bound.rebuilt(self._count, b.spec)[1]
-                    kind = b.spec.kind
-                else:
-                    named[name] = self.named.rebuilt(name)
-                    kind = named[name].spec.kind
-                done.append(f"rebuilt {name!r} as {kind} (index config changed)")
-            if bound is None and self.bound.needs_maintenance(self._count):
-                what, bound = self.bound.rebuilt(self._count)
-                done.append(what)
+            what, new = self.bound.rebuilt(self._count)
             with self._locks.swapping():
-                if bound is not None:
-                    self.bound.use(bound)
-                self.named.indexes.update(named)
-            what = ", ".join(done)
+                self.bound.use(new)
             log.info("collection %s: %s over %d points in %.2fs", self.name, what, self._count, time.monotonic() - t0)
             return what
+
+    def _live(self, name: str) -> tuple[IndexSpec, VectorIndex | None, int]:
+        """``(configured spec, index in use, points holding it)`` of the dense vector ``name`` (under the mutex)."""
+        b = self.vectors.bound
+        if b is not None and name == b.name:
+            return b.spec, self.bound.index, self._count
+        v = self.named.dense.get(name)
+        return (v.spec if v else None), self.named.indexes.get(name), self.named.counts.get(name, 0)
+
+    def _rows(self, name: str, dim: int, upto_iid: int | None = None, after: tuple[int, int] = (-1, 0)) -> Iterator:
+        """``(iids, vectors)`` chunks of the stored vector ``name`` (of dimension ``dim``) with internal ids up to
+        ``upto_iid`` (None: all), and past ``after = (internal id, write)`` (those stored after that write)."""
+        if name == self.bound_name:
+            chunks = self.store.iter_vectors(dim, after_seq=after[1])  # by the points' write sequence (indexed)
+        else:
+            chunks = tables.iter_dense(self.store.reader(), name, dim, after=after[0])
+        for ids, vecs in chunks:
+            keep = ids <= upto_iid if upto_iid is not None else slice(None)
+            yield ids[keep], vecs[keep]
+
+    def _rebuild_changed(self) -> str | None:
+        """Rebuild the indexes whose config changed (:meth:`rebuilding`) without holding the write mutex: the points
+        stored up to the write ``seq0`` (internal ids up to ``last``) are indexed while writes and searches go on,
+        then, under the mutex, the points removed after ``seq0`` are dropped and those stored after it added (the
+        ``removed`` table is not pruned past ``seq0`` meanwhile: :meth:`snapshot`), and the index is swapped in when
+        its vector still has that config and that old index. Returns what was done (None: nothing to rebuild)."""
+        with self._locks.mutex:
+            names = [] if self._locks.closed else self.rebuilding()
+            if not names:
+                return None
+            seq0, last = self._seq, int(self.store.meta()["next_iid"]) - 1
+            plan = {n: self._live(n)[:2] for n in names}
+            self._prune_floor = seq0
+        try:
+            t0, built = time.monotonic(), {}
+            for n, (spec, _) in plan.items():  # no lock held: writes and searches go on
+                count = self._live(n)[2]
+                size = get_type(spec.kind).train_sample_size(spec, count)
+                sample = self.store.sample_vectors(spec.dimension, size) if size and n == self.bound_name else None
+                built[n] = VectorIndex.build(spec, self._rows(n, spec.dimension, last), train_sample=sample)
+            with self._locks.mutex:
+                if self._locks.closed:
+                    return None
+                removed, done = self.store.removed_after(seq0), []
+                for n, index in built.items():
+                    spec, old, count = self._live(n)
+                    if (spec, old) != plan[n]:  # the config or the index changed meanwhile: built again later
+                        continue
+                    index.remove(removed, may_be_absent=True)
+                    for ids, vecs in self._rows(n, spec.dimension, after=(last, seq0)):
+                        index.add(ids, vecs)
+                    if index.live != count:  # never swap in a wrong index: rebuilt again by the next maintenance
+                        log.warning(
+                            "collection %s: rebuilt %r holds %d vectors, not %d", self.name, n, index.live, count
+                        )
+                        continue
+                    with self._locks.swapping():
+                        if n == self.bound_name:
+                            self.bound.use(index)
+                        else:
+                            self.named.indexes[n] = index
+                    done.append(f"rebuilt {n!r} as {spec.kind} (index config changed)")
+            what = ", ".join(done) or "index rebuilds dropped (the config changed meanwhile)"
+            log.info("collection %s: %s in %.2fs", self.name, what, time.monotonic() - t0)
+            return what
+        finally:
+            self._prune_floor = None
+
+    @property
+    def bound_name(self) -> str | None:
+        """The model-bound vector's name (None without one)."""
+        return self.vectors.bound.name if self.vectors.bound is not None else None
 
     def changes_since_snapshot(self) -> int:
         """Writes (sequence numbers) not covered by the newest snapshot (FAISS's or a sparse index's)."""
@@ -130,5 +181,7 @@ class Maintenance:
                 return None
             seq = self._seq
             self.named.snapshot(seq)  # first: the FAISS snapshot prunes the removals that replaying it needs
-            self.bound.snapshot(seq)
+            b = self.vectors.bound  # an index being rebuilt for a new config is not saved: an open rebuilds it
+            current = b is None or self.bound.index is None or self.bound.spec == b.spec
+            self.bound.snapshot(seq, prune=self._prune_floor, write=current)
             return seq

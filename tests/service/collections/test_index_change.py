@@ -72,3 +72,47 @@ def test_a_spec_that_does_not_normalise_is_refused():
     with pytest.raises(InvalidCollectionRequest):
         with_indexes(cfg, {"": ("hnsw_sq", {"quantization": {"type": "binary"}})})
     assert with_indexes(cfg, {"": ("hnsw", {})}) is None
+
+
+def test_writes_go_on_while_the_index_is_rebuilt_and_are_in_it(tmp_path, monkeypatch):
+    """The build of the new index held open (its build function waits) while points are added, replaced and deleted
+    and a snapshot is taken: none of them waits for it, and the index swapped in holds exactly the live points
+    (each found as its own nearest, the deleted ones never)."""
+    import threading
+
+    from service.collections.index import VectorIndex
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((N + 100, D)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    c = Collection.create(tmp_path / "c", VectorsConfig.single(IndexSpec("flat", "cosine", {}, D), MODEL))
+    c.upsert(list(range(N)), [""] * N, [{}] * N, X[:N])
+    c.update_vectors(lambda cfg: with_indexes(cfg, {"": ("flat_sq", {})}))
+    built, release, build = threading.Event(), threading.Event(), VectorIndex.build
+
+    def held_build(spec, chunks, train_sample=None):
+        out = build(spec, chunks, train_sample=train_sample)
+        built.set()
+        assert release.wait(30)
+        return out
+
+    monkeypatch.setattr(VectorIndex, "build", held_build)
+    t = threading.Thread(target=lambda: c.maintain())
+    t.start()
+    try:
+        assert built.wait(30)
+        c.upsert(list(range(N, N + 50)), [""] * 50, [{}] * 50, X[N : N + 50])  # new points
+        c.upsert(list(range(20)), [""] * 20, [{}] * 20, X[N + 50 : N + 70])  # replaced: new vectors
+        c.delete(list(range(20, 50)))
+        assert c.snapshot()  # keeps the removals the rebuild replays
+        assert not release.is_set() and c.info()["rebuilding"] == [""]
+    finally:
+        release.set()
+        t.join()
+    truth = {i: X[i] for i in range(50, N + 50)} | {i: X[N + 50 + i] for i in range(20)}
+    assert c.info()["rebuilding"] == [] and c.index.quantized and c.index.live == c.count == len(truth)
+    probe = [*range(20), *range(20, 50), *range(N, N + 50), *range(50, 1000, 50)]
+    hits = c.search(np.stack([truth.get(i, X[i]) for i in probe]), 3, with_payload=False, with_text=False)
+    for i, row in zip(probe, hits):
+        assert (row[0].id == i and row[0].score > 0.999) if i in truth else all(h.id != i for h in row)
+    c.close()

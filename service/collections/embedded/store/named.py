@@ -136,9 +136,10 @@ def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000, after: 
         last = int(ids[-1])
 
 
-def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list[tuple[int, bytes]]]:
-    """``[(iid, vector bytes), ...]`` chunks of the stored dense vector ``name``, in internal-id order."""
-    last = -1
+def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int, after: int = -1) -> Iterator[list[tuple[int, bytes]]]:
+    """``[(iid, vector bytes), ...]`` chunks of the stored dense vector ``name`` (internal ids past ``after``), in
+    internal-id order."""
+    last = after
     while True:
         rows = conn.execute(
             "SELECT iid, vector FROM named_dense WHERE field=? AND iid > ? ORDER BY iid LIMIT ?", (name, last, chunk)
@@ -149,9 +150,10 @@ def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list
         last = int(rows[-1][0])
 
 
-def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000) -> Iterator[tuple]:
-    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name``."""
-    for rows in _chunks_of(conn, name, chunk):
+def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000, after: int = -1) -> Iterator:
+    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name`` (internal ids
+    past ``after``: default all)."""
+    for rows in _chunks_of(conn, name, chunk, after):
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         yield ids, np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dimension)
 
