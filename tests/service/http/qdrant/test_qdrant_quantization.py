@@ -1,6 +1,7 @@
 """Scalar quantization through the Qdrant-compatible API on a real server, driven by qdrant-client unchanged (REST
 and gRPC): ``quantization_config`` at creation (reported in the collection's info, kept by an update that repeats
-it, a change refused), ``search_params.quantization`` (``rescore``, ``ignore``, ``oversampling``) on queries and
+it), changed by an update on a filled collection (the index rebuilt in the background; ``Disabled`` removes it),
+``search_params.quantization`` (``rescore``, ``ignore``, ``oversampling``) on queries and
 prefetches, the native twin (``index: flat_sq``, ``quantization`` on a search), and a restart after SIGKILL keeping
 it all. Recall against exact search and the candidate counts: tests/service/collections/test_quantization.py."""
 
@@ -193,7 +194,7 @@ def test_a_quantization_change_rebuilds_the_index_in_the_background(server, chan
     with httpx.Client(base_url=server["server"].url, timeout=60) as h:
         native = h.get("/collections/quant_change").json()
         assert native["vectors"]["dense"][""]["index"] == "flat_sq" and native["rebuilding"] == []
-    rest.update_collection("quant_change_grpc", quantization_config=models.Disabled.DISABLED)
+    over_grpc.update_collection("quant_change_grpc", quantization_config=models.Disabled.DISABLED)
     info = wait_green(rest, "quant_change_grpc")
     assert info.config.quantization_config is None
     assert recall(rest, "quant_change_grpc", X, Q, search_params=no_rescore) == (1.0, pytest.approx(0, abs=1e-5))
