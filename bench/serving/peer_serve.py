@@ -13,9 +13,9 @@ Infinity optimises it for the device (fp16 on CUDA) as it does for any model. Th
 and transformers<5 stay out of the service's path) and the CUDA libraries of the machine's ``nvidia`` packages on
 ``LD_LIBRARY_PATH`` (its ONNX engine does not preload them as the service does).
 
-Per server: its vectors of 256 STS-B sentences against sentence-transformers fp32 in-process (min cosine; a server
-whose vectors differ is reported, not measured), then per input kind ``--warmup`` seconds of unrecorded traffic at
-the most clients, then every ``--clients`` point ``--repeats`` times (closed loop for ``--seconds``: the clients of
+Per server: its vectors of 256 STS-B sentences against sentence-transformers fp32 in-process (min cosine, a column
+of the table: a server whose vectors differ is measured but shows it there), then per input kind ``--warmup``
+seconds of unrecorded traffic at the most clients, then every ``--clients`` point ``--repeats`` times (closed loop for ``--seconds``: the clients of
 ``bench/serving/gpu_serve.py``, ``POST /v1/embeddings`` with ``--batch`` inputs, base64 answers decoded). The table
 gives the median and the min-max over the repeats; sentence-transformers ``--st-dtype`` in-process at batch
 ``--batch`` and 256 likewise (``--repeats`` timed encodes after a warm-up); the ratio column is each server's median
@@ -156,8 +156,8 @@ def infinity(model: Path, engine: str, device: str, batch: int, site: str, pytho
     import httpx
 
     port = free_port()
-    dtype = "float16" if device == "cuda" else "float32"
     local = engine == "optimum"  # see onnx_copy
+    dtype = "auto" if local else "float16" if device == "cuda" else "float32"  # ONNX: the graph's own dtype
     cmd = [python, "-m", "infinity_emb.cli", "v2", "--model-id", "." if local else str(model), "--engine", engine,
            "--device", device, "--dtype", dtype, "--batch-size", str(batch), "--port", str(port), "--url-prefix",
            "/v1", "--no-bettertransformer", "--served-model-name", "peer"]  # fmt: skip
@@ -243,8 +243,8 @@ def table(results: dict, a) -> None:
             if r["server"] == "infinity-torch"}  # fmt: skip
     print(f"\n{a.batch} inputs per request, {a.seconds:.0f} s per point, {a.repeats} repeats (median, min-max)")
     print("| server | inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % "
-          "| tokens/s / Infinity torch |")  # fmt: skip
-    print("|" + "---|" * 10)
+          "| tokens/s / Infinity torch | min cosine |")  # fmt: skip
+    print("|" + "---|" * 11)
     for r in results["servers"]:
         s, t = r["sent_per_s"], r["tok_per_s"]
         base = ours.get((r["inputs"], r["clients"]))
@@ -252,7 +252,7 @@ def table(results: dict, a) -> None:
         util = f"{r['gpu_util']['median']:.0f}" if r["gpu_util"]["max"] else "-"
         print(f"| {r['server']} | {r['inputs']} | {r['clients']} | {s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f}) "
               f"| {t['median']:,.0f} ({t['min']:,.0f}-{t['max']:,.0f}) | {r['p50_ms']['median']:.1f} "
-              f"| {r['p99_ms']['median']:.1f} | {r['errors']} | {util} | {ratio} |")  # fmt: skip
+              f"| {r['p99_ms']['median']:.1f} | {r['errors']} | {util} | {ratio} | {r['min_cosine']:.4f} |")  # fmt: skip
     for name, msg in results["failed"].items():
         print(f"| {name} | - | - | failed: {msg[:200]!r} |")
     if results["st"]:
