@@ -273,9 +273,9 @@ def test_heavy_queries_on_one_collection_leave_threads_for_another_and_stop_at_t
             time.sleep(0.2)
         statuses = [f.result().status_code for f in futures]
     # One thread at a time evaluates Python filter code (the others wait without the GIL), on NumPy for a large
-    # polygon: each light count took 8-98 ms (medians 9-32 ms) on 2 cores at load 6-8, other work running; before,
+    # polygon: each light count took 8-252 ms (medians 9-82 ms) on 2 cores at load 6-8, other work running; before,
     # 0.27-0.81 s each (medians 0.34-0.60 s), the eight taking turns at the GIL in per-row Python filter code.
-    assert statistics.median(light_s) < 0.25 and max(light_s) < 1.0, light_s
+    assert statistics.median(light_s) < 0.3 and max(light_s) < 1.0, light_s
     assert statuses == [503] * 8, statuses  # each ran past request_timeout_s
     time.sleep(1.0)  # within a second of the deadline...
     before = _cpu_s(server.proc.pid)
