@@ -10,6 +10,7 @@ One real server for the module, a collection of 3,000 points with client vectors
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,10 +46,11 @@ def _payload(i: int, rng: np.random.Generator) -> dict:
     }
 
 
-def _polygon(n: int) -> dict:
-    """A closed ring of ``n`` points (a circle around the equator) as Qdrant's ``geo_polygon``."""
+def _polygon(n: int, scale: float = 1.0) -> dict:
+    """A closed ring of ``n`` points (an ellipse around (0, 0), ``scale`` x 50 degrees of latitude by ``scale`` x 150
+    of longitude) as Qdrant's ``geo_polygon``."""
     a = np.linspace(0, 2 * np.pi, n - 1, endpoint=False)
-    pts = [{"lat": float(50 * np.sin(t)), "lon": float(150 * np.cos(t))} for t in a]
+    pts = [{"lat": float(50 * scale * np.sin(t)), "lon": float(150 * scale * np.cos(t))} for t in a]
     return {"exterior": {"points": [*pts, pts[0]]}}
 
 
@@ -73,8 +75,8 @@ def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
             texts = [
                 {"id": i, "text": f"note {i}: {' '.join(f'w{(i * j) % 97}' for j in range(6))}"} for i in range(1000)
             ]
-            for k in range(0, len(texts), 250):
-                r = c.put(f"/collections/{DOCS}/points", json={"points": texts[k : k + 250]})
+            for k in range(0, len(texts), 100):  # each embedded within request_timeout_s on a loaded machine
+                r = c.put(f"/collections/{DOCS}/points", json={"points": texts[k : k + 100]})
                 assert r.status_code == 200, r.text
         yield srv
         assert srv.alive(), srv.log()[-3000:]
@@ -250,26 +252,30 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_heavy_queries_on_one_collection_leave_threads_for_another_and_stop_at_their_deadline(server):
-    """Eight counts with a 1,000-point polygon on keys into arrays (20 locations per point) on one collection: a
-    count on another collection answers meanwhile, and once the eight are answered 503 at ``request_timeout_s``
-    their work stops (the server's CPU use falls to idle within a second)."""
-    flt = {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000)}]}
+    """Eight counts with a 1,000-point polygon on keys into arrays (20 locations per point, nearly all outside it,
+    so each is tested against every edge) on one collection: counts on another collection answer meanwhile, each
+    within a second, and once the eight are answered 503 at ``request_timeout_s`` their work stops (the server's CPU
+    use falls to idle within a second)."""
+    flt = {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000, scale=0.1)}]}
 
     def heavy(_: int) -> httpx.Response:
         return httpx.post(f"{server.url}{Q}/{HEAVY}/points/count", json={"filter": flt, "exact": True}, timeout=60)
 
-    with ThreadPoolExecutor(8) as pool:
+    light_s = []
+    with ThreadPoolExecutor(8) as pool, httpx.Client(base_url=server.url, timeout=60) as light:
         futures = [pool.submit(heavy, i) for i in range(8)]
         time.sleep(1.0)  # all eight are running (or waiting for their collection's share of the pool)
-        t0 = time.perf_counter()
-        r = httpx.post(f"{server.url}{Q}/{LIGHT}/points/count", json={"exact": True}, timeout=60)
-        light_s = time.perf_counter() - t0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            r = light.post(f"{Q}/{LIGHT}/points/count", json={"exact": True})
+            light_s.append(time.perf_counter() - t0)
+            assert r.status_code == 200 and r.json()["result"]["count"] == 10, r.text
+            time.sleep(0.2)
         statuses = [f.result().status_code for f in futures]
-    assert r.status_code == 200 and r.json()["result"]["count"] == 10, r.text
-    # Not starved (before the per-collection share it waited for the eight and answered 503 at the deadline);
-    # not yet within the 1 s goal either: 1.4-4.5 s measured on 2 cores, the eight holding the GIL in Python
-    # per-row filter code between their SQLite steps.
-    assert light_s < 10.0, light_s
+    # One thread at a time evaluates Python filter code (the others wait without the GIL), on NumPy for a large
+    # polygon: each light count took 8-252 ms (medians 9-82 ms) on 2 cores at load 6-8, other work running; before,
+    # 0.27-0.81 s each (medians 0.34-0.60 s), the eight taking turns at the GIL in per-row Python filter code.
+    assert statistics.median(light_s) < 0.3 and max(light_s) < 1.0, light_s
     assert statuses == [503] * 8, statuses  # each ran past request_timeout_s
     time.sleep(1.0)  # within a second of the deadline...
     before = _cpu_s(server.proc.pid)
