@@ -20,38 +20,16 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.hostile_data import DIM, payload, polygon, vector
 from tests.server_utils import run_server
 
 pytestmark = pytest.mark.timeout(300)
 
-N, DIM, TAGS = 3000, 32, 20
+N = 3000
 TIMEOUT_S = 5.0  # the server's request_timeout_s
 HEAVY, LIGHT, DOCS = "heavy", "light", "docs"  # DOCS: 1,000 short texts embedded by the model
 Q = "/qdrant/collections"
 SENTENCE = "A man is playing a guitar."
-
-
-def _vec(rng: np.random.Generator) -> list[float]:
-    return rng.normal(size=DIM).round(4).tolist()
-
-
-def _payload(i: int, rng: np.random.Generator) -> dict:
-    return {
-        "tags": [f"t{(i * 7 + j) % 500}" for j in range(TAGS)],
-        "text": " ".join(f"w{(i + j * 13) % 300}" for j in range(12)),
-        "n": i,
-        "items": [
-            {"loc": {"lat": float(rng.uniform(-60, 60)), "lon": float(rng.uniform(-170, 170))}} for _ in range(20)
-        ],
-    }
-
-
-def _polygon(n: int, scale: float = 1.0) -> dict:
-    """A closed ring of ``n`` points (an ellipse around (0, 0), ``scale`` x 50 degrees of latitude by ``scale`` x 150
-    of longitude) as Qdrant's ``geo_polygon``."""
-    a = np.linspace(0, 2 * np.pi, n - 1, endpoint=False)
-    pts = [{"lat": float(50 * scale * np.sin(t)), "lon": float(150 * scale * np.cos(t))} for t in a]
-    return {"exterior": {"points": [*pts, pts[0]]}}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +45,7 @@ def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
                 assert r.status_code == 200, r.text
                 for k in range(0, n, 250):  # small writes: each well within request_timeout_s on a busy machine
                     pts = [
-                        {"id": i, "vector": _vec(rng), "payload": _payload(i, rng)} for i in range(k, min(n, k + 250))
+                        {"id": i, "vector": vector(rng), "payload": payload(i, rng)} for i in range(k, min(n, k + 250))
                     ]
                     r = c.put(f"{Q}/{name}/points?wait=true", json={"points": pts})
                     assert r.status_code == 200, r.text
@@ -115,9 +93,9 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
     """Per kind: ``(path under the collection, body, accepted statuses)``, each the largest the default limits allow
     (1,000 hits, candidates, prefetched points or sampled points; 1,024 filter values or examples; 256 searches)."""
     rng = np.random.default_rng(1)
-    q = _vec(rng)
+    q = vector(rng)
     absent = [f"x{i}" for i in range(1000)]
-    pair = lambda: {"positive": _vec(rng), "negative": _vec(rng)}  # noqa: E731
+    pair = lambda: {"positive": vector(rng), "negative": vector(rng)}  # noqa: E731
     done = (200, 503)  # 503: stopped at request_timeout_s, which is within the rule too
     return {
         "mmr": (
@@ -160,7 +138,7 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
         ),
         "geo into arrays": (
             "points/count",
-            {"exact": True, "filter": {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000)}]}},
+            {"exact": True, "filter": {"must": [{"key": "items[].loc", "geo_polygon": polygon(1000)}]}},
             done,
         ),
         "order_by": ("points/scroll", {"order_by": {"key": "tags[]"}, "limit": 1000, "with_payload": False}, done),
@@ -169,7 +147,7 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
         "recommend": (
             "points/query",
             {
-                "query": {"recommend": {"positive": [_vec(rng) for _ in range(1024)], "strategy": "best_score"}},
+                "query": {"recommend": {"positive": [vector(rng) for _ in range(1024)], "strategy": "best_score"}},
                 "limit": 1000,
             },
             (200,),
@@ -183,7 +161,7 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
         "hybrid (fusion)": (
             "points/query",
             {
-                "prefetch": [{"query": _vec(rng), "limit": 1000} for _ in range(256)],
+                "prefetch": [{"query": vector(rng), "limit": 1000} for _ in range(256)],
                 "query": {"fusion": "rrf"},
                 "limit": 1000,
             },
@@ -256,7 +234,7 @@ def test_heavy_queries_on_one_collection_leave_threads_for_another_and_stop_at_t
     so each is tested against every edge) on one collection: counts on another collection answer meanwhile, each
     within a second, and once the eight are answered 503 at ``request_timeout_s`` their work stops (the server's CPU
     use falls to idle within a second)."""
-    flt = {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000, scale=0.1)}]}
+    flt = {"must": [{"key": "items[].loc", "geo_polygon": polygon(1000, scale=0.1)}]}
 
     def heavy(_: int) -> httpx.Response:
         return httpx.post(f"{server.url}{Q}/{HEAVY}/points/count", json={"filter": flt, "exact": True}, timeout=60)
