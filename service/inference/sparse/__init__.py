@@ -18,6 +18,7 @@ files as published.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import Counter
@@ -164,7 +165,8 @@ class Lazy:
 def open_sparse_models(settings: Any) -> dict[str, Any]:
     """The server-side sparse models by name (``{"qdrant/bm25": model}``, each made on first use), from
     ``settings.sparse_bm25_path`` and ``settings.sparse_workers`` (0: documents tokenised on the service's worker
-    threads; n >= 1: in n worker processes, :mod:`.pool`; queries in the service's process either way).
+    threads; n >= 1: in n worker processes, :mod:`.pool`; None: 1 with 2 or more cores, else 0; queries in the
+    service's process either way).
 
     Raises:
         ValueError: the path is not a directory (checked now, not at first use).
@@ -174,5 +176,7 @@ def open_sparse_models(settings: Any) -> dict[str, Any]:
         raise ValueError(f"sparse_bm25_path {path!r} is not a directory")
     make = partial(Bm25, path)
     local = Lazy(make)
-    workers = int(getattr(settings, "sparse_workers", 0) or 0)
+    workers = getattr(settings, "sparse_workers", None)
+    if workers is None:  # the default: a process beside the serving one where there is a core for it
+        workers = 1 if (os.cpu_count() or 1) > 1 else 0
     return {BM25: ProcessPooled(make, workers, local) if workers > 0 else local}

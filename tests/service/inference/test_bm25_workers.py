@@ -21,7 +21,7 @@ pytest.importorskip("fastembed")
 
 from service.collections.schema import VectorsConfig, point_vectors, sparse_vec  # noqa: E402
 from service.collections.sparse_inputs import unpacked  # noqa: E402
-from service.inference.sparse import Bm25, _as_dict, open_sparse_models  # noqa: E402
+from service.inference.sparse import Bm25, Lazy, _as_dict, open_sparse_models  # noqa: E402
 from service.inference.sparse.pool import MIN_TEXTS, ProcessPooled  # noqa: E402
 from tests.server_utils import run_server  # noqa: E402
 from tests.service.inference.test_bm25_documents import EDGES, corpus  # noqa: E402
@@ -51,6 +51,14 @@ def test_worker_processes_make_the_serving_process_vectors_and_fastembeds():
         assert pooled.documents(texts) == local.documents(texts) == pooled.documents(texts)
     finally:
         pooled.close()
+
+
+def test_the_default_is_one_worker_process_where_there_are_two_cores():
+    def model(workers: int | None) -> object:
+        return open_sparse_models(SimpleNamespace(sparse_bm25_path=None, sparse_workers=workers))["qdrant/bm25"]
+
+    assert isinstance(model(None), ProcessPooled) == ((os.cpu_count() or 1) > 1)
+    assert isinstance(model(0), Lazy) and isinstance(model(3), ProcessPooled)
 
 
 def test_packed_vectors_are_checked_once_and_kept_by_point_vectors():
