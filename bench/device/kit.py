@@ -28,6 +28,7 @@ Usage::
     python bench/device/kit.py                 # .device/load-1 ... load-N (git-ignored)
     python bench/device/kit.py --ort-gpu 1.31.1 --part-mib 56
     python bench/device/kit.py --training      # SciFact fine-tuning / reranker training on the GPU
+    python bench/device/kit.py --with infinity # + Infinity (a peer server) in loads of its own, after the service's
 """
 
 from __future__ import annotations
@@ -90,6 +91,31 @@ TRAINING_ROOTS = ["pydantic", "pydantic-settings", "datasets", "bm25s", "gt-all-
 TRAINING_DATA = ["beir/scifact"]
 #: carried even though the machine has them: pydantic 2.14 needs a newer typing-extensions than an image may hold
 TRAINING_FORCE = ["typing-extensions"]
+#: ``--with infinity``: Infinity (``infinity-emb[server,torch,optimum]``), a peer embedding server measured beside the
+#: service on the same GPU (``bench/serving/peer_serve.py``). Its cp312 closure as pip resolves it here
+#: (``pip install --dry-run --ignore-installed --report r.json --only-binary=:all: --python-version 3.12 --platform
+#: manylinux_2_28_x86_64 --target /tmp/x "infinity-emb[server,torch,optimum]==0.0.78"``, 2026-11-27), less what the
+#: machine has (:data:`DEVICE_HAS`; torch and its CUDA packages, scipy, scikit-learn...). Infinity 0.0.78 pins
+#: ``sentence-transformers<4`` (hence ``transformers<5``, ``huggingface-hub<1``, ``tokenizers<0.23``), ``click<8.2``,
+#: ``typer<0.13`` and ``rich<14``, which the machine's versions (sentence-transformers 6, transformers 5.17) break:
+#: those are carried too (:data:`PEER_FORCE`) and installed into a folder of their own (``/tmp/peer-infinity``), on
+#: the path of the Infinity process only, never of the service or the baseline. Its ``numpy<2`` pin is not honoured:
+#: numpy 1.26 under the machine's numpy-2 builds (pandas 3 needs numpy >= 2) broke its import here, and Infinity
+#: served the same vectors with numpy 2.4 (docs/gpu.md "Infinity beside the service")
+PEERS = {
+    "infinity": [
+        "infinity-emb==0.0.78", "fastapi==0.165.0", "starlette==1.10.0", "pydantic==2.14.4", "pydantic-core==2.50.5",
+        "annotated-types==0.8.0", "typing-inspection==0.4.5", "uvicorn==0.32.1", "httptools==0.9.0",
+        "watchfiles==1.3.0", "websockets==17.4", "python-dotenv==1.2.4", "orjson==3.13.0", "posthog==7.91.1",
+        "backoff==2.2.1", "distro==1.9.0", "prometheus-fastapi-instrumentator==8.1.0", "opentelemetry-api==1.45.2",
+        "optimum==2.1.0", "optimum-onnx==0.1.0", "sentence-transformers==3.4.1", "transformers==4.57.6",
+        "tokenizers==0.22.2", "huggingface-hub==0.36.2", "click==8.1.8", "typer==0.12.5",
+        "rich==13.9.4", "typing-extensions==4.16.0",
+    ],
+}  # fmt: skip
+#: the machine has these, but at versions the peer's pins exclude (or older than its pydantic needs): carried
+PEER_FORCE = {"sentence-transformers", "transformers", "tokenizers", "huggingface-hub", "click", "typer", "rich",
+              "typing-extensions"}  # fmt: skip
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
 
 
@@ -137,6 +163,28 @@ def download(dest: Path, ort_gpu: str | None, roots: list[str] | None = None, fo
            "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
     subprocess.run(cmd, check=True)
     return sorted(dest.glob("*.whl"))
+
+
+def pack_peer(name: str, dest: Path) -> Path:
+    """The cp312 wheels of peer ``name`` (:data:`PEERS`: the closure less :data:`DEVICE_HAS`, plus
+    :data:`PEER_FORCE`) as ``dest/peer-<name>.tar``, which ``kit.sh install`` installs into ``/tmp/peer-<name>``."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    has = {canonicalize_name(n) for n in DEVICE_HAS} - {canonicalize_name(n) for n in PEER_FORCE}
+    reqs = [r for r in PEERS[name] if canonicalize_name(Requirement(r).name) not in has]
+    wheels = dest / f"peer-{name}"
+    shutil.rmtree(wheels, ignore_errors=True)
+    wheels.mkdir(parents=True)
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+           "3.12", "--implementation", "cp", *plat, "-d", str(wheels), *reqs]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    tar = dest / f"peer-{name}.tar"
+    with tarfile.open(tar, "w") as t:  # wheels are zip files already: no compression
+        for w in sorted(wheels.glob("*.whl")):
+            t.add(w, arcname=w.name)
+    return tar
 
 
 #: the artifacts carried by default, and the command that makes each under models/
@@ -211,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--part-mib", type=int, default=56, help="largest part and load (MiB); a call carries 64 MiB")
     ap.add_argument("--training", action="store_true", help="a training-only kit (SciFact; no service, no artifact)")
+    ap.add_argument("--with", dest="peers", action="append", choices=sorted(PEERS), default=[],
+                    help="also carry a peer server (its own loads after the service's; bench/serving/peer_serve.py)")  # fmt: skip
     a = ap.parse_args(argv)
     for old in OUT.glob("load-*"):
         shutil.rmtree(old)
@@ -223,7 +273,22 @@ def main(argv: list[str] | None = None) -> int:
         wheels = download(src, a.ort_gpu)
         models = a.model or list(ARTIFACTS)
         files = [*wheels, *(pack_artifact(REPO / "models" / m, src) for m in models), pack_data(src)]
-    kit = split(files, OUT, a.part_mib)
+    peers = [pack_peer(p, src) for p in a.peers]
+    if peers:  # after the service's files, so that the service's loads stay as they were and the peer's come last
+        kit = split(files, OUT, a.part_mib)
+        base = kit["loads"]
+        more = split(peers, OUT / "peer", a.part_mib)
+        for k in range(1, more["loads"] + 1):
+            (OUT / "peer" / f"load-{k}").rename(OUT / f"load-{base + k}")
+        for f in more["files"]:
+            f["parts"] = [[base + k, part] for k, part in f["parts"]]
+        kit["files"] += more["files"]
+        kit["loads"] = base + more["loads"]
+        (OUT / "peer").rmdir()
+        print(f"peer loads: {', '.join(f'load-{base + k}' for k in range(1, more['loads'] + 1))}")
+        files += peers
+    else:
+        kit = split(files, OUT, a.part_mib)
     kit["models"] = models
     for k in range(1, kit["loads"] + 1):
         (OUT / f"load-{k}" / "kit.json").write_text(json.dumps(kit, indent=1))

@@ -2,7 +2,7 @@
 # The device side of bench/device/kit.py (run on the lent GPU machine, from the repository root).
 #   bash bench/device/kit.sh stash .device/load-3   # copy a carried load into /tmp/kit (kept while it stays warm)
 #   bash bench/device/kit.sh verify                 # reassemble + sha256-check every file (also runs here)
-#   bash bench/device/kit.sh install                # verify, install, check CUDA
+#   bash bench/device/kit.sh install                # verify, install, check CUDA (and a peer's wheels: /tmp/peer-NAME)
 #   bash bench/device/kit.sh install-training       # a --training kit: verify, install, check torch on CUDA
 # `install` puts the wheels in /tmp/site, the artifacts in models/, the data in /tmp/shared/data (use: export
 # PYTHONPATH=/tmp/site SHARED_DATA_DIR=/tmp/shared/data), and prints
@@ -68,7 +68,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.
     python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
     # every module the service imports resolves with the machine's packages + the kit's (a missing dependency of a
     # carried wheel shows here, not in a later call)
-    python3 -c "import service.app, service.__main__, bench.serving.gpu_serve, bench.compat.provider_parity, bench.serving.batch_shape_bench; print('service imports: ok')"
+    python3 -c "import service.app, service.__main__, bench.serving.gpu_serve, bench.compat.provider_parity, bench.serving.batch_shape_bench, bench.serving.peer_serve; print('service imports: ok')"
     find -L "$nv" \( -name 'libcudart.so.*' -o -name 'libcublas.so.*' -o -name 'libcudnn.so.*' \) 2>/dev/null | sed 's/^/  found /'
     lib=$(find /tmp/site/onnxruntime -name 'libonnxruntime_providers_cuda.so' | head -1)
     need=$( (readelf -d "$lib" 2>/dev/null || true) | grep -o 'libcudart\.so\.[0-9]*' | head -1 || true)
@@ -81,6 +81,19 @@ from service.inference.onnx_encoder import OnnxModel
 m = OnnxModel('models/all-minilm-l6-v2', providers=['cuda'])
 print('service loader: default artifact on', m.providers, 'warm-up', round(m.warm_up(), 2), 's')
 "
+    # a peer server's wheels (kit.py --with NAME) go into /tmp/peer-NAME, on that server's path only (its pins, e.g.
+    # Infinity's numpy<2 and sentence-transformers<4, would break the service and the baseline); its ONNX engine gets
+    # the kit's onnxruntime-gpu (a link), the CUDA libraries through LD_LIBRARY_PATH (bench/serving/peer_serve.py).
+    # A failure here is reported, not fatal: the service's stages still run
+    for t in "$KIT"/files/peer-*.tar; do
+      [ -e "$t" ] || continue
+      p=/tmp/$(basename "$t" .tar)
+      mkdir -p "$p/wheels" && tar -xf "$t" -C "$p/wheels"
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$p" "$p"/wheels/*.whl \
+        && ln -sfn /tmp/site/onnxruntime "$p/onnxruntime" \
+        && PYTHONPATH=$p python3 -c "import infinity_emb, sentence_transformers as s, transformers as t, numpy, torch, optimum.onnxruntime; print('peer $p: infinity-emb', infinity_emb.__version__, 'sentence-transformers', s.__version__, 'transformers', t.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)" \
+        || echo "peer $p: install or import check FAILED" >&2
+    done
     ;;
   *)
     echo "usage: $0 stash DIR | install" >&2; exit 2

@@ -9,6 +9,8 @@
 #   serve-fused, serve4-fused  the serve points on the fused fp16 graph, 1 and 4 processes (no baseline)
 #   serve-tok8   the fp16 serve points with 8 tokenizer threads (is the tokenizer what bounds one process?)
 #   shape    bench/serving/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
+#   peer     bench/serving/peer_serve.py: the service (fp16, GPU batching) beside Infinity's torch and ONNX engines on
+#            the same GPU and sentence-transformers fp16; 32/128 clients x 3 repeats (needs a kit.py --with infinity kit)
 #   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
@@ -67,6 +69,12 @@ for s in "$@"; do
       stage shape 150 python3 -m bench.serving.batch_shape_bench --providers cuda --artifact models/all-minilm-l6-v2-fp16 \
         --artifact models/all-minilm-l6-v2-fp16-fused --artifact models/all-minilm-l6-v2 --rounds 20 \
         --json "$OUT/batch_shape.json"
+      ;;
+    peer)
+      stage peer 420 python3 -m bench.serving.peer_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+        "${GPU_BATCHING[@]}" --peer-batch-size 256 --clients 32,128 --inputs stsb,128 --seconds 4 --repeats 3 \
+        --warmup 3 --pool 4096 --json "$OUT/peer_serve.json"
+      cp /tmp/peer-serve-*/infinity-*.log "$OUT"/ 2>/dev/null
       ;;
     train)
       stage train 240 python3 -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \

@@ -21,31 +21,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from harness.hostile_data import DIM, payload, polygon, vector
+
 Q = "/qdrant/collections"
 HEAVY, DOCS = "heavy", "docs"
-DIM, TAGS = 32, 20
 SENTENCE = {"input": "A man is playing a guitar."}
-
-
-def _vec(rng: np.random.Generator) -> list[float]:
-    return rng.normal(size=DIM).round(4).tolist()
-
-
-def _payload(i: int, rng: np.random.Generator) -> dict:
-    return {
-        "tags": [f"t{(i * 7 + j) % 500}" for j in range(TAGS)],
-        "text": " ".join(f"w{(i + j * 13) % 300}" for j in range(12)),
-        "n": i,
-        "items": [
-            {"loc": {"lat": float(rng.uniform(-60, 60)), "lon": float(rng.uniform(-170, 170))}} for _ in range(20)
-        ],
-    }
-
-
-def _polygon(n: int) -> dict:
-    a = np.linspace(0, 2 * np.pi, n - 1, endpoint=False)
-    pts = [{"lat": float(50 * np.sin(t)), "lon": float(150 * np.cos(t))} for t in a]
-    return {"exterior": {"points": [*pts, pts[0]]}}
 
 
 def setup(url: str, points: int, texts: int) -> None:
@@ -54,7 +34,7 @@ def setup(url: str, points: int, texts: int) -> None:
     with httpx.Client(base_url=url, timeout=300) as c:
         c.put(f"{Q}/{HEAVY}", json={"vectors": {"size": DIM, "distance": "Cosine"}}).raise_for_status()
         for k in range(0, points, 500):
-            pts = [{"id": i, "vector": _vec(rng), "payload": _payload(i, rng)} for i in range(k, min(points, k + 500))]
+            pts = [{"id": i, "vector": vector(rng), "payload": payload(i, rng)} for i in range(k, min(points, k + 500))]
             c.put(f"{Q}/{HEAVY}/points?wait=true", json={"points": pts}).raise_for_status()
         c.put(f"/collections/{DOCS}", json={"index": "flat", "metric": "cosine"}).raise_for_status()
         docs = [{"id": i, "text": f"note {i}: {' '.join(f'w{(i * j) % 97}' for j in range(6))}"} for i in range(texts)]
@@ -66,9 +46,9 @@ def largest() -> dict[str, tuple[str, dict]]:
     """Per kind: ``(path, body)``, each the largest the default limits allow (1,000 hits, candidates, prefetched
     or sampled points; 1,024 filter values or examples; 256 prefetches; 1,000 rerank candidates)."""
     rng = np.random.default_rng(1)
-    q = _vec(rng)
+    q = vector(rng)
     absent = [f"x{i}" for i in range(1000)]
-    pair = lambda: {"positive": _vec(rng), "negative": _vec(rng)}  # noqa: E731
+    pair = lambda: {"positive": vector(rng), "negative": vector(rng)}  # noqa: E731
     one_of = {"key": "tags", "match": {"any": absent}}
     return {
         "mmr": (f"{Q}/{HEAVY}/points/query",
@@ -79,16 +59,16 @@ def largest() -> dict[str, tuple[str, dict]]:
                         "conditions": [{"key": "text", "match": {"phrase": " ".join(f"w{i}" for i in range(500))}},
                                        {"key": "tags[]", "match": {"any": absent[:500]}}]}}}),
         "geo into arrays": (f"{Q}/{HEAVY}/points/count",
-                            {"exact": True, "filter": {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000)}]}}),
+                            {"exact": True, "filter": {"must": [{"key": "items[].loc", "geo_polygon": polygon(1000)}]}}),
         "order_by": (f"{Q}/{HEAVY}/points/scroll", {"order_by": {"key": "tags[]"}, "limit": 1000, "with_payload": False}),
         "matrix": (f"{Q}/{HEAVY}/points/search/matrix/pairs", {"sample": 1000, "limit": 10}),
         "groups": (f"{Q}/{HEAVY}/points/query/groups", {"query": q, "group_by": "tags", "limit": 100, "group_size": 10}),
-        "recommend": (f"{Q}/{HEAVY}/points/query", {"query": {"recommend": {"positive": [_vec(rng) for _ in range(1024)],
+        "recommend": (f"{Q}/{HEAVY}/points/query", {"query": {"recommend": {"positive": [vector(rng) for _ in range(1024)],
                       "strategy": "best_score"}}, "limit": 1000}),
         "discover": (f"{Q}/{HEAVY}/points/query",
                      {"query": {"discover": {"target": q, "context": [pair() for _ in range(511)]}}, "limit": 1000}),
         "context": (f"{Q}/{HEAVY}/points/query", {"query": {"context": [pair() for _ in range(512)]}, "limit": 1000}),
-        "hybrid (fusion)": (f"{Q}/{HEAVY}/points/query", {"prefetch": [{"query": _vec(rng), "limit": 1000}
+        "hybrid (fusion)": (f"{Q}/{HEAVY}/points/query", {"prefetch": [{"query": vector(rng), "limit": 1000}
                             for _ in range(256)], "query": {"fusion": "rrf"}, "limit": 1000}),
         "rerank-in-search": (f"/collections/{DOCS}/search",
                              {"query": SENTENCE["input"], "top_k": 10, "rerank": {"candidates": 1000}}),

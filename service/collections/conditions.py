@@ -22,23 +22,26 @@ Sources (Qdrant API reference and concepts, https://qdrant.tech/documentation/co
 * **geo**: a payload value ``{"lon": x, "lat": y}`` (finite numbers) within ``radius`` meters of a centre (haversine on
   a sphere of the IUGG mean Earth radius, 6,371,008.8 m), inside a bounding box (``top_left``, ``bottom_right``;
   across the antimeridian when ``top_left.lon > bottom_right.lon``), or inside a polygon (an ``exterior`` ring and
-  optional ``interiors`` holes; a point on an edge of either is outside).
+  optional ``interiors`` holes; a point on an edge of either is outside): tested in :mod:`.geo_area`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from service.collections.geo_area import EARTH_RADIUS_M as EARTH_RADIUS_M  # re-exported: the geo conditions
+from service.collections.geo_area import any_inside
+from service.collections.geo_area import finite as _finite
+from service.collections.geo_area import geo_distance as geo_distance
+
 _PATH_ITEM = re.compile(r"\[([0-9]*)\]")
 _NAME = re.compile(r"^[^\"\\.$\[\]\x00-\x1f][^\"\\.\[\]\x00-\x1f]*")
 _QUOTED = re.compile(r'"([^"]*)"')
 MAX_INDEX = 2**64 - 1  # an array index in a path is a u64, as in Qdrant
-EARTH_RADIUS_M = 6371008.8
 _FORMATS = [
     f"%Y-%m-%d{sep}{t}{tz}"
     for tz in ("%z", " %z", "")
@@ -210,68 +213,6 @@ def parse_datetime(text: Any) -> datetime | None:
     return None
 
 
-def _finite(v: Any) -> float | None:
-    """``v`` as a finite float, or None: not a number (a bool is none), not finite, or an integer past any float
-    (``float()`` raises ``OverflowError`` on 10^400, which JSON holds and Python reads exactly)."""
-    if type(v) not in (int, float):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _geo_point(x: Any) -> tuple[float, float] | None:
-    if not isinstance(x, dict):
-        return None
-    lat, lon = _finite(x.get("lat")), _finite(x.get("lon"))
-    return None if lat is None or lon is None else (lat, lon)
-
-
-def geo_distance(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    """Meters between two points on a sphere of radius :data:`EARTH_RADIUS_M` (haversine)."""
-    p1, p2, dp, dl = map(math.radians, (lat1, lat2, lat2 - lat1, lon2 - lon1))
-    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * EARTH_RADIUS_M * math.asin(math.sqrt(a))
-
-
-def _in_ring(pt: tuple[float, float], ring: tuple[tuple[float, float], ...], on_edge: bool) -> bool:
-    """Whether ``pt`` is inside ``ring`` by ray casting over ``(lat, lon)`` pairs (a closing point repeated is
-    dropped); a point on an edge answers ``on_edge``."""
-    if len(ring) > 1 and ring[0] == ring[-1]:
-        ring = ring[:-1]
-    inside, j = False, len(ring) - 1
-    px, py = pt
-    for i in range(len(ring)):
-        (xi, yi), (xj, yj) = ring[i], ring[j]
-        if (
-            py * (xi - xj) + yi * (xj - px) + yj * (px - xi) == 0
-            and (xi - px) * (xj - px) <= 0
-            and (yi - py) * (yj - py) <= 0
-        ):
-            return on_edge
-        if (yi > py) != (yj > py) and px < (xj - xi) * (py - yi) / (yj - yi) + xi:
-            inside = not inside
-        j = i
-    return inside
-
-
-def _geo_holds(g: Geo, x: Any) -> bool:
-    p = _geo_point(x)
-    if p is None:
-        return False
-    lat, lon = p
-    if g.kind == "radius":
-        return geo_distance(lat, lon, g.area[0], g.area[1]) < g.area[2]
-    if g.kind == "box":
-        tl_lat, tl_lon, br_lat, br_lon = g.area
-        lon_ok = (lon > tl_lon or lon < br_lon) if tl_lon > br_lon else tl_lon < lon < br_lon
-        return lon_ok and tl_lat > lat > br_lat
-    exterior, *holes = g.area  # an edge of the exterior is outside, an edge of a hole is in the hole
-    return _in_ring(p, exterior, False) and not any(_in_ring(p, h, True) for h in holes)
-
-
 def _within(n: Any, b: Count | DateRange) -> bool:
     return (
         (b.gt is None or n > b.gt)
@@ -290,7 +231,7 @@ def leaf_holds(leaf: Any, payload: Any) -> bool:
         return any(_within(n, leaf) for n in counts or [0])
     values = values_at(payload, leaf.key)
     if isinstance(leaf, Geo):
-        return any(_geo_holds(leaf, v) for v in values)
+        return any_inside(leaf.kind, leaf.area, values)
     if isinstance(leaf, DateRange):
         return any((dt := parse_datetime(v)) is not None and _within(dt, leaf) for v in values)
     want = set(leaf.tokens) if leaf.mode != "phrase" else set()

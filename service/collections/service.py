@@ -19,6 +19,7 @@ import numpy as np
 
 from service.collections import searching
 from service.collections.embedding import Embedding
+from service.collections.index_change import with_indexes
 from service.collections.payload_indexes import payload_index
 from service.collections.payload_update import PayloadUpdates
 from service.collections.point_reads import PointReads
@@ -122,6 +123,18 @@ class CollectionService(PointReads):
         """
         models = tuple(self.sparse_models)
         await self.backend.update_vectors(collection, lambda cfg: with_vector(cfg, name, dense, sparse, models))
+
+    async def change_indexes(self, collection: str, indexes: dict[str, tuple[str, dict[str, Any]]]) -> None:
+        """Give the dense vectors named in ``indexes`` another index ``(kind, params)``
+        (:func:`.index_change.with_indexes`): the config is durable when it returns and the index is rebuilt from the
+        stored vectors in the background, searches answering from the old one meanwhile (the embedded backend's
+        ``info()['rebuilding']`` names the vectors not rebuilt yet).
+
+        Raises:
+            CollectionNotFound; InvalidCollectionRequest (:func:`.index_change.with_indexes`, or ``unsupported`` on
+            the milvus backend); ReembeddingInProgress: the model-bound vector's, during a re-embedding.
+        """
+        await self.backend.update_vectors(collection, lambda cfg: with_indexes(cfg, indexes))
 
     async def delete_vector_name(self, collection: str, name: str) -> None:
         """Delete the vector ``name`` (:func:`.vector_names.without_vector`) and its values from ``collection``;

@@ -85,11 +85,13 @@ class BoundIndex:
         idx = self.index
         return idx is not None and (idx.needs_rebuild() or idx.needs_training(count))
 
-    def rebuilt(self, count: int) -> tuple[str, VectorIndex]:
+    def rebuilt(self, count: int, spec: IndexSpec | None = None) -> tuple[str, VectorIndex]:
         """``(what was done, a new index)``: the due maintenance (:meth:`needs_maintenance`) done beside the live
-        index, to be swapped in with :meth:`use`."""
-        what = f"{'trained' if self.index.needs_training(count) else 'rebuilt'} {self.spec.kind}"
-        return what, build_index(self.store, self.spec, count)
+        index, or an index of another ``spec`` (the same vectors: a changed index config) built from the stored
+        vectors, to be swapped in with :meth:`use`."""
+        spec = spec or self.spec
+        what = f"{'trained' if self.index.needs_training(count) else 'rebuilt'} {spec.kind}"
+        return what, build_index(self.store, spec, count)
 
     def use(self, index: VectorIndex) -> None:
         """Search ``index`` (built by :meth:`rebuilt`, or for a re-embedding's target vectors) from now on."""
@@ -103,12 +105,14 @@ class BoundIndex:
         """Seconds since the last snapshot (or since open)."""
         return time.monotonic() - self.snapshot_time
 
-    def snapshot(self, seq: int) -> None:
+    def snapshot(self, seq: int, prune: int | None = None, write: bool = True) -> None:
         """Write a snapshot of the index covering the writes up to ``seq`` (atomically) and prune what it covers:
-        the store's removals and the older snapshots."""
-        if self.index is not None:
+        the store's removals (up to ``prune`` when that is lower: an index rebuilt beside replays those after it)
+        and the older snapshots. ``write`` false: no index file (the index no longer has the collection's config:
+        an open rebuilds it)."""
+        if self.index is not None and write:
             self.index.write_snapshot(snapshot_path(self.path, seq), seq)
-        self.store.prune_removed(seq)
+        self.store.prune_removed(seq if prune is None else min(seq, prune))
         remove_snapshots(self.path, below=seq)
         self.snapshot_seq, self.snapshot_time = seq, time.monotonic()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 from service.collections.conditions import parse_path
 from service.collections.embedded.bound_index import BoundIndex
 from service.collections.embedded.locks import CollectionLocks
+from service.collections.embedded.maintenance import Maintenance
 from service.collections.embedded.named import NamedIndexes
 from service.collections.embedded.ordering import ordered_rows
 from service.collections.embedded.payload_indexing import PayloadIndexing
@@ -45,7 +45,7 @@ from service.collections.vector_backend import same_model
 log = logging.getLogger("service.collections")
 
 
-class Collection(PayloadIndexing):
+class Collection(PayloadIndexing, Maintenance):
     """A named, persistent set of points with a FAISS index (and payload indexes: :class:`.PayloadIndexing`).
 
     Use :meth:`create` for a new one and :meth:`open` for an existing directory.
@@ -175,58 +175,20 @@ class Collection(PayloadIndexing):
         added or dropped (Qdrant's "Create vector name" / "Delete vector name"; the policy is
         :mod:`..vector_names`'). Computed and applied under the write mutex (no write runs meanwhile) and swapped in
         under the write side (a search sees the old vectors or the new ones); :meth:`.named.NamedIndexes.reconfigure`
-        stores it: a vector dropped loses every stored value; a vector added is held by no point.
+        stores it: a vector dropped loses every stored value; a vector added is held by no point; a dense vector whose
+        index config changed (:mod:`..index_change`) keeps its index, searched, until :meth:`maintain` has rebuilt it.
 
         Raises:
-            CollectionClosed: the collection was deleted; what ``change`` raises (nothing is changed then).
+            CollectionClosed: the collection was deleted; what ``change`` raises (nothing is changed then);
+            ReembeddingInProgress: the model-bound vector's index changed during a re-embedding.
         """
         with self._locks.writing():
             new = change(self.vectors)
             if new is None:
                 return
-            named = self.named.reconfigure(new)
+            named = self._record_vectors(new)  # an index config changed: rebuilt by maintain()
             with self._locks.swapping():
                 self.vectors, self.named = new, named
-
-    # --- maintenance ----------------------------------------------------------------------------------------
-    def needs_maintenance(self) -> bool:
-        """An HNSW rebuild (too many tombstones) or IVF-PQ training (enough points) is due."""
-        return not self._locks.closed and self.bound.needs_maintenance(self._count)
-
-    def maintain(self) -> str | None:
-        """Rebuild or train the index if due, beside the live one, then swap it in.
-
-        Searches continue on the old index meanwhile; writes wait. Returns what was done.
-        """
-        with self._locks.mutex:
-            if not self.needs_maintenance():
-                return None
-            t0 = time.monotonic()
-            what, new = self.bound.rebuilt(self._count)
-            with self._locks.swapping():
-                self.bound.use(new)
-            log.info("collection %s: %s over %d points in %.2fs", self.name, what, self._count, time.monotonic() - t0)
-            return what
-
-    def changes_since_snapshot(self) -> int:
-        """Writes (sequence numbers) not covered by the newest snapshot."""
-        return self.bound.changes_since_snapshot(self._seq)
-
-    def seconds_since_snapshot(self) -> float:
-        """Seconds since the last snapshot (or since open)."""
-        return self.bound.seconds_since_snapshot()
-
-    def snapshot(self) -> int | None:
-        """Write a FAISS snapshot covering every write so far (atomically), prune what it covers.
-
-        Returns the covered sequence number, or None when nothing changed since the last one.
-        """
-        with self._locks.mutex:
-            if self._locks.closed or self.changes_since_snapshot() == 0:
-                return None
-            seq = self._seq
-            self.bound.snapshot(seq)
-            return seq
 
     # --- re-embedding ---------------------------------------------------------------------------------------
     @property
@@ -388,6 +350,7 @@ class Collection(PayloadIndexing):
                 "vectors": vectors,
                 "payload_indexes": self.payload_schema(),
                 "reembedding": self.reembed_status,
+                "rebuilding": self.rebuilding(),  # dense vectors whose index is being rebuilt for a new config
                 "sequence": self._seq,
                 "snapshot_sequence": self.bound.snapshot_seq,
                 "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),

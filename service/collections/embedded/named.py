@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.embedded import sparse_snapshots
 from service.collections.embedded.sparse_index import SparseIndex, pack
 from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
@@ -49,9 +50,12 @@ class NamedIndexes:
         self.indexes: dict[str, VectorIndex] = {}
         self.sparse: dict[str, SparseIndex] = {n: SparseIndex() for n in config.sparse}
         self.counts: dict[str, int] = dict.fromkeys([*self.dense, *config.sparse], 0)  # points holding each vector
+        #: per sparse vector, the sequence number its newest snapshot covers (0: none; :mod:`.sparse_snapshots`)
+        self.snapshot_seqs: dict[str, int] = dict.fromkeys(config.sparse, 0)
 
     def load(self) -> float:
-        """Build every dense and sparse index from SQLite and count each vector's points; returns the seconds it
+        """Build every dense index from SQLite, load every sparse index from its snapshot plus the later writes (or
+        build it from SQLite: :func:`.sparse_snapshots.load`), count each vector's points; returns the seconds it
         took."""
         t0 = time.monotonic()
         conn = self.store.reader()
@@ -60,9 +64,24 @@ class NamedIndexes:
                 self.indexes[name] = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension))
             self.counts[name] = tables.count(conn, name, sparse=False)
         for name in self.config.sparse:
-            self.sparse[name] = SparseIndex.build(tables.iter_sparse(conn, name))
+            got = sparse_snapshots.load(self.store.path, self.store, conn, name)
+            if got is None:
+                got = SparseIndex.build(tables.iter_sparse(conn, name)), 0
+            self.sparse[name], self.snapshot_seqs[name] = got
             self.counts[name] = self.sparse[name].live
         return time.monotonic() - t0
+
+    @property
+    def snapshot_seq(self) -> int | None:
+        """The oldest of the sparse vectors' snapshots' sequence numbers (None without a sparse vector)."""
+        return min(self.snapshot_seqs.values(), default=None)
+
+    def snapshot(self, seq: int) -> None:
+        """Write a snapshot of every sparse index covering the writes up to ``seq`` (:func:`.sparse_snapshots.save`;
+        the caller holds the write mutex, and prunes the ``removed`` table only once this returned)."""
+        for name, index in self.sparse.items():
+            sparse_snapshots.save(index, self.store.path, name, seq)
+            self.snapshot_seqs[name] = seq
 
     def reconfigure(self, config: VectorsConfig) -> NamedIndexes:
         """Make ``config`` the collection's vectors in the store, in one SQLite transaction
@@ -70,6 +89,8 @@ class NamedIndexes:
         Returns the indexes for ``config`` (:meth:`reconfigured`), to be swapped in."""
         names = lambda cfg: {(n, "dense") for n in cfg.dense} | {(n, "sparse") for n in cfg.sparse}  # noqa: E731
         cleared = sorted({n for n, _ in names(self.config) ^ names(config)})
+        for n in cleared:  # before the values go: a crash in between must not find a snapshot of them
+            sparse_snapshots.forget(self.store.path, n)
         tables.reconfigure(self.store.db_path, config.to_json(), cleared)
         return self.reconfigured(config)
 
@@ -83,8 +104,15 @@ class NamedIndexes:
             elif name not in self.dense and not v.multivector:
                 out.indexes[name] = VectorIndex(v.spec)
         out.sparse = {n: self.sparse.get(n, out.sparse[n]) for n in config.sparse}
+        out.snapshot_seqs = {n: self.snapshot_seqs.get(n, 0) for n in config.sparse}
         out.counts = {n: self.counts.get(n, 0) for n in [*out.dense, *config.sparse]}
         return out
+
+    def rebuilt(self, name: str) -> VectorIndex:
+        """A new index of the dense vector ``name`` with its configured spec, built from its stored values (the
+        config changed; to be swapped into :attr:`indexes` by the caller)."""
+        v = self.dense[name]
+        return VectorIndex.build(v.spec, tables.iter_dense(self.store.reader(), name, v.spec.dimension))
 
     def prepare(self, named: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The points' named vectors as stored: dense ones unit-normalised for cosine (float32), sparse as given.

@@ -26,6 +26,7 @@ half a second for 40M postings), once per doubling.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -57,12 +58,14 @@ def pack(vecs: list[SparseVec]) -> Packed:
 @dataclass(frozen=True)
 class Segment:
     """An immutable block of postings: ``terms`` uint32 ``(t,)`` ascending, ``indptr`` int64 ``(t + 1,)``, and per
-    posting ``slots`` int32 ``(p,)`` (ascending within a term) and ``vals`` float32 ``(p,)``."""
+    posting ``slots`` int32 ``(p,)`` (ascending within a term) and ``vals`` float32 ``(p,)``; ``sid`` names it (a
+    snapshot writes each segment once, under its name: :mod:`.sparse_snapshots`)."""
 
     terms: np.ndarray
     indptr: np.ndarray
     slots: np.ndarray
     vals: np.ndarray
+    sid: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
 
     @classmethod
     def of(cls, terms: np.ndarray, slots: np.ndarray, vals: np.ndarray) -> Segment:
@@ -152,6 +155,41 @@ class SparseIndex:
         st = out._state
         if len(st.segments) > 1:
             out._state = replace(st, segments=(merged(list(st.segments)),))
+        return out
+
+    def saved(self) -> tuple[tuple[Segment, ...], dict[str, np.ndarray]]:
+        """``(segments, arrays)``: what a snapshot keeps (:mod:`.sparse_snapshots`) besides the segments: the slot
+        table and tombstones up to ``n``, the dead postings per term and the counters (int64 scalars)."""
+        st = self._state
+        arrays = {"slot_iid": st.slot_iid[: st.n], "dead": st.dead[: st.n], "dead_terms": st.dead_terms}
+        arrays |= {
+            "dead_counts": st.dead_counts,
+            "live": np.int64(st.live),
+            "dead_postings": np.int64(st.dead_postings),
+        }
+        return st.segments, arrays
+
+    @classmethod
+    def restored(cls, segments: list[Segment], arrays: dict[str, np.ndarray]) -> SparseIndex:
+        """The index :meth:`saved` described (checked for consistency).
+
+        Raises:
+            ValueError: the parts do not fit together (a slot or count out of range, ids not ascending).
+        """
+        slot_iid, dead = np.asarray(arrays["slot_iid"], np.int64), np.asarray(arrays["dead"], bool)
+        n, live, dead_postings = len(slot_iid), int(arrays["live"]), int(arrays["dead_postings"])
+        dead_terms, dead_counts = np.asarray(arrays["dead_terms"], np.uint32), np.asarray(arrays["dead_counts"])
+        ok = len(dead) == n and live == n - int(dead.sum()) and bool(np.all(np.diff(slot_iid) > 0))
+        ok = ok and len(dead_terms) == len(dead_counts) and int(dead_counts.sum()) == dead_postings
+        for s in segments:
+            ok = ok and len(s.indptr) == len(s.terms) + 1 and int(s.indptr[-1]) == s.nnz == len(s.vals)
+            ok = ok and (not s.nnz or (int(s.slots.min()) >= 0 and int(s.slots.max()) < n))
+        if not ok:
+            raise ValueError("the saved sparse index is inconsistent")
+        out = cls()
+        out._state = _State(
+            tuple(segments), slot_iid, dead, n, live, dead_terms, dead_counts.astype(np.int64), dead_postings
+        )
         return out
 
     # --- reading -------------------------------------------------------------------------------------------------

@@ -8,9 +8,11 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
 * ``PATCH /collections/{collection_name}`` (update): the storage and cluster settings a creation ignores are accepted
   with no effect (``optimizers_config``, as in Qdrant's bulk-upload recipe that turns indexing off and on,
   ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``, a
-  ``quantization_config`` equal to the vector's); refused with 422: ``m``/``ef_construct`` and a quantization change
-  (an existing collection's index is not rebuilt), sparse vectors; ``metadata``
-  is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
+  ``quantization_config`` equal to the vector's); another ``quantization_config`` (scalar int8, or ``Disabled``;
+  the collection's, for every indexed dense vector, or a vector's) is recorded at once and the vector's index
+  rebuilt from the stored vectors in the background (:mod:`service.collections.index_change`: ``status`` yellow
+  until then, searches answered from the old index meanwhile); refused with 422: ``m``/``ef_construct`` (the graph
+  is not rebuilt), sparse vectors; ``metadata`` is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
 * ``PUT /collections/{collection_name}/index`` (create a payload index: ``{field_name, field_schema}``, the schema a
   type name or a ``*IndexParams`` object; :mod:`service.collections.payload_indexes`) and ``DELETE
   .../index/{field_name}`` (delete one): built (``wait`` or not: answered once built) and reported in
@@ -55,7 +57,14 @@ from service.http.qdrant.models import (
     VectorNameConfig,
     VectorParams,
 )
-from service.http.qdrant.vectors import HNSW_IGNORED, dense_config, params_of, quantization_of, scalar_params
+from service.http.qdrant.vectors import (
+    HNSW_IGNORED,
+    dense_config,
+    params_of,
+    quantization_of,
+    requantized,
+    scalar_params,
+)
 
 router = APIRouter(prefix=PREFIX, tags=["qdrant"], route_class=JSONRoute)
 
@@ -86,10 +95,10 @@ def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, A
 def collection_info(info: dict[str, Any]) -> dict[str, Any]:
     """Qdrant's ``CollectionInfo`` of a collection's native info (``GET /collections/{name}``)."""
     params, n = info["index"]["params"], info["count"]
-    running = (info.get("reembedding") or {}).get("state") == "running"
+    running = (info.get("reembedding") or {}).get("state") == "running" or bool(info.get("rebuilding"))
     vectors, sparse = params_of(info)
     return {
-        "status": "yellow" if running else "green",  # yellow: being re-embedded (Qdrant: being optimised)
+        "status": "yellow" if running else "green",  # yellow: re-embedded or an index rebuilt (Qdrant: optimised)
         "optimizer_status": "ok",
         "indexed_vectors_count": n,
         "points_count": n,
@@ -167,12 +176,12 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
         if diff.get("quantization_config") is not None:
             asked[name] = diff["quantization_config"]
     kept = lambda q: q and (q["type"], q["quantile"])  # noqa: E731 (always_ram: no effect here)
-    changed = any(
-        kept(scalar_params(c, "quantization_config")) != kept((each.get(n) or {}).get("scalar"))
+    changed = {
+        n: scalar_params(c, "quantization_config")
         for n, c in asked.items()
-    )
+        if kept(scalar_params(c, "quantization_config")) != kept((each.get(n) or {}).get("scalar"))
+    }
     for given, what, param in (
-        (changed, "changing quantization_config (the index is not rebuilt)", "quantization_config"),
         (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
         (
             {"m", "ef_construct"} & set(hnsw),
@@ -184,6 +193,9 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
             raise unsupported(what, param)
     if unknown := set(hnsw) - HNSW_IGNORED:
         raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
+    if changed:  # rebuilt in the background (status yellow meanwhile), as Qdrant does
+        info = await svc.info(collection_name)
+        await svc.change_indexes(collection_name, requantized(info, changed))
     if (update := body.metadata) is not None:
         await svc.backend.update_vectors(collection_name, lambda cfg: cfg.with_metadata(update))
     return ok(request, True)

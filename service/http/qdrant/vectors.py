@@ -91,6 +91,38 @@ def scalar_params(config: Any, param: str) -> dict[str, Any] | None:
     return out
 
 
+def requantized(info: dict[str, Any], scalars: dict[str, dict[str, Any] | None]) -> dict[str, tuple[str, dict]]:
+    """``{name: (index kind, params)}``: each dense vector of a collection's native ``info`` named in ``scalars``
+    given that scalar quantization (:func:`scalar_params`; None: none), as :func:`dense_config` would have made it
+    (``hnsw`` <-> ``hnsw_sq``, ``flat`` <-> ``flat_sq``; the graph params kept, the quantization and its training
+    params dropped with it).
+
+    Raises:
+        InvalidCollectionRequest: quantization of an index that has no quantized form here (``unsupported``).
+    """
+    dense, out = info["vectors"]["dense"], {}
+    plain = {v: k for k, v in QUANTIZED.items()}
+    for name, scalar in scalars.items():
+        if name not in dense:
+            raise InvalidCollectionRequest(
+                f"the collection has no dense vector {name!r}", "vectors", "vector_not_found"
+            )
+        kind, params = dense[name]["index"], dict(dense[name]["params"])
+        base = plain.get(kind, kind)
+        at = f"vectors.{name}.quantization_config" if name else "quantization_config"
+        if scalar is not None and base not in QUANTIZED:
+            raise unsupported(f"quantization of a {kind} index", at)
+        if scalar is None:
+            out[name] = (base, {k: v for k, v in params.items() if k not in {"quantization", *SQ_TRAINING_KEYS}})
+        else:
+            out[name] = (QUANTIZED[base], {**params, "quantization": scalar})
+    return out
+
+
+#: the training params a quantized index adds to its plain form's
+SQ_TRAINING_KEYS = {"min_train_points", "train_sample"}
+
+
 def quantization_of(info: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any] | None]]:
     """``(collection's, {indexed dense vector's name: its})`` Qdrant ``quantization_config`` of a collection's native
     info (None: none); the collection's is the vectors' when they all have the same one, else None."""

@@ -10,6 +10,7 @@ One real server for the module, a collection of 3,000 points with client vectors
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,37 +20,16 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.hostile_data import DIM, payload, polygon, vector
 from tests.server_utils import run_server
 
 pytestmark = pytest.mark.timeout(300)
 
-N, DIM, TAGS = 3000, 32, 20
+N = 3000
 TIMEOUT_S = 5.0  # the server's request_timeout_s
 HEAVY, LIGHT, DOCS = "heavy", "light", "docs"  # DOCS: 1,000 short texts embedded by the model
 Q = "/qdrant/collections"
 SENTENCE = "A man is playing a guitar."
-
-
-def _vec(rng: np.random.Generator) -> list[float]:
-    return rng.normal(size=DIM).round(4).tolist()
-
-
-def _payload(i: int, rng: np.random.Generator) -> dict:
-    return {
-        "tags": [f"t{(i * 7 + j) % 500}" for j in range(TAGS)],
-        "text": " ".join(f"w{(i + j * 13) % 300}" for j in range(12)),
-        "n": i,
-        "items": [
-            {"loc": {"lat": float(rng.uniform(-60, 60)), "lon": float(rng.uniform(-170, 170))}} for _ in range(20)
-        ],
-    }
-
-
-def _polygon(n: int) -> dict:
-    """A closed ring of ``n`` points (a circle around the equator) as Qdrant's ``geo_polygon``."""
-    a = np.linspace(0, 2 * np.pi, n - 1, endpoint=False)
-    pts = [{"lat": float(50 * np.sin(t)), "lon": float(150 * np.cos(t))} for t in a]
-    return {"exterior": {"points": [*pts, pts[0]]}}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +45,7 @@ def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
                 assert r.status_code == 200, r.text
                 for k in range(0, n, 250):  # small writes: each well within request_timeout_s on a busy machine
                     pts = [
-                        {"id": i, "vector": _vec(rng), "payload": _payload(i, rng)} for i in range(k, min(n, k + 250))
+                        {"id": i, "vector": vector(rng), "payload": payload(i, rng)} for i in range(k, min(n, k + 250))
                     ]
                     r = c.put(f"{Q}/{name}/points?wait=true", json={"points": pts})
                     assert r.status_code == 200, r.text
@@ -73,8 +53,8 @@ def server(default_artifact: Path, reranker_artifact: Path, tmp_path_factory):
             texts = [
                 {"id": i, "text": f"note {i}: {' '.join(f'w{(i * j) % 97}' for j in range(6))}"} for i in range(1000)
             ]
-            for k in range(0, len(texts), 250):
-                r = c.put(f"/collections/{DOCS}/points", json={"points": texts[k : k + 250]})
+            for k in range(0, len(texts), 100):  # each embedded within request_timeout_s on a loaded machine
+                r = c.put(f"/collections/{DOCS}/points", json={"points": texts[k : k + 100]})
                 assert r.status_code == 200, r.text
         yield srv
         assert srv.alive(), srv.log()[-3000:]
@@ -113,9 +93,9 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
     """Per kind: ``(path under the collection, body, accepted statuses)``, each the largest the default limits allow
     (1,000 hits, candidates, prefetched points or sampled points; 1,024 filter values or examples; 256 searches)."""
     rng = np.random.default_rng(1)
-    q = _vec(rng)
+    q = vector(rng)
     absent = [f"x{i}" for i in range(1000)]
-    pair = lambda: {"positive": _vec(rng), "negative": _vec(rng)}  # noqa: E731
+    pair = lambda: {"positive": vector(rng), "negative": vector(rng)}  # noqa: E731
     done = (200, 503)  # 503: stopped at request_timeout_s, which is within the rule too
     return {
         "mmr": (
@@ -158,7 +138,7 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
         ),
         "geo into arrays": (
             "points/count",
-            {"exact": True, "filter": {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000)}]}},
+            {"exact": True, "filter": {"must": [{"key": "items[].loc", "geo_polygon": polygon(1000)}]}},
             done,
         ),
         "order_by": ("points/scroll", {"order_by": {"key": "tags[]"}, "limit": 1000, "with_payload": False}, done),
@@ -167,7 +147,7 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
         "recommend": (
             "points/query",
             {
-                "query": {"recommend": {"positive": [_vec(rng) for _ in range(1024)], "strategy": "best_score"}},
+                "query": {"recommend": {"positive": [vector(rng) for _ in range(1024)], "strategy": "best_score"}},
                 "limit": 1000,
             },
             (200,),
@@ -181,7 +161,7 @@ def _largest() -> dict[str, tuple[str, dict, tuple[int, ...]]]:
         "hybrid (fusion)": (
             "points/query",
             {
-                "prefetch": [{"query": _vec(rng), "limit": 1000} for _ in range(256)],
+                "prefetch": [{"query": vector(rng), "limit": 1000} for _ in range(256)],
                 "query": {"fusion": "rrf"},
                 "limit": 1000,
             },
@@ -250,26 +230,30 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_heavy_queries_on_one_collection_leave_threads_for_another_and_stop_at_their_deadline(server):
-    """Eight counts with a 1,000-point polygon on keys into arrays (20 locations per point) on one collection: a
-    count on another collection answers meanwhile, and once the eight are answered 503 at ``request_timeout_s``
-    their work stops (the server's CPU use falls to idle within a second)."""
-    flt = {"must": [{"key": "items[].loc", "geo_polygon": _polygon(1000)}]}
+    """Eight counts with a 1,000-point polygon on keys into arrays (20 locations per point, nearly all outside it,
+    so each is tested against every edge) on one collection: counts on another collection answer meanwhile, each
+    within a second, and once the eight are answered 503 at ``request_timeout_s`` their work stops (the server's CPU
+    use falls to idle within a second)."""
+    flt = {"must": [{"key": "items[].loc", "geo_polygon": polygon(1000, scale=0.1)}]}
 
     def heavy(_: int) -> httpx.Response:
         return httpx.post(f"{server.url}{Q}/{HEAVY}/points/count", json={"filter": flt, "exact": True}, timeout=60)
 
-    with ThreadPoolExecutor(8) as pool:
+    light_s = []
+    with ThreadPoolExecutor(8) as pool, httpx.Client(base_url=server.url, timeout=60) as light:
         futures = [pool.submit(heavy, i) for i in range(8)]
         time.sleep(1.0)  # all eight are running (or waiting for their collection's share of the pool)
-        t0 = time.perf_counter()
-        r = httpx.post(f"{server.url}{Q}/{LIGHT}/points/count", json={"exact": True}, timeout=60)
-        light_s = time.perf_counter() - t0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            r = light.post(f"{Q}/{LIGHT}/points/count", json={"exact": True})
+            light_s.append(time.perf_counter() - t0)
+            assert r.status_code == 200 and r.json()["result"]["count"] == 10, r.text
+            time.sleep(0.2)
         statuses = [f.result().status_code for f in futures]
-    assert r.status_code == 200 and r.json()["result"]["count"] == 10, r.text
-    # Not starved (before the per-collection share it waited for the eight and answered 503 at the deadline);
-    # not yet within the 1 s goal either: 1.4-4.5 s measured on 2 cores, the eight holding the GIL in Python
-    # per-row filter code between their SQLite steps.
-    assert light_s < 10.0, light_s
+    # One thread at a time evaluates Python filter code (the others wait without the GIL), on NumPy for a large
+    # polygon: each light count took 8-252 ms (medians 9-82 ms) on 2 cores at load 6-8, other work running; before,
+    # 0.27-0.81 s each (medians 0.34-0.60 s), the eight taking turns at the GIL in per-row Python filter code.
+    assert statistics.median(light_s) < 0.3 and max(light_s) < 1.0, light_s
     assert statuses == [503] * 8, statuses  # each ran past request_timeout_s
     time.sleep(1.0)  # within a second of the deadline...
     before = _cpu_s(server.proc.pid)

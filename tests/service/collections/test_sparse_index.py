@@ -201,16 +201,22 @@ from service.collections.embedded import Collection
 from service.collections.schema import SparseVec, SparseVector, VectorsConfig
 
 c = Collection.create(sys.argv[1], VectorsConfig({}, {"kw": SparseVector("kw", "idf")}))
-for i in range(100000):  # until killed: each point acknowledged (printed) once upsert returns
+for i in range(100000):  # until killed: each write acknowledged (printed) once it returns
     v = SparseVec(np.array([i % 7, 100 + i], np.uint32), np.array([1.0, 2.0], np.float32))
     c.upsert([i], [""], [None], None, named=[{"kw": v}])
     print(i, flush=True)
+    if i % 7 == 6:  # a deletion, acknowledged as -1 - id
+        c.delete([i - 3])
+        print(-1 - (i - 3), flush=True)
+    if i % 10 == 9:  # sparse (and FAISS) snapshots: an open loads the newest and replays the writes after it
+        c.snapshot()
 """
 
 
 def test_sigkill_loses_no_acknowledged_sparse_point(tmp_path):
-    """A writer killed (SIGKILL) in the middle of upserts: every point it acknowledged is found again by a sparse
-    search after a reopen (the index is rebuilt from the rows written in each point's transaction)."""
+    """A writer killed (SIGKILL) in the middle of upserts, deletions and snapshots: every point it acknowledged is
+    found again by a sparse search after a reopen, and none it acknowledged deleted (the index is loaded from the
+    newest sparse snapshot plus the writes after it, all from rows written in each write's transaction)."""
     import os
     import signal
     import subprocess
@@ -223,18 +229,23 @@ def test_sigkill_loses_no_acknowledged_sparse_point(tmp_path):
     acked = []
     for line in p.stdout:
         acked.append(int(line))
-        if len(acked) == 40:
+        if len(acked) == 120:
             break
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     acked += [int(x) for x in p.stdout.read().split()]  # acknowledged before the kill landed
+    gone = {-1 - x for x in acked if x < 0}
+    alive = [x for x in acked if x >= 0 and x not in gone]
+    assert len(gone) >= 10 and list((tmp_path / "c").glob("sparse-*/snap-*.npz"))  # deletions and a snapshot
     c = Collection.open(tmp_path / "c")
     try:
-        assert c.named.counts["kw"] >= len(acked)
-        for i in acked[:: max(1, len(acked) // 10)] + [acked[-1]]:
+        assert c.named.snapshot_seqs["kw"] > 0  # loaded from a snapshot, not rebuilt
+        n = c.named.counts["kw"]
+        assert n >= len(alive)
+        for i in [*alive, *gone]:
             hits = c.search([SparseVec(np.array([100 + i], np.uint32), np.ones(1, np.float32))], 3, using="kw")[0]
-            n = c.named.counts["kw"]
-            assert [(h.id, h.score) for h in hits] == [(i, float(np.float32(2.0 * idf(n, np.array([1]))[0])))]
+            want = [] if i in gone else [(i, float(np.float32(2.0 * idf(n, np.array([1]))[0])))]
+            assert [(h.id, h.score) for h in hits] == want
     finally:
         c.close()
 

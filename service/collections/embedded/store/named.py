@@ -115,11 +115,12 @@ def reconfigure(db_path: Path, vectors: dict[str, Any], cleared: list[str]) -> N
         conn.close()
 
 
-def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000) -> Iterator[tuple]:
-    """``(iids, lengths, terms, vals)`` chunks of every stored sparse vector ``name``, in internal-id order: int64
+def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000, after: int = -1) -> Iterator[tuple]:
+    """``(iids, lengths, terms, vals)`` chunks of the stored sparse vectors ``name`` of internal id past ``after``
+    (default: all), in internal-id order: int64
     ``(c,)`` twice, then uint32 and float32 ``(sum(lengths),)`` (the chunk's vectors one after another), read a chunk
     of rows at a time (no Python object per entry)."""
-    last = -1
+    last = after
     while True:
         rows = conn.execute(
             "SELECT iid, indices, vals FROM sparse_vectors WHERE field=? AND iid > ? ORDER BY iid LIMIT ?",
@@ -135,9 +136,10 @@ def iter_sparse(conn: sqlite3.Connection, name: str, chunk: int = 20000) -> Iter
         last = int(ids[-1])
 
 
-def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list[tuple[int, bytes]]]:
-    """``[(iid, vector bytes), ...]`` chunks of the stored dense vector ``name``, in internal-id order."""
-    last = -1
+def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int, after: int = -1) -> Iterator[list[tuple[int, bytes]]]:
+    """``[(iid, vector bytes), ...]`` chunks of the stored dense vector ``name`` (internal ids past ``after``), in
+    internal-id order."""
+    last = after
     while True:
         rows = conn.execute(
             "SELECT iid, vector FROM named_dense WHERE field=? AND iid > ? ORDER BY iid LIMIT ?", (name, last, chunk)
@@ -148,9 +150,10 @@ def _chunks_of(conn: sqlite3.Connection, name: str, chunk: int) -> Iterator[list
         last = int(rows[-1][0])
 
 
-def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000) -> Iterator[tuple]:
-    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name``."""
-    for rows in _chunks_of(conn, name, chunk):
+def iter_dense(conn: sqlite3.Connection, name: str, dimension: int, chunk: int = 20000, after: int = -1) -> Iterator:
+    """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of the dense vector ``name`` (internal ids
+    past ``after``: default all)."""
+    for rows in _chunks_of(conn, name, chunk, after):
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         yield ids, np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dimension)
 

@@ -44,6 +44,8 @@ from service.collections.filters import (
 from service.collections.ids import encode_id
 from service.collections.stopping import WorkStopped, interrupt_reads, stop_requested
 
+#: held while a thread evaluates a Python leaf on a row (:func:`register`): one at a time in the whole process
+_EVALUATING = threading.Lock()
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(leaf) -> leaf, while a query holds it
 
 
@@ -59,12 +61,27 @@ def filter_leaf(payload: str, leaf_id: int) -> int:
 def register(conn: sqlite3.Connection) -> None:
     """Make :func:`filter_leaf` callable on ``conn``; a read calling it stops at the first row after its request is
     cancelled (:func:`...stopping.stop_requested`; never inside a write transaction, which runs to its end), and any
-    read at SQLite's next progress step (:func:`...stopping.interrupt_reads`)."""
+    read at SQLite's next progress step (:func:`...stopping.interrupt_reads`).
+
+    One thread of the process at a time evaluates a row (:data:`_EVALUATING`; the others wait without the GIL,
+    SQLite releasing it between rows): Python code holds the GIL, so statements evaluating leaves on several
+    threads at once would finish no sooner, but every other thread (the event loop, a light read of another
+    collection) would queue for the GIL behind all of them, a few ms (``sys.getswitchinterval()``) per holder each
+    time it takes the GIL back (measured in docs/performance.md, "Light requests beside heavy filters")."""
+
+    def stopped() -> bool:
+        return stop_requested() and not conn.in_transaction
 
     def leaf(payload: str, leaf_id: int) -> int:
-        if stop_requested() and not conn.in_transaction:
+        if stopped():
             raise WorkStopped("the request was stopped")  # SQLite ends the statement with an error
-        return filter_leaf(payload, leaf_id)
+        while not _EVALUATING.acquire(timeout=0.1):  # a stopped statement waits no longer than that
+            if stopped():
+                raise WorkStopped("the request was stopped")
+        try:
+            return filter_leaf(payload, leaf_id)
+        finally:
+            _EVALUATING.release()
 
     conn.create_function("filter_leaf", 2, leaf)
     interrupt_reads(conn)

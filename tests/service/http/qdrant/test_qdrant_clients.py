@@ -323,7 +323,7 @@ def test_qdrant_batch_update_points(env, sts):
     for bad, status in [
         (lambda: client.update_collection("batch", hnsw_config=models.HnswConfigDiff(m=32)), 422),
         (lambda: client.update_collection("batch", vectors_config={"": models.VectorParamsDiff(
-            quantization_config=models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type="int8")))}), 422),
+            quantization_config=models.BinaryQuantization(binary=models.BinaryQuantizationConfig()))}), 422),
         (lambda: client.update_collection("missing", optimizers_config=models.OptimizersConfigDiff()), 404),
     ]:  # fmt: skip
         with pytest.raises(UnexpectedResponse) as e:

@@ -1,6 +1,7 @@
 """Scalar quantization through the Qdrant-compatible API on a real server, driven by qdrant-client unchanged (REST
 and gRPC): ``quantization_config`` at creation (reported in the collection's info, kept by an update that repeats
-it, a change refused), ``search_params.quantization`` (``rescore``, ``ignore``, ``oversampling``) on queries and
+it), changed by an update on a filled collection (the index rebuilt in the background; ``Disabled`` removes it),
+``search_params.quantization`` (``rescore``, ``ignore``, ``oversampling``) on queries and
 prefetches, the native twin (``index: flat_sq``, ``quantization`` on a search), and a restart after SIGKILL keeping
 it all. Recall against exact search and the candidate counts: tests/service/collections/test_quantization.py."""
 
@@ -122,13 +123,11 @@ def test_bad_quantization_is_refused_and_an_update_may_only_repeat_it(server):
             rest.create_collection("quant_bad", models.VectorParams(size=4, distance="Dot"), quantization_config=config)
         assert e.value.status_code == 422
     rest.update_collection("quant_rest", quantization_config=SCALAR)  # the same: no change
-    for config in (
-        models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, quantile=0.9)),
-        models.Disabled.DISABLED,
-    ):
-        with pytest.raises(UnexpectedResponse) as e:
-            rest.update_collection("quant_rest", quantization_config=config)
-        assert e.value.status_code == 422 and "not rebuilt" in e.value.content.decode()
+    assert rest.get_collection("quant_rest").status == models.CollectionStatus.GREEN
+    with pytest.raises(UnexpectedResponse) as e:
+        rest.update_collection("quant_rest", quantization_config=models.ProductQuantization(
+            product=models.ProductQuantizationConfig(compression=models.CompressionRatio.X16)))  # fmt: skip
+    assert e.value.status_code == 422
     with httpx.Client(base_url=f"{server['server'].url}/qdrant", timeout=60) as c:
         for params in ({"quantization": {"oversampling": 0.5}}, {"quantization": {"rescore": "yes"}}):
             r = c.post("/collections/quant_rest/points/query", json={"query": [0.1] * D, "params": params})
@@ -138,7 +137,70 @@ def test_bad_quantization_is_refused_and_an_update_may_only_repeat_it(server):
             assert r.status_code == 422 and r.json()["status"]["error"], r.text
 
 
-def test_native_twin_and_a_restart_after_sigkill_keep_it(server, data):
+def wait_green(c: QdrantClient, name: str) -> models.CollectionInfo:
+    for _ in range(240):
+        info = c.get_collection(name)
+        if info.status == models.CollectionStatus.GREEN:
+            return info
+        time.sleep(0.25)
+    raise AssertionError(f"{name}: still {info.status}")
+
+
+def recall(c: QdrantClient, name: str, X: np.ndarray, Q: np.ndarray, **kw) -> tuple[float, float]:
+    """``(recall@K against exact cosine search, largest score error)`` over the queries ``Q``."""
+    found, err = 0, 0.0
+    for q in Q:
+        hits = c.query_points(name, query=q.tolist(), limit=K, **kw).points
+        found += len({h.id for h in hits} & set(np.argsort(-(X @ q))[:K].tolist()))
+        err = max(err, float(np.abs(np.array([h.score for h in hits]) - (X @ q)[[h.id for h in hits]]).max()))
+    return found / (K * len(Q)), err
+
+
+CHANGE_D, CHANGE_N = 48, 2000  # a client-supplied vector (not the model's dimension), past min_train_points
+
+
+@pytest.fixture(scope="module")
+def change_data():
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((CHANGE_N, CHANGE_D)).astype(np.float32)
+    Q = rng.standard_normal((20, CHANGE_D)).astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True), Q / np.linalg.norm(Q, axis=1, keepdims=True)
+
+
+def test_a_quantization_change_rebuilds_the_index_in_the_background(server, change_data):
+    """PATCH with another ``quantization_config`` (Qdrant: the index rebuilt by the optimizer): accepted, reported
+    at once, the index rebuilt from the stored vectors (searches answered meanwhile), then quantized scores (with
+    ``rescore: false``) and a recall@10 >= 0.95 with rescoring; ``Disabled`` takes it away again. The restart test
+    below checks it is kept."""
+    X, Q = change_data
+    rest, over_grpc = clients(server)
+    no_rescore = models.SearchParams(quantization=models.QuantizationSearchParams(rescore=False))
+    for c, name in ((rest, "quant_change"), (over_grpc, "quant_change_grpc")):
+        c.create_collection(name, vectors_config=models.VectorParams(size=CHANGE_D, distance=models.Distance.COSINE),
+                            hnsw_config=models.HnswConfigDiff(m=0))  # fmt: skip
+        for start in range(0, CHANGE_N, 500):
+            batch = range(start, start + 500)
+            c.upsert(name, models.Batch(ids=list(batch), vectors=X[start : start + 500].tolist()), wait=True)
+        assert c.get_collection(name).config.quantization_config is None
+        assert recall(c, name, X, Q, search_params=no_rescore) == (1.0, pytest.approx(0, abs=1e-5))  # float32
+        c.update_collection(name, quantization_config=SCALAR)
+        assert c.query_points(name, query=Q[0].tolist(), limit=K).points  # answered during the rebuild
+        info = wait_green(c, name)
+        assert info.config.quantization_config.scalar.quantile == pytest.approx(0.99)
+        got, err = recall(c, name, X, Q)
+        assert got >= 0.95 and err < 1e-5  # rescored from the originals
+        got, err = recall(c, name, X, Q, search_params=no_rescore)
+        assert err > 1e-4  # int8 codes: the index was rebuilt quantized
+    with httpx.Client(base_url=server["server"].url, timeout=60) as h:
+        native = h.get("/collections/quant_change").json()
+        assert native["vectors"]["dense"][""]["index"] == "flat_sq" and native["rebuilding"] == []
+    over_grpc.update_collection("quant_change_grpc", quantization_config=models.Disabled.DISABLED)
+    info = wait_green(rest, "quant_change_grpc")
+    assert info.config.quantization_config is None
+    assert recall(rest, "quant_change_grpc", X, Q, search_params=no_rescore) == (1.0, pytest.approx(0, abs=1e-5))
+
+
+def test_native_twin_and_a_restart_after_sigkill_keep_it(server, data, change_data):
     X, Q = data
     s = server["server"]
     with httpx.Client(base_url=s.url, timeout=60) as c:
@@ -166,6 +228,11 @@ def test_native_twin_and_a_restart_after_sigkill_keep_it(server, data):
         q = Q[1]
         hits = search(rest, "quant_rest", q)
         assert np.allclose([h.score for h in hits], (X @ q)[[h.id for h in hits]], atol=1e-5)
+        info = wait_green(rest, "quant_change")  # the quantization set by an update, kept
+        assert info.config.quantization_config.scalar.quantile == pytest.approx(0.99)
+        no_rescore = models.SearchParams(quantization=models.QuantizationSearchParams(rescore=False))
+        assert recall(rest, "quant_change", *change_data, search_params=no_rescore)[1] > 1e-4
+        assert rest.get_collection("quant_change_grpc").config.quantization_config is None
         with httpx.Client(base_url=s2.url, timeout=60) as c:
             info = wait_trained(s2.url, "quant_native")
             assert info["index"]["type"] == "flat_sq" and info["index"]["in_use"] == "flat_sq"
