@@ -239,6 +239,14 @@ class Settings(BaseSettings):
         description="the qdrant/bm25 sparse model's directory (english.txt stopwords, config.json; a snapshot of the "
         "Qdrant/bm25 model repository works); default: the one bundled with the service (NLTK's English stopwords)",
     )
+    sparse_workers: int | None = Field(
+        None,
+        ge=0,
+        le=64,
+        description="processes that tokenise the documents of server-side sparse models (qdrant/bm25), in batches of "
+        "at least 32 texts, beside the serving process (0: on its worker threads); default (None): 1 on a machine with "
+        "2 or more cores, else 0",
+    )
     collections_maintenance_interval_s: float = Field(
         0.5, gt=0, description="how often the background task checks for due work"
     )

@@ -4,6 +4,7 @@ model's document or query prompt, if it has one; client-given vectors are checke
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ from service.collections.ports import InferencePort, ModelRef, ModelSpec, Sparse
 from service.collections.sparse_inputs import sparse_model
 from service.collections.vector_backend import CollectionHandle, CollectionSettings
 from service.collections.vectors import given_vectors
+
+OFF_LOOP_POINTS = 64  # at least this many given vectors are converted and checked off the event loop
 
 
 class Embedding:
@@ -79,7 +82,9 @@ class Embedding:
             InvalidCollectionRequest: a given vector of the wrong dimension, not finite, or zero for cosine; and what
                 :meth:`embed` raises.
         """
-        out, rest = given_vectors(given, len(texts), c.spec, c.name)
+        args = (given, len(texts), c.spec, c.name)
+        big = len(given) >= OFF_LOOP_POINTS  # many vectors: converted and checked on a worker thread
+        out, rest = await asyncio.to_thread(given_vectors, *args) if big else given_vectors(*args)
         if rest:
             out[rest] = await self.embed(c, [texts[i] for i in rest], model, role="document")
         return out

@@ -64,6 +64,11 @@ class SparseModel(Protocol):
         """The sparse vectors of stored texts (points), in order."""
         ...
 
+    def document_arrays(self, texts: list[str]) -> tuple[Any, Any, Any]:
+        """The same vectors packed: indices uint32 ``(total,)`` (strictly increasing within each vector), values
+        float32 ``(total,)``, offsets int64 ``(n + 1,)`` (text ``i``'s vector is ``[offsets[i]:offsets[i + 1]]``)."""
+        ...
+
     def query(self, text: str) -> dict[str, Any]:
         """The sparse vector of a query text."""
         ...

@@ -81,18 +81,40 @@ def sparse_vec(indices: Any, values: Any, param: str) -> SparseVec:
     """
     if not isinstance(indices, list) or not isinstance(values, list) or len(indices) != len(values):
         raise InvalidCollectionRequest(f"{param}: indices and values must be lists of the same length", param)
-    for i in indices:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_SPARSE_INDEX:
-            raise InvalidCollectionRequest(f"{param}.indices: {i!r} is not an integer in [0, 2^32)", param)
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise InvalidCollectionRequest(f"{param}.values: {v!r} is not a finite number", param)
-    idx = np.asarray(indices, dtype=np.int64)
+    if not set(map(type, indices)) <= {int}:  # bool, float, str... (checked by type: bool is an int subclass)
+        bad = next(i for i in indices if type(i) is not int)
+        raise InvalidCollectionRequest(f"{param}.indices: {bad!r} is not an integer in [0, 2^32)", param)
+    try:
+        idx = np.asarray(indices, dtype=np.int64)
+    except OverflowError:
+        idx = None
+    if idx is None or (len(idx) and (idx.min() < 0 or idx.max() > MAX_SPARSE_INDEX)):
+        bad = next(i for i in indices if not 0 <= i <= MAX_SPARSE_INDEX)
+        raise InvalidCollectionRequest(f"{param}.indices: {bad!r} is not an integer in [0, 2^32)", param)
+    if not set(map(type, values)) <= {int, float}:  # the slow check only for other types (refused unless a float)
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise InvalidCollectionRequest(f"{param}.values: {v!r} is not a finite number", param)
+    try:
+        vals = np.asarray(values, dtype=np.float64)
+        finite = bool(np.isfinite(vals).all())
+    except OverflowError:  # an integer past float64's range
+        finite = False
+    if not finite:
+        bad = next(v for v in values if not _finite(v))
+        raise InvalidCollectionRequest(f"{param}.values: {bad!r} is not a finite number", param)
     order = np.argsort(idx, kind="stable")
     idx = idx[order]
     if len(idx) > 1 and np.any(idx[1:] == idx[:-1]):
         raise InvalidCollectionRequest(f"{param}.indices must be unique", param)
-    return SparseVec(idx.astype(np.uint32), np.asarray(values, dtype=np.float32)[order])
+    return SparseVec(idx.astype(np.uint32), vals.astype(np.float32)[order])
+
+
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def idf(n_points: int, df: np.ndarray) -> np.ndarray:
@@ -314,8 +336,10 @@ def dense_value(v: Any, spec: IndexSpec, multivector: bool, param: str) -> np.nd
 
 
 def point_vectors(cfg: VectorsConfig, named: Sequence[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """Per point, its named vectors other than the model-bound one (``{name: [float] | {indices, values}}``), checked
-    against the collection's ``cfg``: float32 ``(d,)`` dense, :class:`SparseVec` sparse.
+    """Per point, its named vectors other than the model-bound one (``{name: [float] | {indices, values} |
+    SparseVec}``), checked against the collection's ``cfg``: float32 ``(d,)`` dense, :class:`SparseVec` sparse (one
+    given as a :class:`SparseVec`, which only a server-side sparse model makes, is kept as it is: its names are
+    checked, not its values).
 
     Raises:
         InvalidCollectionRequest: an unknown or model-bound name (``vector_not_found``), a dense vector of the
@@ -327,6 +351,9 @@ def point_vectors(cfg: VectorsConfig, named: Sequence[dict[str, Any] | None]) ->
         for n, v in (vecs or {}).items():
             param = f"points[{i}].vectors.{n}"
             if cfg.kind_of(n, param) == "sparse":
+                if isinstance(v, SparseVec):  # made by a server-side model (sparse_inputs), checked there
+                    row[n] = v
+                    continue
                 if not isinstance(v, dict) or set(v) != {"indices", "values"}:
                     raise InvalidCollectionRequest(f"{param} is sparse: give {{indices, values}}", param)
                 row[n] = sparse_vec(v["indices"], v["values"], param)

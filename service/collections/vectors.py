@@ -55,8 +55,16 @@ def given_vectors(given: dict[int, Any], n: int, spec: Any, collection: str) -> 
     """
     d = spec.dimension
     out = np.empty((n, d), dtype=np.float32)
-    for i, v in given.items():
-        x = np.asarray(v, dtype=np.float32)
+    pos = list(given)
+    try:  # all at once (one conversion, the checks vectorised); a bad one is then found one by one below
+        x = np.asarray([given[i] for i in pos], dtype=np.float32)
+    except (TypeError, ValueError):
+        x = np.zeros(0, np.float32)
+    if pos and x.shape == (len(pos), d) and _rows_ok(x, spec.metric):
+        out[pos] = x
+        pos = []
+    for i in pos:
+        x = np.asarray(given[i], dtype=np.float32)
         if x.shape != (d,):
             raise InvalidCollectionRequest(
                 f"vector has dimension {x.size}; collection {collection!r} has {d}",
@@ -67,6 +75,15 @@ def given_vectors(given: dict[int, Any], n: int, spec: Any, collection: str) -> 
             raise InvalidCollectionRequest(problem.replace("query vector", "vector"), f"points[{i}].vector")
         out[i] = x
     return out, [i for i in range(n) if i not in given]
+
+
+def _rows_ok(x: np.ndarray, metric: str) -> bool:
+    """Whether :func:`query_problem` finds no problem in any row of ``x`` ``(m, d)`` (vectorised)."""
+    if not np.isfinite(x).all():
+        return False
+    if requires_non_zero(metric) and not x.any(axis=1).all():
+        return False
+    return not (norm_bounded(metric) and float(np.linalg.norm(x.astype(np.float64), axis=1).max()) > MAX_NORM)
 
 
 def stored_vector(point: dict[str, Any], bound: bool, name: str) -> Any:

@@ -10,10 +10,11 @@ a model change) and deletes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from service.collections.embedding import Embedding
+from service.collections.embedding import OFF_LOOP_POINTS, Embedding
 from service.collections.errors import (
     RETRIES,
     InvalidCollectionRequest,
@@ -79,7 +80,10 @@ class PointWrites:
         check_payload_sizes(payloads, self.settings.max_payload_bytes)
         given = {i: v for i, v in enumerate(vectors or []) if v is not None}
         named = await sparse_from_texts(self.embedding.sparse_models, c, texts, named, fill_sparse)
-        extra = point_vectors(c.vectors, named) if named and any(named) else None
+        extra = None
+        if named and any(named):  # checks of many vectors run on a worker thread: the event loop serves meanwhile
+            big = len(named) >= OFF_LOOP_POINTS
+            extra = await asyncio.to_thread(point_vectors, c.vectors, named) if big else point_vectors(c.vectors, named)
         if c.model is None:  # no model-bound vector: nothing to embed
             if given:
                 raise InvalidCollectionRequest(f"collection {name!r} has no unnamed vector", "vector")

@@ -18,18 +18,25 @@ files as published.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from service.inference.sparse.pool import ProcessPooled
+
 BM25 = "qdrant/bm25"
 BUNDLED_BM25 = Path(__file__).parent / "qdrant_bm25"
 NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")  # fastembed's remove_non_alphanumeric
 WORD = re.compile(r"\w+")  # SimpleTokenizer: the runs of word characters left
+#: a batch's sparse vectors packed: indices uint32 ``(total,)`` (strictly increasing within each vector), values
+#: float32 ``(total,)``, offsets int64 ``(n + 1,)`` (vector ``i`` is ``[offsets[i]:offsets[i + 1]]``)
+Packed = tuple[np.ndarray, np.ndarray, np.ndarray]
 CACHE_TOKENS = 100_000  # distinct tokens whose stem is remembered (~20 MB at most; forgotten all at once past it)
 
 
@@ -61,11 +68,32 @@ class Bm25:
     def documents(self, texts: list[str]) -> list[dict[str, Any]]:
         """The BM25 document vectors ``{indices, values}`` of ``texts``, one batch (blocking: call it off the event
         loop). The same vectors as fastembed's ``Bm25.raw_embed`` (its steps, each token's stem and id remembered
-        across calls: stemming and hashing are most of its cost)."""
+        across calls: stemming and hashing are most of its cost), indices ascending."""
         with self._lock:  # the caches are shared by the worker threads
-            return [self._document(t) for t in texts]
+            tfs = [self._tf(t) for t in texts]
+        out = []
+        for tf in tfs:
+            ids = sorted(tf)  # token ids are distinct: the order of fastembed's stable argsort
+            out.append({"indices": ids, "values": [tf[i] for i in ids]})
+        return out
 
-    def _document(self, text: str) -> dict[str, Any]:
+    def document_arrays(self, texts: list[str]) -> Packed:
+        """The vectors of :meth:`documents`, packed (:data:`Packed`): one batch, blocking."""
+        with self._lock:
+            tfs = [self._tf(t) for t in texts]
+        indices: list[int] = []
+        values: list[float] = []
+        offsets = [0]
+        for tf in tfs:
+            ids = sorted(tf)
+            indices += ids
+            values += map(tf.__getitem__, ids)
+            offsets.append(len(indices))
+        return np.array(indices, np.uint32), np.array(values, np.float32), np.array(offsets, np.int64)
+
+    def _tf(self, text: str) -> dict[int, float]:
+        """``{token id: BM25 term-frequency value}`` of ``text`` (fastembed's ``_term_frequency``); the caller holds
+        the lock."""
         m, stems = self.model, self._stems
         if len(stems) > CACHE_TOKENS:
             stems.clear()
@@ -85,7 +113,7 @@ class Bm25:
                 token_id = self._ids[stem] = m.compute_token_id(stem)
             tf[token_id] = n * (m.k + 1)
             tf[token_id] /= n + norm
-        return _as_dict(list(tf), list(tf.values()))
+        return tf
 
     def _stem(self, token: str) -> str | None:
         """fastembed's ``Bm25._stem`` of one token (None: dropped)."""
@@ -125,14 +153,20 @@ class Lazy:
         """The model's document vectors of ``texts`` (blocking)."""
         return self._get().documents(texts)
 
+    def document_arrays(self, texts: list[str]) -> Packed:
+        """The model's packed document vectors of ``texts`` (blocking)."""
+        return self._get().document_arrays(texts)
+
     def query(self, text: str) -> dict[str, Any]:
         """The model's query vector of ``text`` (blocking)."""
         return self._get().query(text)
 
 
 def open_sparse_models(settings: Any) -> dict[str, Any]:
-    """The server-side sparse models by name (``{"qdrant/bm25": Bm25}``, each made on first use), from
-    ``settings.sparse_bm25_path``.
+    """The server-side sparse models by name (``{"qdrant/bm25": model}``, each made on first use), from
+    ``settings.sparse_bm25_path`` and ``settings.sparse_workers`` (0: documents tokenised on the service's worker
+    threads; n >= 1: in n worker processes, :mod:`.pool`; None: 1 with 2 or more cores, else 0; queries in the
+    service's process either way).
 
     Raises:
         ValueError: the path is not a directory (checked now, not at first use).
@@ -140,4 +174,9 @@ def open_sparse_models(settings: Any) -> dict[str, Any]:
     path = getattr(settings, "sparse_bm25_path", None)
     if path and not Path(path).is_dir():
         raise ValueError(f"sparse_bm25_path {path!r} is not a directory")
-    return {BM25: Lazy(lambda: Bm25(path))}
+    make = partial(Bm25, path)
+    local = Lazy(make)
+    workers = getattr(settings, "sparse_workers", None)
+    if workers is None:  # the default: a process beside the serving one where there is a core for it
+        workers = 1 if (os.cpu_count() or 1) > 1 else 0
+    return {BM25: ProcessPooled(make, workers, local) if workers > 0 else local}
