@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -51,7 +50,7 @@ from bench.lib import REPO
 from bench.lib.machine import cpu_model
 from bench.lib.server import run_server
 from bench.serving.gpu_serve import Dmon, _client_proc, count_tokens, inputs
-from harness.ports import free_port
+from bench.serving.infinity_peer import infinity, onnx_copy
 
 
 def point(url: str, texts: list[str], toks: np.ndarray, batch: int, clients: int, procs: int, seconds: float) -> dict:
@@ -64,8 +63,10 @@ def point(url: str, texts: list[str], toks: np.ndarray, batch: int, clients: int
     start = time.time() + 2.0  # every process started and connected
     stop = start + seconds
     per = [clients // procs + (k < clients % procs) for k in range(procs)]
-    ps = [ctx.Process(target=_client_proc, args=([url], sum(per[:k]), reqs, rtoks, per[k], start, stop, q))
-          for k in range(procs)]  # fmt: skip
+    ps = [
+        ctx.Process(target=_client_proc, args=([url], sum(per[:k]), reqs, rtoks, per[k], start, stop, q))
+        for k in range(procs)
+    ]
     for p in ps:
         p.start()
     time.sleep(max(0.0, start - time.time()))
@@ -77,9 +78,15 @@ def point(url: str, texts: list[str], toks: np.ndarray, batch: int, clients: int
     rows = [r for rs, _ in results for r in rs]
     errors = [e for _, es in results for e in es]
     lat = np.array([r[0] for r in rows]) * 1000 if rows else np.array([np.nan])
-    return {"sent_per_s": sum(r[1] for r in rows) / seconds, "tok_per_s": sum(r[2] for r in rows) / seconds,
-            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)), "errors": len(errors),
-            "first_error": errors[0] if errors else None, "gpu_util": util}  # fmt: skip
+    return {
+        "sent_per_s": sum(r[1] for r in rows) / seconds,
+        "tok_per_s": sum(r[2] for r in rows) / seconds,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "gpu_util": util,
+    }
 
 
 def embed(url: str, texts: list[str]) -> np.ndarray:
@@ -88,8 +95,9 @@ def embed(url: str, texts: list[str]) -> np.ndarray:
 
     out = []
     for i in range(0, len(texts), 32):
-        r = httpx.post(f"{url}/v1/embeddings", json={"input": texts[i : i + 32], "encoding_format": "base64"},
-                       timeout=120)  # fmt: skip
+        r = httpx.post(
+            f"{url}/v1/embeddings", json={"input": texts[i : i + 32], "encoding_format": "base64"}, timeout=120
+        )
         r.raise_for_status()
         out += [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in r.json()["data"]]
     return np.stack(out)
@@ -100,91 +108,6 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     a = a / np.linalg.norm(a, axis=1, keepdims=True)
     b = b / np.linalg.norm(b, axis=1, keepdims=True)
     return float((a * b).sum(axis=1).min())
-
-
-def peer_env(site: str) -> dict[str, str]:
-    """The peer's environment: its own site folder first, offline, no telemetry, the CUDA libraries of the machine's
-    ``nvidia`` pip packages on the loader's path (none here: no change)."""
-    env = {**os.environ, "PYTHONPATH": site, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}  # fmt: skip
-    with contextlib.suppress(ImportError, TypeError):
-        import nvidia  # the machine's CUDA 13 / cuDNN pip packages (torch's)
-
-        libs = sorted(str(p) for root in nvidia.__path__ for p in Path(root).glob("**/lib") if p.is_dir())
-        env["LD_LIBRARY_PATH"] = ":".join([*libs, env.get("LD_LIBRARY_PATH", "")])
-    return env
-
-
-def onnx_copy(model: Path, site: str, python: str, device: str, work: Path) -> tuple[Path, str]:
-    """A copy of the sentence-transformers folder ``model`` (links) with ``model.onnx`` (``last_hidden_state``)
-    exported by ``optimum``'s ONNX exporter in the peer's environment, and the export's dtype: what Infinity's ONNX
-    engine loads. On CUDA the export is fp16 (``--dtype fp16 --device cuda``; fp32 where that fails): Infinity
-    0.0.78's own optimisation step (fusion and fp16 on a GPU) fails under optimum 2 (``OptimizationConfig`` lost
-    ``optimize_with_onnxruntime_only``) and it then runs the graph as given. The graph sits at the top of the folder,
-    and Infinity is started inside it with ``--model-id .`` (:func:`infinity`): it hands optimum 2 the ``.onnx`` path
-    it found under a local folder, which optimum accepts only relative to the folder.
-
-    Raises:
-        subprocess.CalledProcessError: the fp32 export failed too.
-    """
-    out = work / "model-onnx"
-    out.mkdir(parents=True)
-    for f in model.iterdir():
-        (out / f.name).symlink_to(f.resolve())
-    for dtype in ["fp16", "fp32"] if device == "cuda" else ["fp32"]:
-        export = work / f"export-{dtype}"
-        cmd = [python, "-m", "optimum.exporters.onnx", "--model", str(model), "--task", "feature-extraction",
-               "--library-name", "transformers", "--dtype", dtype, "--device", device, str(export)]  # fmt: skip
-        done = subprocess.run(cmd, env=peer_env(site), capture_output=True, text=True)
-        if done.returncode == 0:
-            break
-        print(f"ONNX export {dtype} failed: {done.stderr[-600:]}", flush=True)
-    done.check_returncode()
-    for f in export.glob("model.onnx*"):  # the graph (and external data, if any); not the exporter's config copies
-        f.rename(out / f.name)
-    return out, dtype
-
-
-@contextlib.contextmanager
-def infinity(model: Path, engine: str, device: str, batch: int, site: str, python: str, log: Path):
-    """An Infinity server (``infinity_emb v2``) on a free port, yielding its base URL; stopped (SIGINT, then
-    SIGKILL) on exit.
-
-    Raises:
-        RuntimeError: it exited, or did not answer an embedding request within 300 s (the end of its log says why).
-    """
-    import httpx
-
-    port = free_port()
-    local = engine == "optimum"  # see onnx_copy
-    dtype = "auto" if local else "float16" if device == "cuda" else "float32"  # ONNX: the graph's own dtype
-    cmd = [python, "-m", "infinity_emb.cli", "v2", "--model-id", "." if local else str(model), "--engine", engine,
-           "--device", device, "--dtype", dtype, "--batch-size", str(batch), "--port", str(port), "--url-prefix",
-           "/v1", "--no-bettertransformer", "--served-model-name", "peer"]  # fmt: skip
-    if local:  # its ONNX engine pools the CLS token unless told (the torch engine reads 1_Pooling)
-        cmd += ["--pooling-method", "mean"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            cmd, env=peer_env(site), stdout=out, stderr=subprocess.STDOUT, cwd=model if local else None
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while True:
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"infinity {engine} did not start: {log.read_text()[-1500:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.post(f"{url}/v1/embeddings", json={"input": ["ready?"]}, timeout=10).status_code == 200:
-                    break
-            time.sleep(1)
-        yield url
-    finally:
-        proc.send_signal(2)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def spread(xs: list[float]) -> dict:
@@ -209,50 +132,74 @@ def bench_st(model, texts: list[str], toks: np.ndarray, batch_sizes: list[int], 
             if cuda:
                 torch.cuda.synchronize()
             rates.append(time.perf_counter() - t0)
-        out.append({"batch_size": bs, "sent_per_s": spread([len(texts) / s for s in rates]),
-                    "tok_per_s": spread([float(toks.sum()) / s for s in rates])})  # fmt: skip
+        out.append(
+            {
+                "batch_size": bs,
+                "sent_per_s": spread([len(texts) / s for s in rates]),
+                "tok_per_s": spread([float(toks.sum()) / s for s in rates]),
+            }
+        )
     return out
 
 
 def measure(url: str, name: str, data: dict, toks: dict, ref: dict, a) -> list[dict]:
     """Every point of the server at ``url`` (vectors checked against ``ref`` first), ``a.repeats`` times each."""
     cos = min_cosine(embed(url, ref["texts"]), ref["vectors"])
-    print(f"{name}: min cosine to sentence-transformers fp32 over {len(ref['texts'])} STS-B sentences {cos:.5f}",
-          flush=True)  # fmt: skip
+    print(
+        f"{name}: min cosine to sentence-transformers fp32 over {len(ref['texts'])} STS-B sentences {cos:.5f}",
+        flush=True,
+    )
     rows = []
     for k, texts in data.items():
         if a.warmup > 0:
             point(url, texts, toks[k], a.batch, max(a.clients), a.client_procs, a.warmup)
         for n in a.clients:
             reps = [point(url, texts, toks[k], a.batch, n, a.client_procs, a.seconds) for _ in range(a.repeats)]
-            row = {"server": name, "inputs": k, "clients": n, "min_cosine": cos, "runs": reps,
-                   "errors": sum(r["errors"] for r in reps), "first_error": next((r["first_error"] for r in reps
-                   if r["first_error"]), None), "gpu_util": spread([r["gpu_util"] or 0.0 for r in reps])}  # fmt: skip
+            row = {
+                "server": name,
+                "inputs": k,
+                "clients": n,
+                "min_cosine": cos,
+                "runs": reps,
+                "errors": sum(r["errors"] for r in reps),
+                "first_error": next((r["first_error"] for r in reps if r["first_error"]), None),
+                "gpu_util": spread([r["gpu_util"] or 0.0 for r in reps]),
+            }
             for key in ("sent_per_s", "tok_per_s", "p50_ms", "p99_ms"):
                 row[key] = spread([r[key] for r in reps])
             rows.append(row)
             s = row["sent_per_s"]
-            print(f"  {name} {k} x{n}: {s['median']:.0f} sent/s ({s['min']:.0f}-{s['max']:.0f}), "
-                  f"p50 {row['p50_ms']['median']:.1f} ms, errors {row['errors']}", flush=True)  # fmt: skip
+            print(
+                f"  {name} {k} x{n}: {s['median']:.0f} sent/s ({s['min']:.0f}-{s['max']:.0f}), "
+                f"p50 {row['p50_ms']['median']:.1f} ms, errors {row['errors']}",
+                flush=True,
+            )
     return rows
 
 
 def table(results: dict, a) -> None:
     """The markdown tables: every server's points (median and min-max over the repeats), then the baseline."""
-    ours = {(r["inputs"], r["clients"]): r["tok_per_s"]["median"] for r in results["servers"]
-            if r["server"] == "infinity-torch"}  # fmt: skip
+    ours = {
+        (r["inputs"], r["clients"]): r["tok_per_s"]["median"]
+        for r in results["servers"]
+        if r["server"] == "infinity-torch"
+    }
     print(f"\n{a.batch} inputs per request, {a.seconds:.0f} s per point, {a.repeats} repeats (median, min-max)")
-    print("| server | inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % "
-          "| tokens/s / Infinity torch | min cosine |")  # fmt: skip
+    print(
+        "| server | inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % "
+        "| tokens/s / Infinity torch | min cosine |"
+    )
     print("|" + "---|" * 11)
     for r in results["servers"]:
         s, t = r["sent_per_s"], r["tok_per_s"]
         base = ours.get((r["inputs"], r["clients"]))
         ratio = f"{t['median'] / base:.2f}x" if base else "-"
         util = f"{r['gpu_util']['median']:.0f}" if r["gpu_util"]["max"] else "-"
-        print(f"| {r['server']} | {r['inputs']} | {r['clients']} | {s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f}) "
-              f"| {t['median']:,.0f} ({t['min']:,.0f}-{t['max']:,.0f}) | {r['p50_ms']['median']:.1f} "
-              f"| {r['p99_ms']['median']:.1f} | {r['errors']} | {util} | {ratio} | {r['min_cosine']:.4f} |")  # fmt: skip
+        print(
+            f"| {r['server']} | {r['inputs']} | {r['clients']} | {s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f}) "
+            f"| {t['median']:,.0f} ({t['min']:,.0f}-{t['max']:,.0f}) | {r['p50_ms']['median']:.1f} "
+            f"| {r['p99_ms']['median']:.1f} | {r['errors']} | {util} | {ratio} | {r['min_cosine']:.4f} |"
+        )
     for name, msg in results["failed"].items():
         print(f"| {name} | - | - | failed: {msg[:200]!r} |")
     if results["st"]:
@@ -262,8 +209,10 @@ def table(results: dict, a) -> None:
         for k, rows in results["st"].items():
             for r in rows:
                 s, t = r["sent_per_s"], r["tok_per_s"]
-                print(f"| {k} | {r['batch_size']} | {s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f}) "
-                      f"| {t['median']:,.0f} ({t['min']:,.0f}-{t['max']:,.0f}) |")  # fmt: skip
+                print(
+                    f"| {k} | {r['batch_size']} | {s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f}) "
+                    f"| {t['median']:,.0f} ({t['min']:,.0f}-{t['max']:,.0f}) |"
+                )
 
 
 def main() -> int:
@@ -286,8 +235,12 @@ def main() -> int:
     ap.add_argument("--inputs", default="stsb,128")
     ap.add_argument("--seconds", type=float, default=4.0, help="per point and repeat")
     ap.add_argument("--repeats", type=int, default=3, help="runs of every point (the table: median, min-max)")
-    ap.add_argument("--warmup", type=float, default=3.0, help="seconds of unrecorded traffic per server and input "
-                    "kind first, at the most clients")  # fmt: skip
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=3.0,
+        help="seconds of unrecorded traffic per server and input kind first, at the most clients",
+    )
     ap.add_argument("--pool", type=int, default=4096, help="distinct inputs per kind")
     ap.add_argument("--st-device", default="cuda")
     ap.add_argument("--st-dtype", choices=["fp16", "fp32"], default="fp16")
@@ -305,8 +258,13 @@ def main() -> int:
     art = Path(a.models_dir) / a.artifact
     max_len = int(json.loads((art / "manifest.json").read_text()).get("max_seq_length", 256))
     tok = Tokenizer.from_file(str(art / "tokenizer.json"))
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else "none"  # fmt: skip
+    gpu = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
+        if shutil.which("nvidia-smi")
+        else "none"
+    )
     load0 = os.getloadavg()[0]
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; GPU: {gpu}; load average {load0:.2f}")
     data = {k: inputs(k, tok, max_len, a.pool) for k in a.inputs.split(",")}
