@@ -105,6 +105,8 @@ def infinity(model: Path, engine: str, device: str, batch: int, site: str, pytho
         dtype,
         "--batch-size",
         str(batch),
+        "--host",
+        "127.0.0.1",  # Infinity's default is 0.0.0.0, with no key
         "--port",
         str(port),
         "--url-prefix",
