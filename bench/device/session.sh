@@ -11,6 +11,9 @@
 #   shape    bench/serving/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
 #   peer     bench/serving/peer_serve.py: the service (fp16, GPU batching) beside Infinity's torch and ONNX engines on
 #            the same GPU and sentence-transformers fp16; 32/128 clients x 3 repeats (needs a kit.py --with infinity kit)
+#   peer-torch  the same with Infinity's torch engine only (its ONNX engine runs unfused: ~2 min less)
+#   rerank   bench/serving/rerank_serve.py: /rerank of 100 SciFact abstracts (256-token pairs) and a hybrid search
+#            (dense + BM25, 100 each, DBSF, top 50 reranked) at 1 and 16 clients (a kit with scifact-reranker-tiny)
 #   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
@@ -70,11 +73,17 @@ for s in "$@"; do
         --artifact models/all-minilm-l6-v2-fp16-fused --artifact models/all-minilm-l6-v2 --rounds 20 \
         --json "$OUT/batch_shape.json"
       ;;
-    peer)
-      stage peer 420 python3 -m bench.serving.peer_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+    peer|peer-torch)
+      eng=(); [ "$s" = peer-torch ] && eng=(--engine torch)
+      stage "$s" 420 python3 -m bench.serving.peer_serve "${eng[@]}" --artifact all-minilm-l6-v2-fp16 --providers cuda \
         "${GPU_BATCHING[@]}" --peer-batch-size 256 --clients 32,128 --inputs stsb,128 --seconds 4 --repeats 3 \
         --warmup 3 --pool 4096 --json "$OUT/peer_serve.json"
       cp /tmp/peer-serve-*/infinity-*.log "$OUT"/ 2>/dev/null
+      ;;
+    rerank)
+      stage rerank 180 python3 -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 \
+        --reranker scifact-reranker-tiny --providers cuda "${GPU_BATCHING[@]}" --seconds 8 --warmup 3 \
+        --json "$OUT/rerank_serve.json"
       ;;
     train)
       stage train 240 python3 -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \
