@@ -35,17 +35,33 @@ REFERENCE = {
 
 
 # Reproduced in the suite: a year of the SentEval "all" setting (STS16: five subsets, one correlation over their
-# concatenation), STS-B test and SICK-R: ~9k of the ~38k distinct sentences of all seven tasks. STS12-15 share STS16's
-# code path and are checked by their loader counts above; STS-B dev (86.72) is the default artifact's manifest score,
+# concatenation) and STS-B test: ~5k of the ~38k distinct sentences of all seven tasks. STS12-15 share STS16's code
+# path and are checked by their loader counts above; SICK-R (its 4,927 pairs left the reference run for the suite's
+# time: ~20 s of one worker) by its count and by its columns read against the file below; STS-B dev (86.72) is the default artifact's manifest score,
 # computed by the same evaluate_sts at export and held to the reference by tests/training/test_export.py. The full
 # table is `python -m training eval --model models/all-minilm-l6-v2 --max-seq-length 128` (the seven + mean).
-REFERENCE_TASKS = ["STS16", "STSBenchmark", "SICKRelatedness"]
+REFERENCE_TASKS = ["STS16", "STSBenchmark"]
 
 
 @pytest.mark.parametrize("task,n", COUNTS.items())
 def test_sts_loader_counts(task, n):
     d = load_task(task)
     assert len(d) == n == len(d.sent1) == len(d.sent2)
+
+
+def test_sick_loader_reads_the_relatedness_column():
+    """SICK's test file (``pair_ID``, ``sentence_A``, ``sentence_B``, ``relatedness_score``, ``entailment_judgment``),
+    parsed here with :mod:`csv`: the loader answers the same pairs and scores, in order (gold in SICK's [1, 5])."""
+    import csv
+
+    from training.data.sts import data_dir
+
+    with open(data_dir() / "sts" / "SICK" / "SICK_test_annotated.txt", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    d = load_task("SICKRelatedness")
+    assert d.sent1 == [r["sentence_A"] for r in rows] and d.sent2 == [r["sentence_B"] for r in rows]
+    assert d.scores.tolist() == [float(r["relatedness_score"]) for r in rows]
+    assert 1.0 <= d.scores.min() < d.scores.max() <= 5.0
 
 
 @pytest.fixture(scope="module")
