@@ -180,8 +180,12 @@ class Points(points_service_pb2_grpc.PointsServicer):
         return _operation(*await self.b.call(ctx, "POST", url, lambda: _selector(req, "points")))
 
     async def CreateFieldIndex(self, req: g.CreateFieldIndexCollection, ctx: Any) -> g.PointsOperationResponse:
-        """``qdrant.Points/CreateFieldIndex`` as ``PUT /qdrant/collections/{...}/index``."""
-        schema = FIELD_TYPES[req.field_type] if req.HasField("field_type") else None
+        """``qdrant.Points/CreateFieldIndex`` as ``PUT /qdrant/collections/{...}/index``: ``field_index_params``
+        (qdrant-client's ``GrpcToRest.convert_payload_schema_params``) as REST's params object, else ``field_type``
+        as a type name."""
+        schema: Any = FIELD_TYPES[req.field_type] if req.HasField("field_type") else None
+        if req.HasField("field_index_params"):
+            schema = G.convert_payload_schema_params(req.field_index_params).model_dump(mode="json", exclude_none=True)
         body = _body(field_name=req.field_name, field_schema=schema)
         return _operation(*await self.b.call(ctx, "PUT", path("/collections/{}/index", req.collection_name), body))
 

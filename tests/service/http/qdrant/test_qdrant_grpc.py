@@ -127,3 +127,23 @@ def test_grpc_malformed_request_is_invalid_argument(server):
             stub.Delete(g.DeletePoints(collection_name="gm", points=g.PointsSelector()), metadata=[("api-key", KEY)])
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "PointsSelector" in e.value.details()
         assert stub.Count(g.CountPoints(collection_name="gm"), metadata=[("api-key", KEY)]).result.count == 0
+
+
+def test_a_payload_index_created_over_grpc_keeps_its_params(server):
+    """``CreateFieldIndex`` with ``field_index_params`` (a text tokenizer, an integer index's lookup/range) builds the
+    index REST would with the same params object: ``payload_schema`` reports them over both transports."""
+    over_grpc, over_rest = clients(server)
+    over_grpc.create_collection("pidx", vectors_config=models.VectorParams(size=4, distance=models.Distance.DOT))
+    text = models.TextIndexParams(type=models.TextIndexType.TEXT, tokenizer=models.TokenizerType.WHITESPACE,
+                                  min_token_len=2, lowercase=False)  # fmt: skip
+    num = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=False)
+    over_grpc.create_payload_index("pidx", field_name="body", field_schema=text)
+    over_grpc.create_payload_index("pidx", field_name="n", field_schema=num)
+    over_grpc.create_payload_index("pidx", field_name="kw", field_schema=models.PayloadSchemaType.KEYWORD)
+    for c in (over_grpc, over_rest):
+        schema = c.get_collection("pidx").payload_schema
+        assert schema["body"].data_type == models.PayloadSchemaType.TEXT
+        assert (schema["body"].params.tokenizer, schema["body"].params.min_token_len) == ("whitespace", 2)
+        assert schema["body"].params.lowercase is False
+        assert (schema["n"].params.lookup, schema["n"].params.range) == (True, False)
+        assert schema["kw"].data_type == models.PayloadSchemaType.KEYWORD
