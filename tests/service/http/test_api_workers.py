@@ -197,6 +197,20 @@ def test_metrics_count_both_fronts(multi):
     assert re.search(r'^embed_front_requests_total\{[^}]*route="proxied"[^}]*\} [1-9]', text, re.M)
 
 
+def test_a_client_gone_stops_its_work_in_the_core(multi):
+    """A client that disconnects from a front: the front drops its call to the core, whose middleware sees the
+    disconnect (499) and cancels the request's queued inputs, as for a client of its own."""
+    heavy = {"inputs": ["word " * 300] * 64}  # 64 inputs of 256 tokens: seconds on one thread
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{multi.url}/embed", json=heavy, headers=AUTH, timeout=httpx.Timeout(60, read=0.3))
+    deadline = time.monotonic() + 30
+    pattern = r'^embed_requests_total\{[^}]*route="/internal/embed"[^}]*status="499"[^}]*\} [1-9]'
+    while not re.search(pattern, httpx.get(f"{multi.url}/metrics").text, re.M):
+        assert time.monotonic() < deadline, "the core never saw the client go"
+        time.sleep(0.1)
+    assert httpx.post(f"{multi.url}/embed", json={"inputs": "next"}, headers=AUTH, timeout=60).status_code == 200
+
+
 def test_a_killed_front_is_restarted(multi):
     old = _fronts(multi.proc.pid)
     os.kill(old[0], signal.SIGKILL)
