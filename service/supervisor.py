@@ -154,7 +154,8 @@ def _supervise(settings: Settings, runtime: Path) -> int:
     }
     started = dict.fromkeys(fronts, time.monotonic())
     pids = [p.pid for p in fronts.values()]
-    log.info("serving on %s:%d: core pid %d, fronts %s", settings.host, settings.port, core.pid, pids)
+    host, port = listener.getsockname()[:2]
+    log.info("serving on %s:%d: core pid %d, fronts %s", host, port, core.pid, pids)
     status = 0
     while not stopping:
         if core.poll() is not None:

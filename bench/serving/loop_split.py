@@ -9,7 +9,12 @@ base64 rows), against what the core's loop does instead for the same request (th
 parsing, the middleware, the batcher's hand-offs) stays on the core either way and is not measured here:
 ``bench/serving/gpu_serve.py`` measures the whole loop.
 
-Usage: ``python -m bench.serving.loop_split [--batch 32] [--n 2000]``
+``--health URL PID``: instead, the event-loop CPU (``/proc``, the main thread of process ``PID``) per ``GET /health`` of
+the service at ``URL`` (4 client threads, ``--n`` requests): what one request costs a loop in HTTP parsing, the
+middleware, FastAPI's routing and a small JSON answer, with no work of its own (the price the core still pays for
+each internal call of a front).
+
+Usage: ``python -m bench.serving.loop_split [--batch 32] [--n 2000] [--health http://127.0.0.1:8000 PID]``
 """
 
 from __future__ import annotations
@@ -36,12 +41,39 @@ def best_ms(fn, n: int, repeat: int) -> float:
     return best
 
 
+def health(url: str, pid: int, n: int) -> int:
+    """Print the loop CPU milliseconds per ``GET /health`` of the service at ``url`` (process ``pid``)."""
+    import threading
+
+    import httpx
+
+    from bench.serving.gpu_serve import loop_cpu_seconds
+
+    def client() -> None:
+        with httpx.Client(base_url=url) as c:
+            for _ in range(n // 4):
+                assert c.get("/health").status_code == 200
+
+    c0 = loop_cpu_seconds(pid)
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ms = 1000 * (loop_cpu_seconds(pid) - c0) / (n // 4 * 4)
+    print(f"CPU: {cpu_model()}, load average {os.getloadavg()[0]:.2f}; GET /health: {ms:.3f} ms loop CPU per request")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--health", nargs=2, metavar=("URL", "PID"))
     a = ap.parse_args()
+    if a.health:
+        return health(a.health[0], int(a.health[1]), a.n)
 
     from service.http.inference.embeddings import b64_row
     from service.http.inference.internal import decode_request, encode_request

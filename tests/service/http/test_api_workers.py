@@ -15,6 +15,8 @@ import random
 import re
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,8 +25,9 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.ports import free_port
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
-from tests.server_utils import run_server
+from tests.server_utils import REPO_ROOT, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -317,3 +320,13 @@ def test_sigterm_drains_an_in_flight_request_and_exits_0(models, tmp_path):
         assert answer == {"status": 200, "rows": 48}
         assert srv.proc.wait(timeout=120) == 0, srv.log()[-3000:]
         assert "stopping: fronts first" in srv.log()
+
+
+def test_a_core_that_cannot_start_stops_the_service(models, tmp_path):
+    """The core fails its start (no such model): the supervisor stops the fronts and exits with an error."""
+    cmd = [sys.executable, "-m", "service", "--api-workers", "2", "--models-dir", str(models), "--default-model",
+           "no-such-model", "--port", str(free_port()), "--data-dir", str(tmp_path / "data")]  # fmt: skip
+    p = subprocess.run(
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "EMBED_DRAIN_S": "0"}
+    )
+    assert p.returncode != 0 and "the core process exited" in p.stderr, p.stderr[-3000:]
