@@ -297,7 +297,7 @@ def test_hot_swap_under_load_through_both_fronts(multi, models, sentences):
 
 
 def test_sigterm_drains_an_in_flight_request_and_exits_0(models, tmp_path):
-    heavy = {"inputs": ["word " * 300] * 48}  # seconds of work on one thread
+    heavy = {"inputs": ["word " * 300] * 24}  # 6 batches of 4 x 256 tokens on one thread
     args = _args("--api-workers", "2", "--drain-s", "1", "--max-batch-size", "4")
     with run_server(models, workdir=tmp_path, args=args, env={"EMBED_DRAIN_S": "1"}) as srv:
         answer: dict[str, object] = {}
@@ -311,13 +311,16 @@ def test_sigterm_drains_an_in_flight_request_and_exits_0(models, tmp_path):
 
         t = threading.Thread(target=slow)
         t.start()
-        time.sleep(0.7)  # the request is in a front and the core
+        deadline = time.monotonic() + 60
+        while not re.search(r"^embed_queue_size\{[^}]*\} 1\.0$", httpx.get(f"{srv.url}/metrics").text, re.M):
+            assert time.monotonic() < deadline and t.is_alive(), answer  # until the request is in the core's queue
+            time.sleep(0.02)
         srv.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         r = httpx.get(f"{srv.url}/ready", timeout=10)
         assert r.status_code == 503 and r.json()["error"]["code"] == "draining"
         t.join(timeout=120)
-        assert answer == {"status": 200, "rows": 48}
+        assert answer == {"status": 200, "rows": 24}
         assert srv.proc.wait(timeout=120) == 0, srv.log()[-3000:]
         assert "stopping: fronts first" in srv.log()
 
