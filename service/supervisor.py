@@ -7,16 +7,17 @@
    metric files;
 2. starts the **core** (``python -m service.supervisor core DIR``): today's app (``service.app.create_app``: the
    models, their batchers, the collections, hot swaps, ``/metrics``), listening on ``core.sock`` only, plus the
-   internal route ``POST /internal/embed`` (``service.http.inference.internal``) and the fronts' metrics
-   (``service.front.metrics.FrontsCollector``);
+   fronts' internal call ``POST /internal/embed`` (``service.http.inference.internal.InternalFirst``) and their
+   metrics (``service.front.metrics.FrontsCollector``);
 3. binds the public ``host:port`` once and starts N **fronts** (``python -m service.supervisor front DIR I FD``)
    that inherit that listening socket and accept on it (the kernel hands each new connection to one of them):
    each answers the embedding routes itself and passes every other request to the core (``service.front``).
 
 Only the core opens models and the data directory, so collections keep one owner and a model activation is
-one event every front sees at once. With API keys on, the fronts authenticate to the core with a random key of
-this run (in the runtime directory, never on a command line); clients' keys are checked by the front on the
-embedding routes and by the core on everything passed to it. The gRPC port (``qdrant_grpc_port``) is the core's.
+one event every front sees at once. Clients' API keys are checked by the front on the embedding routes and by the
+core on everything passed to it; the core's socket itself is reached only by this user's processes (its mode and
+its directory's), which is what admits the fronts' internal calls. The gRPC port (``qdrant_grpc_port``) is the
+core's.
 
 Signals: the first SIGTERM (or SIGINT) goes to the fronts, which drain (``drain_s``: ``/ready`` 503 ``draining``,
 requests still served; then uvicorn's graceful shutdown, in-flight requests finish within
@@ -34,7 +35,6 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -80,10 +80,9 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _read_runtime(runtime: Path) -> tuple[Settings, str | None]:
-    """The settings and the fronts' key (None: no API keys) the supervisor wrote to ``runtime``."""
-    data = json.loads((runtime / SETTINGS_FILE).read_text(encoding="utf-8"))
-    return Settings(**data["settings"]), data["key"]
+def _read_runtime(runtime: Path) -> Settings:
+    """The settings the supervisor wrote to ``runtime``."""
+    return Settings(**json.loads((runtime / SETTINGS_FILE).read_text(encoding="utf-8")))
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -135,8 +134,7 @@ def supervise(settings: Settings) -> int:
 
 
 def _supervise(settings: Settings, runtime: Path) -> int:
-    key = secrets.token_urlsafe(32) if settings.api_keys else None
-    _write_private(runtime / SETTINGS_FILE, json.dumps({"settings": settings.model_dump(mode="json"), "key": key}))
+    _write_private(runtime / SETTINGS_FILE, json.dumps(settings.model_dump(mode="json")))
     (runtime / METRICS_DIR).mkdir(mode=0o700)
     listener = _listen(settings.host, settings.port)
     fd = listener.fileno()
@@ -209,15 +207,12 @@ def run_core(runtime: Path) -> None:
 
     from service.app import create_app
     from service.front.metrics import FrontsCollector
-    from service.http.inference import internal
+    from service.http.inference.internal import InternalFirst
     from service.http.protocol import protocol_class
 
-    settings, key = _read_runtime(runtime)
-    if key:  # the fronts' key, accepted like the clients' (the fronts send it on /internal/embed)
-        settings = settings.model_copy(update={"api_keys": [*settings.api_keys, key]})
+    settings = _read_runtime(runtime)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
-    app.include_router(internal.router)
     app.state.metrics.registry.register(FrontsCollector(runtime / METRICS_DIR))
     path = str(runtime / CORE_SOCKET)
 
@@ -227,7 +222,7 @@ def run_core(runtime: Path) -> None:
             os.chmod(path, 0o600)  # uvicorn makes a new socket 0666 (the runtime directory is 0700 meanwhile)
 
     config = uvicorn.Config(
-        app,
+        InternalFirst(app, app.state.metrics),
         uds=path,
         log_level=settings.log_level,
         access_log=settings.log_level == "debug",
@@ -247,11 +242,11 @@ def run_front(runtime: Path, index: int, fd: int) -> None:
     from service.front.app import create_front_app
     from service.http.protocol import protocol_class
 
-    settings, key = _read_runtime(runtime)
+    settings = _read_runtime(runtime)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per call to the core
     sock = socket.socket(fileno=fd)
-    app = create_front_app(settings, str(runtime / CORE_SOCKET), key)
+    app = create_front_app(settings, str(runtime / CORE_SOCKET))
     config = uvicorn.Config(
         app,
         log_level=settings.log_level,

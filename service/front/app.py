@@ -62,13 +62,12 @@ class RemoteEmbedder(Embedder):
 
     Args:
         client: the core's HTTP client (``service.front.proxy.core_client``).
-        key: the key the core accepts from fronts (None: the core checks no key).
     """
 
-    def __init__(self, client: httpx.AsyncClient, key: str | None) -> None:
+    def __init__(self, client: httpx.AsyncClient) -> None:
         super().__init__(registry=None)  # type: ignore[arg-type]  # no model here: the core resolves every name
         self.client = client
-        self.headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
+        self.headers = {"content-type": "application/json"}
 
     async def encode(self, texts: list[str], **options: Any) -> EmbedResult:
         """The core's ``Embedder.encode(texts, **options)`` (same options and result; ``model.dimension`` is the
@@ -135,9 +134,8 @@ class FrontApp:
             self.metrics.request_duration.labels("proxied", scope["method"]).observe(time.perf_counter() - t0)
 
 
-def create_front_app(settings: Settings, core_socket: str, key: str | None) -> FrontApp:
-    """A front's app for the core at the Unix socket ``core_socket`` (``key``: the key the core accepts from fronts,
-    None when the service checks none). Its metrics are a :class:`~service.metrics.Metrics` of its own (the
+def create_front_app(settings: Settings, core_socket: str) -> FrontApp:
+    """A front's app for the core at the Unix socket ``core_socket``. Its metrics are a :class:`~service.metrics.Metrics` of its own (the
     supervisor runs fronts in prometheus_client's multiprocess mode, which the core's ``/metrics`` reads)."""
     shapes = {QDRANT_PREFIX: qdrant_error}
     state: dict[str, httpx.AsyncClient] = {}
@@ -145,7 +143,7 @@ def create_front_app(settings: Settings, core_socket: str, key: str | None) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["client"] = core_client(core_socket)
-        app.state.embedder = RemoteEmbedder(state["client"], key)
+        app.state.embedder = RemoteEmbedder(state["client"])
         try:
             yield
         finally:

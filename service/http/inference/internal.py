@@ -2,35 +2,49 @@
 
 With ``api_workers`` > 1 (``service.supervisor``) the client's ``POST /v1/embeddings`` and ``POST /embed`` are parsed,
 validated and answered by front processes; the core, which owns the models and their batchers, gets only this
-route, over a private Unix socket (the route is mounted on the core's app by the supervisor, never on the public
-port; a front refuses to proxy ``/internal/``). Its event loop then neither parses the client's JSON nor encodes
-the JSON (or base64) answer.
+call, over its private Unix socket (mode 0600 in a 0700 directory: only this user's processes reach it, and a front
+refuses to proxy ``/internal/``; nothing reaches it from the public port). :class:`InternalFirst` answers it before
+the core's middleware and router (the front has already checked the key, the body and the batch size, and its
+middleware holds the time budget), so the core's event loop spends on it only uvicorn's HTTP parsing, the JSON
+list of texts and the rows' bytes: neither the client's JSON nor the JSON (or base64) answer.
 
 Request: ``application/json`` ``{"texts": [str], "options": {...}}`` where ``options`` are keyword arguments of
-``Embedder.encode`` (:data:`OPTIONS`; the front has already validated them with the request models of
-``service.http.inference.schemas``). JSON rather than a binary framing: orjson parses a list of strings as fast as
-the texts could be sliced out of a length-prefixed buffer, and the middleware's body checks keep applying unchanged
-(orjson writes non-ASCII as UTF-8, so the surrogate scan has no ``\\u`` escape to look at).
+``Embedder.encode`` (:data:`OPTIONS`; the front has validated them with the request models of
+``service.http.inference.schemas``). JSON rather than a binary framing: orjson parses a list of strings about as fast
+as the texts could be sliced out of a length-prefixed buffer (``bench/serving/loop_split.py``: 6 us for 32
+sentences, rows' bytes included).
 
 Response 200: ``application/octet-stream``, the embeddings as little-endian float32 bytes, ``rows x dim``
 (C order), with the headers ``X-Model`` (``name:version``), ``X-Model-Sha256``, :data:`DIM`, :data:`TOKENS`,
 :data:`MAX_SEQ`. Raw bytes, not JSON: the core copies the array once (``tobytes``) and the front reads it back with
-``numpy.frombuffer`` at no cost. Any error is the core's own JSON error answer (status, body, headers), which the
-front passes on unchanged.
+``numpy.frombuffer`` at no cost. An error is the answer the core gives it in one process (``service.http.errors``:
+status, JSON body, headers), which the front passes on unchanged. A front that closes the connection (its client
+went away, or its time budget ran out) has the call cancelled, its queued inputs dropped (status 499 in the metrics).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import FastAPI
 
-from service.http.errors import APIError
-from service.http.kit import embedder_of
+from service.http.errors import APIError, to_api_error
+from service.metrics import Metrics
 
-router = APIRouter()
+log = logging.getLogger("service.http")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 PATH = "/internal/embed"
 #: the keyword arguments of ``Embedder.encode`` a front may pass, and their types
@@ -76,18 +90,93 @@ def decode_response(body: bytes, headers: Any) -> np.ndarray:
     return np.frombuffer(body, dtype="<f4").reshape(-1, dim) if dim else np.zeros((0, 0), np.float32)
 
 
-@router.post(PATH, include_in_schema=False)
-async def internal_embed(request: Request) -> Response:
-    """Embed the texts of a front's request (module docstring); errors are those of ``Embedder.encode``."""
-    texts, options = decode_request(await request.body())
-    res = await embedder_of(request).encode(texts, **options)
-    rows = np.ascontiguousarray(res.embeddings, dtype="<f4")
-    info = res.model
-    headers = {
-        "X-Model": info.id,
-        "X-Model-Sha256": info.sha256,
-        DIM: str(rows.shape[1] if rows.ndim == 2 else 0),
-        TOKENS: str(res.prompt_tokens),
-        MAX_SEQ: str(info.max_seq_length),
-    }
-    return Response(rows.tobytes(), media_type="application/octet-stream", headers=headers)
+class InternalFirst:
+    """The core's ASGI app behind fronts: ``POST /internal/embed`` answered here (module docstring), every other
+    request (the fronts' proxied ones, lifespan) passed to ``app``, the service app. Its calls are counted in the app's
+    ``embed_requests_total`` / ``embed_request_duration_seconds`` under the route ``/internal/embed``."""
+
+    def __init__(self, app: FastAPI, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI application call (ASGI spec, "Applications")."""
+        if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST":
+            await self._embed(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _embed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        t0, status = time.perf_counter(), 499
+        try:
+            chunks: list[bytes] = []
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+                chunks.append(msg.get("body", b""))
+                if not msg.get("more_body", False):
+                    break
+            try:
+                rows, headers = await self._encoded(b"".join(chunks), receive)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                err = to_api_error(e) if not isinstance(e, APIError) else e
+                if err is None:  # as the app's handler of unexpected errors: an id to quote, the details logged
+                    error_id = uuid.uuid4().hex[:12]
+                    log.error("error %s on POST %s", error_id, PATH, exc_info=e)
+                    err = APIError(500, f"internal error (id {error_id}); see the server log", type="server_error")
+                status = err.status
+                await err.response()(scope, receive, send)
+                return
+            if rows is None:  # the front went away
+                return
+            status = 200
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": rows, "more_body": False})
+        finally:
+            self.metrics.requests.labels(PATH, "POST", str(status)).inc()
+            self.metrics.request_duration.labels(PATH, "POST").observe(time.perf_counter() - t0)
+
+    async def _encoded(self, body: bytes, receive: Receive) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        """The rows' bytes and the answer's headers, or ``(None, [])`` when the front disconnects first (the
+        encoding is then cancelled).
+
+        Raises:
+            APIError: 400 for a body not made by :func:`encode_request`, 503 before the model is loaded.
+            Exception: any error of ``Embedder.encode``.
+        """
+        texts, options = decode_request(body)
+        embedder = getattr(self.app.state, "embedder", None)
+        if embedder is None:
+            raise APIError(503, "service is starting", code="model_not_ready")
+        work = asyncio.ensure_future(embedder.encode(texts, **options))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if work not in done:
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            return None, []
+        res = work.result()
+        rows = np.ascontiguousarray(res.embeddings, dtype="<f4")
+        info = res.model
+        headers = [
+            (b"content-type", b"application/octet-stream"),
+            (b"content-length", str(rows.nbytes).encode()),
+            (b"x-model", info.id.encode()),
+            (b"x-model-sha256", info.sha256.encode()),
+            (DIM.encode(), str(rows.shape[1] if rows.ndim == 2 else 0).encode()),
+            (TOKENS.encode(), str(res.prompt_tokens).encode()),
+            (MAX_SEQ.encode(), str(info.max_seq_length).encode()),
+        ]
+        return rows.tobytes(), headers
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the peer disconnects (``http.disconnect``)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
