@@ -184,6 +184,13 @@ def test_collections_through_the_public_port(multi, sentences):
     assert hits[0]["id"] in (3, "3") and hits[0]["payload"] == {"i": 3}
     q = c.post("/qdrant/collections/docs/points/scroll", json={"limit": 100}).json()
     assert len(q["result"]["points"]) == 20
+    snap = c.post("/collections/docs/snapshots").json()  # a snapshot down and up again: bodies streamed both ways
+    got = c.get(f"/collections/docs/snapshots/{snap['name']}")
+    assert got.status_code == 200 and len(got.content) == snap["size"]
+    r = c.post("/collections/copy/snapshots/upload", files={"snapshot": ("s.snapshot", got.content)})
+    assert r.status_code == 200, r.text
+    assert c.get("/collections/copy").json()["count"] == 20
+    assert c.get("/console/").status_code == 200
     assert httpx.get(f"{multi.url}/collections").status_code == 401  # the core's key check, through the proxy
 
 
