@@ -158,7 +158,7 @@ def _supervise(settings: Settings, runtime: Path) -> int:
     while not stopping:
         if core.poll() is not None:
             log.error("the core process exited with %s; stopping the service", core.returncode)
-            status = core.returncode or 1
+            status = core.returncode if core.returncode > 0 else 1  # killed by a signal: 1
             break
         for i, p in fronts.items():
             if p.poll() is not None and time.monotonic() - started[i] >= 1.0:

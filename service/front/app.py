@@ -135,8 +135,9 @@ class FrontApp:
 
 
 def create_front_app(settings: Settings, core_socket: str) -> FrontApp:
-    """A front's app for the core at the Unix socket ``core_socket``. Its metrics are a :class:`~service.metrics.Metrics` of its own (the
-    supervisor runs fronts in prometheus_client's multiprocess mode, which the core's ``/metrics`` reads)."""
+    """A front's app for the core at the Unix socket ``core_socket``. Its metrics are a
+    :class:`~service.metrics.Metrics` of its own (the supervisor runs fronts in prometheus_client's multiprocess
+    mode, which the core's ``/metrics`` reads: ``service.front.metrics``)."""
     shapes = {QDRANT_PREFIX: qdrant_error}
     state: dict[str, httpx.AsyncClient] = {}
 
