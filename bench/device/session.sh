@@ -10,6 +10,7 @@
 #   serve-tok8   the fp16 serve points with 8 tokenizer threads (is the tokenizer what bounds one process?)
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
 #            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
+#   fronts-ab    the short A/B: 32/128 clients, STS-B and 128 tokens, 4 s a point, --api-workers 1 then 4
 #   shape    bench/serving/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
 #   peer     bench/serving/peer_serve.py: the service (fp16, GPU batching) beside Infinity's torch and ONNX engines on
 #            the same GPU and sentence-transformers fp16; 32/128 clients x 3 repeats (needs a kit.py --with infinity kit)
@@ -69,6 +70,13 @@ for s in "$@"; do
       stage serve-fronts 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
         --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=4 --clients 1,8,32,128 --inputs stsb,128 \
         --seconds 5 --pool 4096 --skip-st --json "$OUT/gpu_serve_fronts4.json"
+      ;;
+    fronts-ab)  # the short A/B of one process against one core + 4 fronts, back to back on the same machine
+      for n in 1 4; do
+        stage "fronts-ab-$n" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+          --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=$n --clients 32,128 --inputs stsb,128 \
+          --seconds 4 --warmup 2 --pool 4096 --skip-st --json "$OUT/gpu_serve_ab_w$n.json"
+      done
       ;;
     serve-tok8)
       stage serve-tok8 120 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
