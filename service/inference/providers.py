@@ -45,6 +45,22 @@ def choose_providers(requested: list[str]) -> list[str]:
     return list(requested)
 
 
+#: NVIDIA's driver device nodes: present on a host (or in a container given ``--gpus``) with an NVIDIA GPU
+NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0")
+
+
+def runs_on_gpu(requested: list[str]) -> bool:
+    """Whether sessions for ``requested`` (the ``providers`` setting) would run on an NVIDIA GPU: the first provider
+    :func:`choose_providers` picks is CUDA or TensorRT, and the driver's device nodes exist (onnxruntime-gpu lists
+    its CUDA provider on a machine without a GPU too; such a session falls back to the CPU). False when the setting
+    names an unknown provider (the model load reports that)."""
+    try:
+        first = choose_providers(requested)[0]
+    except ProviderError:
+        return False
+    return first != CPU and any(os.path.exists(n) for n in NVIDIA_DEVICE_NODES)
+
+
 _cuda_preloaded = False
 _cuda_preload_lock = threading.Lock()
 

@@ -19,6 +19,7 @@ import pytest
 from service.inference.batcher import Batcher, BatcherClosed, BatchFailed, InputTooLong, QueueFull, _Job
 from service.inference.onnx_encoder import ModelLoadError, OnnxModel
 from service.metrics import Metrics
+from service.settings import Settings
 from tests.server_utils import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(300)
@@ -121,6 +122,20 @@ def test_auto_falls_back_to_the_cpu_when_cuda_cannot_be_used(default_artifact, c
     assert m.providers == [pv.CPU]
     assert any("could not be used" in r.getMessage() for r in caplog.records), caplog.text
     assert m.embed_sync(SENTENCES[:2]).shape == (2, m.info.dimension)
+
+
+def test_api_workers_by_the_device(cuda_reported_but_unusable, tmp_path, monkeypatch):
+    """``api_workers: 0`` serves with front processes only where sessions would run on an NVIDIA GPU: CUDA (or
+    TensorRT) chosen by the providers setting *and* the driver's device nodes present; onnxruntime-gpu's report of
+    CUDA alone (any host) is not enough."""
+    pv = cuda_reported_but_unusable
+    assert Settings().api_workers == 0
+    assert not pv.runs_on_gpu(["auto"])  # CUDA reported, no device node on this machine
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.setattr(pv, "NVIDIA_DEVICE_NODES", (str(node),))
+    assert pv.runs_on_gpu(["auto"]) and pv.runs_on_gpu(["cuda"])
+    assert not pv.runs_on_gpu(["cpu"]) and not pv.runs_on_gpu(["no-such-provider"])
 
 
 @pytest.mark.parametrize("providers", [["cuda"], ["CUDAExecutionProvider", "CPUExecutionProvider"]])
