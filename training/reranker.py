@@ -54,7 +54,11 @@ class RerankerConfig:
     ``dev_encoder`` (None: the default encoder): the first stage the dev claims are reranked from (the one test
     reranks). ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
     corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only. ``quantize`` ``"int8"``:
-    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised.
+    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised. ``teacher``, ``teacher_encoder``,
+    ``candidates_per_query``, ``label_weight``, ``teacher_temperature``: the distillation losses' settings
+    (:mod:`training.rerank_distill`; not in the other losses' recipes). ``max_seconds``: end training at the first step
+    past this wall time (:mod:`training.reranker_budget`; not in the recipe: a run it cut counts as finished, its
+    ``done.json``'s ``steps`` says where it stopped).
     """
 
     output_dir: str = "runs/reranker"
@@ -84,12 +88,13 @@ class RerankerConfig:
     candidates_per_query: int = 30
     label_weight: float = 0.5
     teacher_temperature: float | None = None
+    max_seconds: float | None = None
 
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
         from training.rerank_distill import LOSSES, temperature
 
-        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize"}
+        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize", "max_seconds"}
         if self.loss not in LOSSES:  # the distillation settings do not touch the other losses' weights
             skip |= {"teacher", "teacher_encoder", "candidates_per_query", "label_weight", "teacher_temperature"}
         objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
@@ -156,7 +161,7 @@ def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negative
     raise ValueError(f"loss must be bce, mnrl, lambda, margin_mse or listwise_kl, got {cfg.loss!r}")
 
 
-def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> dict[str, float]:
+def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> tuple[dict[str, float], int]:
     from datasets import Dataset
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
@@ -198,6 +203,10 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
     trainer = CrossEncoderTrainer(
         model=model, args=args, train_dataset=Dataset.from_dict(rows), loss=loss, evaluator=evaluator
     )
+    if cfg.max_seconds:
+        from training.reranker_budget import WallClockBudget
+
+        trainer.add_callback(WallClockBudget(cfg.max_seconds))
     mark = ckpt / "recipe.json"  # checkpoints of another recipe are not resumed from
     if ckpt.is_dir() and (not cfg.resume or not mark.is_file() or json.loads(mark.read_text()) != cfg.recipe()):
         log.info("%s: not this run's checkpoints (or --no-resume); starting over", ckpt)
@@ -211,7 +220,7 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
     scores = {k: float(v) for k, v in evaluator(model).items()}
     scores.update(dev_alphas(evaluator, model))
     model.save_pretrained(str(final))
-    return scores
+    return scores, trainer.state.global_step
 
 
 def dev_evaluator(cfg: RerankerConfig, data, dev_q: list[str]):
@@ -272,9 +281,10 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
         log.info("%s holds a finished run of this recipe; not training again", final)
         dev = done["dev"]
     else:
-        dev = _fit(cfg, data, train_q, dev_q, negatives, final)
+        dev, steps = _fit(cfg, data, train_q, dev_q, negatives, final)
         split = {"train_queries": train_q, "dev_queries": dev_q}
-        atomic_write_text(final / DONE_FILE, json.dumps({"recipe": recipe, "dev": dev, **split}, indent=2))
+        done = {"recipe": recipe, "dev": dev, "steps": steps, **split}
+        atomic_write_text(final / DONE_FILE, json.dumps(done, indent=2))
     result = {
         "model_dir": str(final),
         "dev": dev,

@@ -1,7 +1,7 @@
 """Reranker distillation from the first stage (``train-reranker --loss margin_mse|listwise_kl --teacher dbsf``): the
 teacher's scores are the first stage's fused DBSF scores, computed once and cached; the label weight mixes the two
 losses exactly; both losses train a tiny cross-encoder (the loss falls); the CLI writes a run chosen by the dev
-protocol. A tiny random BERT is the student; SciFact slices; the teacher's dense part is the default encoder."""
+protocol, and a wall-clock budget ends training at an evaluated step. A tiny random BERT is the student; SciFact slices; the teacher's dense part is the default encoder."""
 
 from __future__ import annotations
 
@@ -164,11 +164,13 @@ def test_cli_distils_the_cached_dbsf_teacher_and_chooses_by_dev(tiny_bert, tmp_p
         "2",
         *[f"--{k.replace('_', '-')}={v}" for k, v in SLICE.items()],
     ]
-    assert main([*flags, "--loss", "listwise_kl"]) == 0
+    # --max-seconds: a wall-clock budget spent at the first step ends training there, evaluated and saved
+    assert main([*flags, "--loss", "listwise_kl", "--max-steps", "3", "--max-seconds", "0.001"]) == 0
     printed = capsys.readouterr().out  # the trainer's logs, then the result as indented JSON
     result = json.loads(printed[printed.rindex("\n{\n") + 1 :])
     done = json.loads((out / "model" / "done.json").read_text())
     assert result["dev"] == done["dev"] and 0.0 <= done["dev"]["scifact-dev_ndcg@10"] <= 1.0
+    assert done["steps"] == 1 and sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1"]
     assert 0.0 < done["dev"]["scifact-dev_first_stage_ndcg@10"] <= 1.0 and "scifact-dev_alpha" in done["dev"]
     recipe = done["recipe"]
     assert (recipe["objective"], recipe["teacher"], recipe["candidates_per_query"]) == ("listwise_kl", "dbsf", 4)

@@ -55,6 +55,7 @@ HELP = {
     "label_weight": "margin_mse/listwise_kl: weight w of the label loss, (1 - w) * distillation + w * labels",
     "teacher_temperature": "margin_mse/listwise_kl: teacher scores divided by T (default: 1 for margin_mse, "
     "0.25 for listwise_kl)",
+    "max_seconds": "end training at the first step past this many seconds (evaluated and saved; not in the recipe)",
 }
 
 
