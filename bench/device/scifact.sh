@@ -19,9 +19,11 @@
 #     starting when it is done with the time left. Then per run, at once: python -m training rerank-eval (its DBSF,
 #     alpha chosen on dev, test read once) and bench/quality/rerank_offline.py (the service's cached default-encoder
 #     first stages, alpha 1); $OUT/distill.json the table; packs the run of the best dev nDCG@10 (the best pipeline
-#     on the same dev claims). Estimate, one call: install 0-40 s (skipped when present), training 240 s of steps
-#     (--max-seconds; kl-ft: what is left of 240 s after the fine-tuning, >= 90 s) + ~60 s of dev evaluations,
-#     scoring <= 150 s (timeout), pack ~10 s: <= 510-560 s of the 600 s a call may run (not yet run on a GPU).
+#     on the same dev claims). Estimate, one call (not yet run on a GPU): install 0-40 s (skipped when present);
+#     training: ~40 s of set-up (imports, the teacher's and the dev claims' first stages) + 210 s of steps
+#     (--max-seconds; kl-ft: what is left of 210 s after the fine-tuning, >= 90 s) + ~75 s of the last dev
+#     evaluations (8,100 pairs each), killed at 360 s at worst; scoring <= 150 s (timeout); pack ~10 s:
+#     ~525 s expected, <= 560 s at the timeouts, of the 600 s a call may run.
 #   bash bench/device/scifact.sh pack RUN   packs $W/RUN/model into $OUT (another run of distill, say rd-kl-ft)
 # Expects .device/extra/first_stage.json (bench/quality/rerank_eval.py's cache) carried beside the load.
 # SMOKE=1: a few steps on a slice, no install (checks the script here, on the CPU, with the project's venv).
@@ -32,9 +34,9 @@ if [ "${SMOKE:-}" = 1 ]; then
       --train-arg=--max_seq_length=64 --train-arg=--eval_every=1 --train-arg=--batch_size=8 --seeds 1,2)
   RR=(--max-steps 4 --max-queries 30 --max-corpus 200 --max-seq-length 64 --eval-steps 2); RO=(--max-queries 3 --max-length 64)
   DR=("${RR[@]}" --candidates-per-query 5 --dev-depth 20 --batch-size 2 --max-seconds 60)
-  RE=(--max-queries 30 --max-corpus 200 --max-test-queries 5 --depth 20 --max-length 64); EVT=600
+  RE=(--max-queries 30 --max-corpus 200 --max-test-queries 5 --depth 20 --max-length 64); EVT=600; FTT=600
 else
-  DR=(); RE=(); EVT=150
+  DR=(); RE=(); EVT=150; FTT=150
 fi
 OUT=${OUT:-/tmp/scifact-out}
 W=${WORK:-/tmp/work}
@@ -114,23 +116,24 @@ PY
     distil() {  # RUN MAX_SECONDS [flags]: one train-reranker run, its log in $W/RUN.log
       local r=$1 secs=$2; shift 2
       log "distill $r (max ${secs}s)"
-      timeout -s INT $((secs + 90)) python3 -m training train-reranker --output-dir "$W/$r" "$@" --teacher dbsf \
+      timeout -s INT $((secs + 150)) python3 -m training train-reranker --output-dir "$W/$r" "$@" --teacher dbsf \
         --candidates-per-query 30 --label-weight 0.5 --max-seq-length 256 --lr 2e-5 --negatives bm25 \
         --max-seconds "$secs" --no-resume "${DR[@]}"
       log "distill $r done"
     }
     t0=$SECONDS
-    distil rd-mm 240 --loss margin_mse --batch-size 32 --max-steps 2000 --eval-steps 250 > "$W/rd-mm.log" 2>&1 &
-    distil rd-kl 240 --loss listwise_kl --batch-size 8 --max-steps 800 --eval-steps 100 > "$W/rd-kl.log" 2>&1 &
+    distil rd-mm 210 --loss margin_mse --batch-size 32 --max-steps 2000 --eval-steps 250 > "$W/rd-mm.log" 2>&1 &
+    distil rd-kl 210 --loss listwise_kl --batch-size 8 --max-steps 800 --eval-steps 100 > "$W/rd-kl.log" 2>&1 &
     if [ -n "$ft" ]; then
       ( if [ "$ft" = finetune ]; then
           log "fine-tune one bi-encoder (plain, seed 1)"
-          timeout -s INT 150 python3 -m bench.quality.scifact_finetune --root "$W/ft" --seeds 1 --configs plain \
+          timeout -s INT $FTT python3 -m bench.quality.scifact_finetune --root "$W/ft" --seeds 1 --configs plain \
             --parallel 1 --train-arg=--threads=2 --train-arg=--eval_batch_size=128 "${FT[@]}" --seeds 1 --json "$W/finetune.json"
           ft=$W/ft/plain-s1/best
           [ -d "$ft" ] || { log "fine-tuning failed: no kl-ft"; exit 1; }
+          [ -f "$W/ft/plain-s1/results.json" ] || log "fine-tuning cut by its timeout: its dev-best checkpoint so far"
         fi
-        left=$((240 - (SECONDS - t0))); [ $left -lt 90 ] && left=90
+        left=$((210 - (SECONDS - t0))); [ $left -lt 90 ] && left=90
         TE=(--model "$ft" --teacher-encoder "$ft" --dev-encoder "$ft")
         distil rd-kl-ft $left --loss listwise_kl --batch-size 8 --max-steps 800 --eval-steps 100 "${TE[@]}"
       ) > "$W/rd-kl-ft.log" 2>&1 &
