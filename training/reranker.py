@@ -12,7 +12,10 @@
    positives weighted by the negatives-per-positive ratio (``pos_weight``, as its docs advise for mined negatives;
    unweighted, a one-in-eight positive rate lets the model settle on the prior); ``mnrl`` —
    ``MultipleNegativesRankingLoss``, InfoNCE over (query, positive, mined negatives, in-batch negatives); ``lambda``
-   — ``LambdaLoss`` (listwise, NDCGLoss2++ weighting) over each query's positives and mined negatives; the model
+   — ``LambdaLoss`` (listwise, NDCGLoss2++ weighting) over each query's positives and mined negatives;
+   ``margin_mse`` / ``listwise_kl`` — distillation from the first stage (``teacher``, e.g. DBSF, its fused scores of
+   each train claim's ``candidates_per_query`` best candidates, cached), mixed with the labels by ``label_weight``
+   (:mod:`training.rerank_distill`); the model
    choice is the test protocol on dev (:class:`training.rerank_protocol.DevEvaluator`): each dev claim's first stage
    (``dev_first_stage``, top ``dev_depth`` of the whole corpus, the bi-encoder ``dev_encoder`` for its dense part)
    reranked and scored by nDCG@10 against its judgements, every ``eval_steps``; the best checkpoint is kept
@@ -51,7 +54,11 @@ class RerankerConfig:
     ``dev_encoder`` (None: the default encoder): the first stage the dev claims are reranked from (the one test
     reranks). ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
     corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only. ``quantize`` ``"int8"``:
-    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised.
+    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised. ``teacher``, ``teacher_encoder``,
+    ``candidates_per_query``, ``label_weight``, ``teacher_temperature``: the distillation losses' settings
+    (:mod:`training.rerank_distill`; not in the other losses' recipes). ``max_seconds``: end training at the first step
+    past this wall time (:mod:`training.reranker_budget`; not in the recipe: a run it cut counts as finished, its
+    ``done.json``'s ``steps`` says where it stopped).
     """
 
     output_dir: str = "runs/reranker"
@@ -76,15 +83,28 @@ class RerankerConfig:
     dev_first_stage: str = "dbsf"
     dev_depth: int = 100
     dev_encoder: str | None = None
+    teacher: str = "dbsf"
+    teacher_encoder: str | None = None
+    candidates_per_query: int = 30
+    label_weight: float = 0.5
+    teacher_temperature: float | None = None
+    max_seconds: float | None = None
 
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
-        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize"}
+        from training.rerank_distill import LOSSES, temperature
+
+        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize", "max_seconds"}
+        if self.loss not in LOSSES:  # the distillation settings do not touch the other losses' weights
+            skip |= {"teacher", "teacher_encoder", "candidates_per_query", "label_weight", "teacher_temperature"}
         objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
-        return {
+        out = {
             "objective": objective.get(self.loss, self.loss),
             **{k: v for k, v in dataclasses.asdict(self).items() if k not in skip},
         }
+        if self.loss in LOSSES:
+            out["teacher_temperature"] = temperature(self.loss, self.teacher_temperature)
+        return out
 
 
 def _data(cfg: RerankerConfig):
@@ -109,7 +129,11 @@ def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negative
     from sentence_transformers.cross_encoder import losses
 
     from training.data.scifact import pair_rows
+    from training.rerank_distill import LOSSES
+    from training.rerank_distill import loss_and_rows as distill
 
+    if cfg.loss in LOSSES:
+        return distill(cfg, model, data, train_q)
     train_q = [q for q in train_q if negatives.get(q)]
     if cfg.loss == "bce":
         rows = pair_rows(data, train_q, negatives)
@@ -134,10 +158,10 @@ def loss_and_rows(cfg: RerankerConfig, model, data, train_q: list[str], negative
             rows["docs"].append([data.corpus[d] for d in pos + negatives[q]])
             rows["labels"].append([1.0] * len(pos) + [0.0] * len(negatives[q]))
         return losses.LambdaLoss(model), rows
-    raise ValueError(f"loss must be bce, mnrl or lambda, got {cfg.loss!r}")
+    raise ValueError(f"loss must be bce, mnrl, lambda, margin_mse or listwise_kl, got {cfg.loss!r}")
 
 
-def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> dict[str, float]:
+def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> tuple[dict[str, float], int]:
     from datasets import Dataset
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
@@ -179,6 +203,10 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
     trainer = CrossEncoderTrainer(
         model=model, args=args, train_dataset=Dataset.from_dict(rows), loss=loss, evaluator=evaluator
     )
+    if cfg.max_seconds:
+        from training.reranker_budget import WallClockBudget
+
+        trainer.add_callback(WallClockBudget(cfg.max_seconds))
     mark = ckpt / "recipe.json"  # checkpoints of another recipe are not resumed from
     if ckpt.is_dir() and (not cfg.resume or not mark.is_file() or json.loads(mark.read_text()) != cfg.recipe()):
         log.info("%s: not this run's checkpoints (or --no-resume); starting over", ckpt)
@@ -192,7 +220,7 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> d
     scores = {k: float(v) for k, v in evaluator(model).items()}
     scores.update(dev_alphas(evaluator, model))
     model.save_pretrained(str(final))
-    return scores
+    return scores, trainer.state.global_step
 
 
 def dev_evaluator(cfg: RerankerConfig, data, dev_q: list[str]):
@@ -230,13 +258,19 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: SciFact is missing. training.export.ExportError: the export failed parity.
-        ValueError: ``quantize`` is neither None nor ``"int8"``; an unknown ``dev_first_stage``.
+        ValueError: ``quantize`` is neither None nor ``"int8"``; an unknown ``dev_first_stage`` or ``teacher``; a
+            distillation setting out of range (:func:`training.rerank_distill.check`).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if cfg.quantize not in (None, "int8"):
         raise ValueError(f"quantize must be int8 or unset, got {cfg.quantize!r}")
-    if cfg.dev_first_stage not in ("dense", "bm25", "rrf", "dbsf"):
-        raise ValueError(f"dev_first_stage must be dense, bm25, rrf or dbsf, got {cfg.dev_first_stage!r}")
+    for name in ("dev_first_stage", "teacher"):
+        if getattr(cfg, name) not in ("dense", "bm25", "rrf", "dbsf"):
+            raise ValueError(f"{name} must be dense, bm25, rrf or dbsf, got {getattr(cfg, name)!r}")
+    from training.rerank_distill import LOSSES, check
+
+    if cfg.loss in LOSSES:
+        check(cfg)
     out = Path(cfg.output_dir)
     final = out / "model"
     recipe = cfg.recipe()
@@ -247,9 +281,10 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
         log.info("%s holds a finished run of this recipe; not training again", final)
         dev = done["dev"]
     else:
-        dev = _fit(cfg, data, train_q, dev_q, negatives, final)
+        dev, steps = _fit(cfg, data, train_q, dev_q, negatives, final)
         split = {"train_queries": train_q, "dev_queries": dev_q}
-        atomic_write_text(final / DONE_FILE, json.dumps({"recipe": recipe, "dev": dev, **split}, indent=2))
+        done = {"recipe": recipe, "dev": dev, "steps": steps, **split}
+        atomic_write_text(final / DONE_FILE, json.dumps(done, indent=2))
     result = {
         "model_dir": str(final),
         "dev": dev,

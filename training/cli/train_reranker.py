@@ -12,6 +12,11 @@ also publishes ``<artifact-name>-int8``, the fp32 artifact dynamically quantised
 A short CPU run::
 
     python -m training train-reranker --output-dir runs/rr-smoke --max-steps 20 --max-queries 40 --publish models/
+
+Distillation from the first stage (its DBSF scores of each train claim's 30 best candidates, mixed with the labels
+half and half; ``training.rerank_distill``)::
+
+    python -m training train-reranker --loss listwise_kl --teacher dbsf --candidates-per-query 30 --label-weight 0.5
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ HELP = {
     "warmup_ratio": "fraction of max_steps warming the learning rate up",
     "negatives_per_query": "mined hard negatives per query (its judged documents excluded)",
     "negatives": "who mines them: bm25, dense (the default bi-encoder) or bm25+dense (interleaved)",
-    "loss": "bce (pos-weighted binary cross-entropy), mnrl (InfoNCE over mined + in-batch negatives) or lambda "
-    "(listwise LambdaLoss); choose by the dev nDCG@10",
+    "loss": "bce (pos-weighted binary cross-entropy), mnrl (InfoNCE over mined + in-batch negatives), lambda "
+    "(listwise LambdaLoss), margin_mse or listwise_kl (distillation from --teacher mixed with the labels); choose by "
+    "the dev nDCG@10",
     "dev_fraction": "fraction of the train queries held out as the dev split (model choice, parity pairs)",
     "max_queries": "use this many train queries (a seeded sample; default all 809)",
     "max_corpus": "keep the positives plus the first N abstracts (default all 5,183)",
@@ -43,6 +49,13 @@ HELP = {
     "dev_first_stage": "the first stage the dev claims are reranked from, the one test reranks (model choice)",
     "dev_depth": "first-stage candidates per dev claim",
     "dev_encoder": "bi-encoder of the dev first stage's dense part (default: the default encoder)",
+    "teacher": "margin_mse/listwise_kl: the first stage whose fused scores are distilled (top --dev-depth, cached)",
+    "teacher_encoder": "bi-encoder of the teacher's dense part (default: the default encoder)",
+    "candidates_per_query": "margin_mse/listwise_kl: best unjudged first-stage candidates per train claim",
+    "label_weight": "margin_mse/listwise_kl: weight w of the label loss, (1 - w) * distillation + w * labels",
+    "teacher_temperature": "margin_mse/listwise_kl: teacher scores divided by T (default: 1 for margin_mse, "
+    "0.25 for listwise_kl)",
+    "max_seconds": "end training at the first step past this many seconds (evaluated and saved; not in the recipe)",
 }
 
 
@@ -59,9 +72,10 @@ def main(argv: list[str]) -> int:
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
         choices = {
             "quantize": ["int8"],
-            "loss": ["bce", "mnrl", "lambda"],  # int8: also publish <name>-int8
+            "loss": ["bce", "mnrl", "lambda", "margin_mse", "listwise_kl"],  # int8: also publish <name>-int8
             "negatives": ["bm25", "dense", "bm25+dense"],
             "dev_first_stage": ["dense", "bm25", "rrf", "dbsf"],
+            "teacher": ["dense", "bm25", "rrf", "dbsf"],
         }.get(f.name)
         help_ = f"{HELP[f.name]} (default: {f.default})"
         p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices, help=help_)
