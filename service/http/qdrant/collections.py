@@ -9,10 +9,10 @@ Qdrant API reference (https://api.qdrant.tech/api-reference), section "Collectio
   with no effect (``optimizers_config``, as in Qdrant's bulk-upload recipe that turns indexing off and on,
   ``params``, ``strict_mode_config``, ``on_disk``, the HNSW keys other than ``m``/``ef_construct``, a
   ``quantization_config`` equal to the vector's); another ``quantization_config`` (scalar int8, or ``Disabled``;
-  the collection's, for every indexed dense vector, or a vector's) is recorded at once and the vector's index
-  rebuilt from the stored vectors in the background (:mod:`service.collections.index_change`: ``status`` yellow
-  until then, searches answered from the old index meanwhile); refused with 422: ``m``/``ef_construct`` (the graph
-  is not rebuilt), sparse vectors; ``metadata`` is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
+  the collection's, for every indexed dense vector, or a vector's) or another ``m``/``ef_construct`` (the
+  collection's ``hnsw_config`` or a vector's; :func:`~service.http.qdrant.vectors.regraphed`) is recorded at once
+  and the vector's index rebuilt from the stored vectors in the background (:mod:`service.collections.index_change`:
+  ``status`` yellow until then, searches answered from the old index meanwhile); refused with 422: sparse vectors; ``metadata`` is merged into the collection's (a key given replaces the one kept, a key given as null is removed);
 * ``PUT /collections/{collection_name}/index`` (create a payload index: ``{field_name, field_schema}``, the schema a
   type name or a ``*IndexParams`` object; :mod:`service.collections.payload_indexes`) and ``DELETE
   .../index/{field_name}`` (delete one): built (``wait`` or not: answered once built) and reported in
@@ -62,6 +62,7 @@ from service.http.qdrant.vectors import (
     dense_config,
     params_of,
     quantization_of,
+    regraphed,
     requantized,
     scalar_params,
 )
@@ -94,7 +95,9 @@ def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, A
 
 def collection_info(info: dict[str, Any]) -> dict[str, Any]:
     """Qdrant's ``CollectionInfo`` of a collection's native info (``GET /collections/{name}``)."""
-    params, n = info["index"]["params"], info["count"]
+    dense = (info.get("vectors") or {}).get("dense") or {}
+    first = dense.get("") or next(iter(dense.values()), None)  # the graph's params as they are now (PATCH rebuilds)
+    params, n = (first or info["index"])["params"], info["count"]
     running = (info.get("reembedding") or {}).get("state") == "running" or bool(info.get("rebuilding"))
     vectors, sparse = params_of(info)
     return {
@@ -166,13 +169,20 @@ async def create_collection(collection_name: str, body: CreateCollection, reques
 async def update_collection(collection_name: str, body: UpdateCollection, request: Request, svc: Service) -> Response:
     """Qdrant API reference: ``PATCH /collections/{collection_name}`` -> ``true`` (module docstring: what is accepted
     with no effect and what is refused). Errors: 404, 422."""
-    _, each = quantization_of(await svc.info(collection_name))
+    info = await svc.info(collection_name)
+    _, each = quantization_of(info)
     hnsw = dict(body.hnsw_config or {})
     asked = dict.fromkeys(each, body.quantization_config) if body.quantization_config is not None else {}
+    graph_keys = {"m", "ef_construct"}
+    graphs = dict.fromkeys(each, {k: hnsw[k] for k in graph_keys & set(hnsw)}) if graph_keys & set(hnsw) else {}
     for name, diff in (body.vectors or {}).items():
         if unknown := set(diff) - {"hnsw_config", "quantization_config", "on_disk", "memory"}:
             raise InvalidCollectionRequest(f"vectors.{name}: unknown fields {sorted(unknown)}", param="vectors")
-        hnsw.update(diff.get("hnsw_config") or {})
+        own = dict(diff.get("hnsw_config") or {})
+        if unknown := set(own) - HNSW_IGNORED - graph_keys:
+            raise InvalidCollectionRequest(f"vectors.{name}.hnsw_config: unknown fields {sorted(unknown)}", "vectors")
+        if graph_keys & set(own):
+            graphs[name] = {**graphs.get(name, {}), **{k: own[k] for k in graph_keys & set(own)}}
         if diff.get("quantization_config") is not None:
             asked[name] = diff["quantization_config"]
     kept = lambda q: q and (q["type"], q["quantile"])  # noqa: E731 (always_ram: no effect here)
@@ -181,21 +191,17 @@ async def update_collection(collection_name: str, body: UpdateCollection, reques
         for n, c in asked.items()
         if kept(scalar_params(c, "quantization_config")) != kept((each.get(n) or {}).get("scalar"))
     }
-    for given, what, param in (
-        (body.sparse_vectors, "sparse vectors", "sparse_vectors"),
-        (
-            {"m", "ef_construct"} & set(hnsw),
-            "changing hnsw_config m/ef_construct (the index is not rebuilt)",
-            "hnsw_config",
-        ),
-    ):
-        if given:
-            raise unsupported(what, param)
-    if unknown := set(hnsw) - HNSW_IGNORED:
+    if body.sparse_vectors:
+        raise unsupported("sparse vectors", "sparse_vectors")
+    if unknown := set(hnsw) - HNSW_IGNORED - graph_keys:
         raise InvalidCollectionRequest(f"hnsw_config: unknown fields {sorted(unknown)}", param="hnsw_config")
-    if changed:  # rebuilt in the background (status yellow meanwhile), as Qdrant does
-        info = await svc.info(collection_name)
-        await svc.change_indexes(collection_name, requantized(info, changed))
+    if changed or graphs:  # rebuilt in the background (status yellow meanwhile), as Qdrant does
+        dense = info["vectors"]["dense"]
+        current = {n: (v["index"], dict(v["params"])) for n, v in dense.items() if n in {*changed, *graphs}}
+        if missing := set(graphs) - set(dense):
+            missing_name = sorted(missing)[0]
+            raise InvalidCollectionRequest(f"no dense vector {missing_name!r}", "vectors", "vector_not_found")
+        await svc.change_indexes(collection_name, regraphed({**current, **requantized(info, changed)}, graphs))
     if (update := body.metadata) is not None:
         await svc.backend.update_vectors(collection_name, lambda cfg: cfg.with_metadata(update))
     return ok(request, True)

@@ -119,6 +119,34 @@ def requantized(info: dict[str, Any], scalars: dict[str, dict[str, Any] | None])
     return out
 
 
+def regraphed(current: dict[str, tuple[str, dict]], graphs: dict[str, dict[str, Any]]) -> dict[str, tuple[str, dict]]:
+    """``current`` (``{name: (index kind, params)}``) with each vector named in ``graphs`` given that Qdrant
+    ``hnsw_config``'s ``m``/``ef_construct`` (Qdrant API reference, "Update collection parameters": the graph is
+    rebuilt): an ``hnsw``/``hnsw_sq`` index takes ``M``/``ef_construction``; ``m: 0`` (Qdrant's "no HNSW graph")
+    makes it ``flat``/``flat_sq`` (the quantization kept); ``m`` > 0 on a ``flat``/``flat_sq`` index builds the graph.
+
+    Raises:
+        InvalidCollectionRequest: ``m``/``ef_construct`` for an index that has no graph form here (``unsupported``).
+    """
+    out, plain = dict(current), {v: k for k, v in QUANTIZED.items()}
+    names = {"m": "M", "ef_construct": "ef_construction"}
+    for name, hnsw in graphs.items():
+        kind, params = out[name]
+        base, quantized = plain.get(kind, kind), kind in plain
+        at = f"vectors.{name}.hnsw_config" if name else "hnsw_config"
+        if base not in QUANTIZED:
+            raise unsupported(f"hnsw_config m/ef_construct of a {kind} index", at)
+        graph = {names[k]: v for k, v in hnsw.items() if k in names and v is not None}
+        if graph.get("M") == 0:
+            base, params = "flat", {k: v for k, v in params.items() if k in {"quantization", *SQ_TRAINING_KEYS}}
+        elif base == "flat" and (graph.get("M") or 0) > 0:
+            base, params = "hnsw", {**params, **graph}
+        elif base == "hnsw":
+            params = {**params, **graph}
+        out[name] = (QUANTIZED[base] if quantized else base, params)
+    return out
+
+
 #: the training params a quantized index adds to its plain form's
 SQ_TRAINING_KEYS = {"min_train_points", "train_sample"}
 

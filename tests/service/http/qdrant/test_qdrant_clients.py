@@ -321,7 +321,8 @@ def test_qdrant_batch_update_points(env, sts):
     assert client.update_collection("batch", optimizers_config=models.OptimizersConfigDiff(indexing_threshold=20000),
                                     hnsw_config=models.HnswConfigDiff(full_scan_threshold=100))  # fmt: skip
     for bad, status in [
-        (lambda: client.update_collection("batch", hnsw_config=models.HnswConfigDiff(m=32)), 422),
+        (lambda: client.update_collection("batch", hnsw_config=models.HnswConfigDiff(m=32),
+                                          sparse_vectors_config={"s": models.SparseVectorParams()}), 422),
         (lambda: client.update_collection("batch", vectors_config={"": models.VectorParamsDiff(
             quantization_config=models.BinaryQuantization(binary=models.BinaryQuantizationConfig()))}), 422),
         (lambda: client.update_collection("missing", optimizers_config=models.OptimizersConfigDiff()), 404),

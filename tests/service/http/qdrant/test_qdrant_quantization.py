@@ -200,6 +200,35 @@ def test_a_quantization_change_rebuilds_the_index_in_the_background(server, chan
     assert recall(rest, "quant_change_grpc", X, Q, search_params=no_rescore) == (1.0, pytest.approx(0, abs=1e-5))
 
 
+def test_an_hnsw_config_change_rebuilds_the_graph(server, change_data):
+    """PATCH ``hnsw_config`` ``m``/``ef_construct`` (Qdrant: the graph rebuilt by the optimizer), over REST and gRPC:
+    a flat collection (``m: 0``) gets an HNSW graph with those params (reported by ``get_collection`` and the native
+    info), recall@10 >= 0.95 against exact search; a vector's own ``hnsw_config`` changes its graph; ``m: 0`` takes
+    the graph away again (exact: recall 1.0)."""
+    X, Q = change_data
+    rest, over_grpc = clients(server)
+    rest.create_collection("graph_change", vectors_config=models.VectorParams(size=CHANGE_D,
+                           distance=models.Distance.COSINE), hnsw_config=models.HnswConfigDiff(m=0))  # fmt: skip
+    for start in range(0, CHANGE_N, 1000):
+        ids = list(range(start, start + 1000))
+        rest.upsert("graph_change", models.Batch(ids=ids, vectors=X[start : start + 1000].tolist()), wait=True)
+    assert over_grpc.update_collection("graph_change", hnsw_config=models.HnswConfigDiff(m=12, ef_construct=48))
+    info = wait_green(rest, "graph_change")
+    assert (info.config.hnsw_config.m, info.config.hnsw_config.ef_construct) == (12, 48)
+    with httpx.Client(base_url=server["server"].url, timeout=60) as h:
+        dense = h.get("/collections/graph_change").json()["vectors"]["dense"][""]
+        assert dense["index"] == "hnsw" and (dense["params"]["M"], dense["params"]["ef_construction"]) == (12, 48)
+    assert recall(rest, "graph_change", X, Q)[0] >= 0.95
+    rest.update_collection("graph_change", vectors_config={"": models.VectorParamsDiff(
+        hnsw_config=models.HnswConfigDiff(ef_construct=96))})  # fmt: skip
+    info = wait_green(rest, "graph_change")
+    assert (info.config.hnsw_config.m, info.config.hnsw_config.ef_construct) == (12, 96)
+    rest.update_collection("graph_change", hnsw_config=models.HnswConfigDiff(m=0))
+    info = wait_green(rest, "graph_change")
+    assert info.config.hnsw_config.m == 0
+    assert recall(rest, "graph_change", X, Q)[0] == 1.0
+
+
 def test_native_twin_and_a_restart_after_sigkill_keep_it(server, data, change_data):
     X, Q = data
     s = server["server"]
