@@ -51,7 +51,8 @@ class RerankerConfig:
     ``dev_encoder`` (None: the default encoder): the first stage the dev claims are reranked from (the one test
     reranks). ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
     corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only. ``quantize`` ``"int8"``:
-    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised.
+    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised; ``dtype`` ``"fp16"``: also publish
+    ``<artifact_name>-fp16``, its fp16 twin for GPU serving (:mod:`training.export.reranker_twins`).
     """
 
     output_dir: str = "runs/reranker"
@@ -73,13 +74,14 @@ class RerankerConfig:
     artifact_name: str = "scifact-reranker"
     models_dir: str | None = None
     quantize: str | None = None
+    dtype: str | None = None
     dev_first_stage: str = "dbsf"
     dev_depth: int = 100
     dev_encoder: str | None = None
 
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
-        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize"}
+        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize", "dtype"}
         objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
         return {
             "objective": objective.get(self.loss, self.loss),
@@ -230,11 +232,12 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: SciFact is missing. training.export.ExportError: the export failed parity.
-        ValueError: ``quantize`` is neither None nor ``"int8"``; an unknown ``dev_first_stage``.
+        ValueError: ``quantize`` is neither None nor ``"int8"``, ``dtype`` neither None nor ``"fp16"``; an unknown
+            ``dev_first_stage``.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if cfg.quantize not in (None, "int8"):
-        raise ValueError(f"quantize must be int8 or unset, got {cfg.quantize!r}")
+    if cfg.quantize not in (None, "int8") or cfg.dtype not in (None, "fp16"):
+        raise ValueError(f"quantize must be int8 or unset, dtype fp16 or unset; got {cfg.quantize!r}, {cfg.dtype!r}")
     if cfg.dev_first_stage not in ("dense", "bm25", "rrf", "dbsf"):
         raise ValueError(f"dev_first_stage must be dense, bm25, rrf or dbsf, got {cfg.dev_first_stage!r}")
     out = Path(cfg.output_dir)
@@ -286,15 +289,16 @@ def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, de
         dest = Path(cfg.models_dir) / cfg.artifact_name / version
         export_run(cfg, dest, version=version, dev=dev, data=(data, dev_q, negatives))
         out["artifact"] = str(dest)
-    if cfg.quantize == "int8":
-        from training.export.reranker import quantize_reranker
+    from training.export.reranker_twins import fp16_reranker, quantize_reranker
 
-        name = f"{cfg.artifact_name}-int8"
+    twins = {"int8": quantize_reranker, "fp16": fp16_reranker}
+    for kind in [k for k in twins if k in (cfg.quantize, cfg.dtype)]:
+        name = f"{cfg.artifact_name}-{kind}"
         if (done := _published(cfg.models_dir, name, recipe)) is None:
             version = next_version(cfg.models_dir, name)
             done = Path(cfg.models_dir) / name / version
             pairs = _parity_pairs(data, dev_q, negatives)
-            quantize_reranker(
+            twins[kind](
                 out["artifact"],
                 done,
                 name=name,
@@ -302,7 +306,7 @@ def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, de
                 parity_pairs=pairs,
                 parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",
             )
-        out["artifact_int8"] = str(done)
+        out[f"artifact_{kind}"] = str(done)
     return out
 
 
