@@ -99,7 +99,6 @@ class TurnPool:
             self._waiting.remove(req)
 
     def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._busy < self.threads and self._waiting and self._closed is None:
             req = min(self._waiting, key=lambda r: (r.running, r.turn))
             i = req.next
@@ -110,7 +109,7 @@ class TurnPool:
                 self._waiting.remove(req)
             self._busy += 1
             cf: Future = self._pool.submit(req.calls[i])
-            cf.add_done_callback(_on_loop(loop, self._done, req, i))
+            cf.add_done_callback(_on_loop(req.future.get_loop(), self._done, req, i))
 
     def _done(self, req: _Request, i: int, f: Future) -> None:
         self._busy -= 1
