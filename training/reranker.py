@@ -54,11 +54,12 @@ class RerankerConfig:
     ``dev_encoder`` (None: the default encoder): the first stage the dev claims are reranked from (the one test
     reranks). ``max_queries``/``max_corpus`` None: all of SciFact's train queries and
     corpus (smaller: a smoke run). ``eval_steps`` 0: evaluate and save at the end only. ``quantize`` ``"int8"``:
-    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised. ``teacher``, ``teacher_encoder``,
-    ``candidates_per_query``, ``label_weight``, ``teacher_temperature``: the distillation losses' settings
-    (:mod:`training.rerank_distill`; not in the other losses' recipes). ``max_seconds``: end training at the first step
-    past this wall time (:mod:`training.reranker_budget`; not in the recipe: a run it cut counts as finished, its
-    ``done.json``'s ``steps`` says where it stopped).
+    also publish ``<artifact_name>-int8``, the fp32 artifact dynamically quantised; ``dtype`` ``"fp16"``: also publish
+    ``<artifact_name>-fp16``, its fp16 twin for GPU serving (:mod:`training.export.reranker_twins`). ``teacher``,
+    ``teacher_encoder``, ``candidates_per_query``, ``label_weight``, ``teacher_temperature``: the distillation losses'
+    settings (:mod:`training.rerank_distill`; not in the other losses' recipes). ``max_seconds``: end training at the
+    first step past this wall time (:mod:`training.reranker_budget`; not in the recipe: a run it cut counts as
+    finished, its ``done.json``'s ``steps`` says where it stopped).
     """
 
     output_dir: str = "runs/reranker"
@@ -80,6 +81,7 @@ class RerankerConfig:
     artifact_name: str = "scifact-reranker"
     models_dir: str | None = None
     quantize: str | None = None
+    dtype: str | None = None
     dev_first_stage: str = "dbsf"
     dev_depth: int = 100
     dev_encoder: str | None = None
@@ -94,7 +96,7 @@ class RerankerConfig:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
         from training.rerank_distill import LOSSES, temperature
 
-        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize", "max_seconds"}
+        skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize", "dtype", "max_seconds"}
         if self.loss not in LOSSES:  # the distillation settings do not touch the other losses' weights
             skip |= {"teacher", "teacher_encoder", "candidates_per_query", "label_weight", "teacher_temperature"}
         objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
@@ -258,12 +260,13 @@ def train_reranker(cfg: RerankerConfig) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: SciFact is missing. training.export.ExportError: the export failed parity.
-        ValueError: ``quantize`` is neither None nor ``"int8"``; an unknown ``dev_first_stage`` or ``teacher``; a
-            distillation setting out of range (:func:`training.rerank_distill.check`).
+        ValueError: ``quantize`` is neither None nor ``"int8"``, ``dtype`` neither None nor ``"fp16"``; an unknown
+            ``dev_first_stage`` or ``teacher``; a distillation setting out of range
+            (:func:`training.rerank_distill.check`).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if cfg.quantize not in (None, "int8"):
-        raise ValueError(f"quantize must be int8 or unset, got {cfg.quantize!r}")
+    if cfg.quantize not in (None, "int8") or cfg.dtype not in (None, "fp16"):
+        raise ValueError(f"quantize must be int8 or unset, dtype fp16 or unset; got {cfg.quantize!r}, {cfg.dtype!r}")
     for name in ("dev_first_stage", "teacher"):
         if getattr(cfg, name) not in ("dense", "bm25", "rrf", "dbsf"):
             raise ValueError(f"{name} must be dense, bm25, rrf or dbsf, got {getattr(cfg, name)!r}")
@@ -321,15 +324,16 @@ def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, de
         dest = Path(cfg.models_dir) / cfg.artifact_name / version
         export_run(cfg, dest, version=version, dev=dev, data=(data, dev_q, negatives))
         out["artifact"] = str(dest)
-    if cfg.quantize == "int8":
-        from training.export.reranker import quantize_reranker
+    from training.export.reranker_twins import fp16_reranker, quantize_reranker
 
-        name = f"{cfg.artifact_name}-int8"
+    twins = {"int8": quantize_reranker, "fp16": fp16_reranker}
+    for kind in [k for k in twins if k in (cfg.quantize, cfg.dtype)]:
+        name = f"{cfg.artifact_name}-{kind}"
         if (done := _published(cfg.models_dir, name, recipe)) is None:
             version = next_version(cfg.models_dir, name)
             done = Path(cfg.models_dir) / name / version
             pairs = _parity_pairs(data, dev_q, negatives)
-            quantize_reranker(
+            twins[kind](
                 out["artifact"],
                 done,
                 name=name,
@@ -337,7 +341,7 @@ def _publish(cfg: RerankerConfig, final: Path, recipe: dict, dev: dict, data, de
                 parity_pairs=pairs,
                 parity_source=f"SciFact train-split dev pairs, first {len(pairs)}",
             )
-        out["artifact_int8"] = str(done)
+        out[f"artifact_{kind}"] = str(done)
     return out
 
 

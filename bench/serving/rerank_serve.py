@@ -18,6 +18,7 @@ Usage (on the device, after ``bench/device/kit.sh install``; the reranker artifa
 
     python -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 --reranker scifact-reranker-tiny \\
         --providers cuda --json $OUT/rerank_serve.json
+    python -m bench.serving.rerank_serve ... --reranker-dtype fp16   # the reranker's fp16 twin (GPU only)
     python -m bench.serving.rerank_serve --encoder all-minilm-l6-v2 --providers cpu --seconds 3 --warmup 1   # a CPU
 
 Not a test: it asserts nothing, it prints a table (and ``--json`` writes the numbers).
@@ -77,13 +78,19 @@ def closed_loop(url: str, make, clients: int, seconds: float) -> dict:
             "errors": len(errors), "first_error": errors[0] if errors else None}  # fmt: skip
 
 
-def reranker_copy(models_dir: Path, name: str, pair_tokens: int, dest: Path) -> str:
-    """A copy of the reranker artifact ``name`` under ``dest`` whose manifest truncates pairs at ``pair_tokens``
-    (the graph's sequence axis is dynamic; the weights are the same): its name."""
-    out = dest / f"{name}-{pair_tokens}"
-    shutil.copytree(models_dir / name, out, dirs_exist_ok=True)
+def reranker_copy(models_dir: Path, name: str, pair_tokens: int, dest: Path, dtype: str = "fp32") -> str:
+    """A copy of the reranker artifact ``name`` under ``dest`` whose manifest truncates pairs at ``pair_tokens`` (0:
+    the artifact's own; the graph's sequence axis is dynamic, the weights are the same), or with ``dtype="fp16"``
+    its fp16 twin (``python -m training export-reranker --dtype fp16``'s conversion, made here): its name."""
+    out = dest / f"{name}-{pair_tokens or 'own'}{'-fp16' if dtype == 'fp16' else ''}"
+    if dtype == "fp16":
+        from training.export.reranker_twins import fp16_reranker
+
+        fp16_reranker(models_dir / name, out, name=out.name)
+    else:
+        shutil.copytree(models_dir / name, out, dirs_exist_ok=True)
     m = json.loads((out / "manifest.json").read_text())
-    m["max_seq_length"], m["name"] = pair_tokens, out.name
+    m["max_seq_length"], m["name"] = pair_tokens or m["max_seq_length"], out.name
     (out / "manifest.json").write_text(json.dumps(m, indent=1))
     return out.name
 
@@ -98,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", default="1,16")
     ap.add_argument("--candidates", type=int, default=100, help="abstracts per /rerank request")
     ap.add_argument("--pair-tokens", type=int, default=256, help="the reranker's max_seq_length (0: the artifact's)")
+    ap.add_argument(
+        "--reranker-dtype",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="fp16: serve the reranker's fp16 twin, converted here first (GPU serving only)",
+    )
     ap.add_argument("--hybrid-candidates", type=int, default=100, help="hits of each hybrid leg")
     ap.add_argument("--rerank-top", type=int, default=50, help="fused hits reranked")
     ap.add_argument("--seconds", type=float, default=10.0, help="per point")
@@ -124,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     models.mkdir()
     for n in {a.encoder, a.reranker}:
         (models / n).symlink_to(Path(a.models_dir).resolve() / n)
-    rr = reranker_copy(Path(a.models_dir), a.reranker, a.pair_tokens, models) if a.pair_tokens else a.reranker
+    if a.pair_tokens or a.reranker_dtype == "fp16":
+        rr = reranker_copy(Path(a.models_dir), a.reranker, a.pair_tokens, models, a.reranker_dtype)
+    else:
+        rr = a.reranker
     tok = Tokenizer.from_file(str(models / rr / "tokenizer.json"))
     max_len = int(json.loads((models / rr / "manifest.json").read_text())["max_seq_length"])
     tok.enable_truncation(max_len)

@@ -3,7 +3,9 @@
 Flow of a request (:meth:`Batcher.submit`):
 
 1. admission: more than ``max_queue_size`` requests admitted and unanswered → :class:`QueueFull`;
-2. tokenization in a thread pool, in chunks of ~8k characters taken in turn across requests (``truncate=False`` and an input over ``max_seq_length`` →
+2. tokenization in a thread pool, in chunks of ~8k characters taken in turns across requests (a lone request's
+   chunks spread over every idle thread; :mod:`service.inference.tokenizer_turns`) (``truncate=False`` and an input
+   over ``max_seq_length`` →
    :class:`InputTooLong`; more than ``max_request_tokens`` tokens in all → :class:`RequestTooLarge`; nothing
    is queued);
 3. the request joins the batcher's :class:`~service.inference.fair_queue.FairQueue`; each time an inference worker is
@@ -27,18 +29,20 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from service.inference.fair_queue import FairQueue, Item, cut_window
 from service.inference.fair_queue import Job as _Job
 from service.inference.onnx_encoder import OnnxModel, Tokenized
+from service.inference.tokenizer_turns import TurnPool
 from service.metrics import Metrics
 from service.tasks import cancel_and_wait
 
 log = logging.getLogger("service.inference.batcher")
 
-#: characters per tokenizer call (a request's texts are tokenized in chunks of about this size, one at a time)
+#: characters per tokenizer call (a request's texts are tokenized in chunks of about this size, in turns)
 TOKENIZE_CHUNK_CHARS = 8192
 
 
@@ -138,7 +142,7 @@ class Batcher:
         self._closing = False
         self._closed = False  # the worker and the pools are gone: nothing admitted may be queued any more
         self._worker: asyncio.Task | None = None
-        self._tok_pool = ThreadPoolExecutor(tokenizer_threads, thread_name_prefix=f"tok-{model.info.name}")
+        self._tok_pool = TurnPool(tokenizer_threads, f"tok-{model.info.name}")
         self._infer_pool = ThreadPoolExecutor(inference_workers, thread_name_prefix=f"infer-{model.info.name}")
         self._slots = asyncio.Semaphore(inference_workers)
         self._running: set[asyncio.Task] = set()
@@ -206,12 +210,12 @@ class Batcher:
         self._worker = None
         for t in list(self._running):
             t.cancel()
-        self._closed = True  # requests still tokenizing stop at their next chunk (_in_turns)
+        self._closed = True
         for job in self._fair.clear() + _drain(self._queue):
             if job.future is not None and not job.future.done():
                 job.future.set_exception(BatcherClosed("model is shutting down"))
-        # the chunks already in the tokenizer pool (one per request) finish; their requests then stop
-        self._tok_pool.shutdown(wait=False)
+        # requests still tokenizing are answered now; the chunks running finish in the background, ignored
+        self._tok_pool.close(lambda: BatcherClosed("model is shutting down"))
         self._infer_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ requests
@@ -245,31 +249,31 @@ class Batcher:
         """
         if self._closing:
             raise BatcherClosed("model is shutting down")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._tok_pool, self.model.decode, ids, skip_special_tokens)
+        return await self._tok_pool.run([partial(self.model.decode, ids, skip_special_tokens)])
 
     async def _in_turns(self, texts: list[str], budget: int | None, fn, *args) -> list:
         """``fn(chunk, *args)`` (a list per text) over chunks of ``texts`` of about :data:`TOKENIZE_CHUNK_CHARS`
-        characters (a text counted up to ``budget``, the characters the tokenizer reads of it), one chunk of this
-        request in the tokenizer pool at a time: the pool's queue then holds at most one chunk per request and serves
-        them in turn, so a one-sentence request waits for about one chunk per request ahead of it, not for whole
-        2 MB requests (round-robin, as the batches are formed).
+        characters (a text counted up to ``budget``, the characters the tokenizer reads of it), run by the tokenizer
+        threads in turns with other requests' chunks (:class:`~service.inference.tokenizer_turns.TurnPool`): a lone
+        request's chunks run on every idle thread at once; a one-sentence request waits for about the chunks already
+        running, not for whole 2 MB requests (as batches are formed round-robin). The chunks' results are
+        concatenated in order: what one ``fn(texts, *args)`` call gives.
 
         Raises:
             BatcherClosed: close() gave up waiting before this request was done.
         """
-        loop = asyncio.get_running_loop()
-        out: list = []
+        calls = []
         start = 0
         while start < len(texts):
-            if self._closed:
-                raise BatcherClosed("model is shutting down")
             end, chars = start, 0
             while end < len(texts) and (end == start or chars < TOKENIZE_CHUNK_CHARS):
                 chars += _chars(texts[end]) if budget is None else min(_chars(texts[end]), budget)
                 end += 1
-            out.extend(await loop.run_in_executor(self._tok_pool, fn, texts[start:end], *args))
+            calls.append(partial(fn, texts[start:end], *args))
             start = end
+        if self._closed:
+            raise BatcherClosed("model is shutting down")
+        out = await self._tok_pool.run(calls)
         if self._closed:
             raise BatcherClosed("model is shutting down")
         return out

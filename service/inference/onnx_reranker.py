@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,18 @@ from artifact_contract import RERANK_OUTPUT_NAME, load_manifest
 from service.inference.onnx_encoder import ModelLoadError, OnnxModel, Tokenized
 
 Pair = tuple[str, str]
+
+#: characters of a passage read per token of ``max_seq_length`` before its pair is tokenized (right truncation; the
+#: cut is checked, and undone where it may change the pair's tokens: :meth:`OnnxReranker.tokenize`). English prose is
+#: ~4.5 characters a token for a WordPiece vocabulary (SciFact abstracts: 4.5): 6 leaves 1 in 1,000 SciFact
+#: (claim, abstract) pairs to tokenize again at 256 tokens, and reads 87 % of their characters.
+PASSAGE_CHARS_PER_TOKEN = 6
+#: pre-tokenizers that split a text at its spaces: the tokens of a text cut just before a space (after a non-space)
+#: are the first tokens of the whole text's (Hugging Face tokenizers' components)
+WORD_SPLITTERS = ("BertPreTokenizer", "Whitespace", "WhitespaceSplit", "ByteLevel", "Metaspace")
+#: normalizers that map characters one by one (or a base character with its combining marks): a text cut before a
+#: space normalizes to the start of the whole text's normalization
+LOCAL_NORMALIZERS = ("NoneType", "BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents")
 
 
 class WrongModelTask(LookupError):
@@ -47,7 +60,60 @@ class OnnxReranker(OnnxModel):
         """Token ids of each (query, passage) pair (no padding): ``truncate`` cuts the pair to ``max_seq_length``
         tokens, longest side first, from its end (``direction="right"``) or start (``"left"``); else the caller refuses
         an over-long pair. Each side is read up to :attr:`char_budget` characters first (as
-        :meth:`OnnxModel.tokenize` does for a text), and tokenized whole when the cut may have lost tokens."""
+        :meth:`OnnxModel.tokenize` does for a text), and tokenized whole when the cut may have lost tokens.
+
+        With ``direction="right"`` the sides are tokenized apart, as the tokenizer does for a pair (Hugging Face
+        tokenizers: each sequence encoded alone, then ``post_process``: truncation, then the template's special
+        tokens), so that a query shared by a request's pairs is tokenized once, and a passage is read only up to
+        ~``PASSAGE_CHARS_PER_TOKEN x max_seq_length`` characters, cut just before a space (:meth:`_pairs_right`);
+        the ids are the same as the whole pair's, tokenized then truncated."""
+        if truncate and direction == "right" and self._word_split:
+            return Tokenized(self._pairs_right(texts))
+        return Tokenized(self._pairs_whole(texts, truncate, direction))
+
+    @cached_property
+    def _word_split(self) -> bool:
+        """The tokenizer splits words at spaces and normalizes characters one by one (:data:`WORD_SPLITTERS`, a
+        Metaspace one with ``split``, a ByteLevel one with its regex; :data:`LOCAL_NORMALIZERS`): the tokens of a text
+        cut before a space are the first of the whole text's. Other tokenizers take the whole-pair way."""
+        tok = self._tok_full
+        pre, norm = tok.pre_tokenizer, type(tok.normalizer).__name__
+        split = getattr(pre, "split", True) is not False and getattr(pre, "use_regex", True) is not False
+        return type(pre).__name__ in WORD_SPLITTERS and split and norm in LOCAL_NORMALIZERS
+
+    def _pairs_right(self, pairs: list[Pair]) -> list[np.ndarray]:
+        """Ids of ``pairs`` truncated on the right (:meth:`tokenize`).
+
+        A passage over ``C = PASSAGE_CHARS_PER_TOKEN x max_seq_length`` characters is cut at its last space after a
+        non-space before ``C`` (and after ``C / 2``), and the cut is kept only where it cannot change the pair: with
+        ``a`` query tokens, ``b`` tokens of the cut passage and ``M`` = ``max_seq_length`` less the pair's special
+        tokens, longest-first truncation keeps the same passage tokens whatever the passage's length once ``b >= a``
+        and ``a + b > M`` (tokenizers' ``TruncationStrategy::LongestFirst``: the longer side is cut first, to
+        ``M - a``, or both to about ``M / 2``, the odd token to the longer side). Any other pair (a cut that fails
+        that test, a passage with no such space, a query over :attr:`char_budget` characters) is tokenized whole
+        (:meth:`_pairs_whole`)."""
+        full, trunc = self._tok_full, self._tok_trunc
+        cut_at = PASSAGE_CHARS_PER_TOKEN * self.info.max_seq_length
+        room = self.info.max_seq_length - trunc.num_special_tokens_to_add(True)
+        queries = list(dict.fromkeys(q for q, _ in pairs if len(q) <= self.char_budget))
+        q_enc = dict(zip(queries, full.encode_batch_fast(queries, add_special_tokens=False)))
+        cuts = [len(p) if len(p) <= cut_at else _cut_before_space(p, cut_at) for _, p in pairs]
+        todo = [i for i, ((q, _), c) in enumerate(zip(pairs, cuts)) if c is not None and q in q_enc]
+        p_enc = full.encode_batch_fast([pairs[i][1][: cuts[i]] for i in todo], add_special_tokens=False)
+        ids: list = [None] * len(pairs)
+        for i, pe in zip(todo, p_enc):
+            p, qe = pairs[i][1], q_enc[pairs[i][0]]
+            a, b = len(qe.ids), len(pe.ids)
+            if cuts[i] == len(p) or (b >= a and a + b > room):
+                ids[i] = np.asarray(trunc.post_process(qe, pe).ids, dtype=np.int64)
+        redo = [i for i, x in enumerate(ids) if x is None]
+        for i, x in zip(redo, self._pairs_whole([pairs[i] for i in redo], True, "right") if redo else []):
+            ids[i] = x
+        return ids
+
+    def _pairs_whole(self, texts: list[Pair], truncate: bool, direction: str) -> list[np.ndarray]:
+        """Ids of each pair tokenized as a pair, each side read up to :attr:`char_budget` characters and the pair
+        tokenized again uncut when that cut may have lost tokens (:meth:`tokenize`)."""
         budget = self.char_budget
         left = truncate and direction == "left"
         tok = (self._tok_left if left else self._tok_trunc) if truncate else self._tok_full
@@ -60,7 +126,7 @@ class OnnxReranker(OnnxModel):
         for i, (q, p) in enumerate(texts):
             if max(len(q), len(p)) > budget and len(ids[i]) < short:
                 ids[i] = np.asarray(self._encode(tok, [(q, p)])[0].ids, dtype=np.int64)
-        return Tokenized(ids)
+        return ids
 
     def scores_sync(self, pairs: list[Pair]) -> np.ndarray:
         """Raw scores ``(n,)`` float32 of ``pairs`` in one batch on the calling thread (warm-up, canary, tests)."""
@@ -108,6 +174,16 @@ class OnnxReranker(OnnxModel):
         if not diff <= c.atol:
             raise ModelLoadError(f"{self.path}: canary mismatch: max abs score diff {diff:.3g} > atol {c.atol}")
         return diff
+
+
+def _cut_before_space(text: str, limit: int) -> int | None:
+    """The length of ``text``'s longest prefix of at most ``limit`` characters (and over ``limit / 2``) that ends
+    with a non-space followed by a space, or None."""
+    end = limit + 1
+    while (end := text.rfind(" ", limit // 2, end)) > limit // 2:
+        if not text[end - 1].isspace():
+            return end
+    return None
 
 
 def open_model(artifact_dir: str | os.PathLike, **kwargs) -> OnnxModel:

@@ -250,3 +250,43 @@ def test_a_model_without_segment_ids_exports_and_quantizes(default_model_dir, tm
     m = validate_artifact(out)
     assert (m.name, m.quantization, m.activation, m.max_seq_length) == ("roberta-ce-int8", "int8", "sigmoid", MAX_LEN)
     assert "int8 vs fp32 ONNX" in m.parity.source and m.parity.n_sentences == 64
+
+
+def test_export_reranker_fp16_twin_for_gpu_serving(local_models, tmp_path, capsys):
+    """``export-reranker --dtype fp16``: the fp16 twin of the cross-encoder (``dtype: fp16``, int64 inputs and float32
+    ``logits`` kept), its raw scores within 0.05 of the fp32 graph's on the parity pairs (both on ONNX Runtime's CPU
+    provider), the canary held to 0.05; the service refuses it on a CPU (PrecisionUnsupported), as fp16 encoders;
+    ``--quantize int8`` with ``--dtype fp16`` is a usage error."""
+    import onnx
+
+    from service.inference.onnx_encoder import PrecisionUnsupported
+    from service.inference.onnx_reranker import open_model
+    from training.cli import export_reranker
+    from training.export.reranker import CANARY_PAIRS, onnx_pair_scores
+
+    out = tmp_path / "models" / "ce-fp16"
+    assert export_reranker.main(["--model", str(local_models["ce"]), "--out", str(out), "--dtype", "fp16"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "fp16"
+    m = validate_artifact(out)
+    assert (m.task, m.dtype, m.quantization, m.activation, m.max_seq_length) == (
+        "reranker",
+        "fp16",
+        None,
+        "identity",
+        MAX_LEN,
+    )
+    assert "fp16 vs fp32 ONNX" in m.parity.source and m.parity.n_sentences == 64 and m.parity.max_abs_diff <= 0.05
+    assert m.canary.atol == 0.05
+    g = onnx.load(str(out / "model.onnx"))
+    weights = {onnx.TensorProto.DataType.Name(t.data_type) for t in g.graph.initializer}
+    assert "FLOAT16" in weights
+    assert [i.type.tensor_type.elem_type for i in g.graph.input] == [onnx.TensorProto.INT64] * 2
+    assert g.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert m.parity.max_abs_diff > 0  # the graph computes in fp16: not the fp32 graph again
+    fp32 = tmp_path / "fp32"
+    assert export_reranker.main(["--model", str(local_models["ce"]), "--out", str(fp32)]) == 0
+    diff = np.abs(onnx_pair_scores(out, CANARY_PAIRS) - onnx_pair_scores(fp32, CANARY_PAIRS)).max()
+    assert 0 < diff <= 0.05
+    with pytest.raises(PrecisionUnsupported, match="CUDAExecutionProvider"):
+        open_model(out, providers=["CPUExecutionProvider"], intra_op_threads=1)
+    assert export_reranker.main(["--model", str(local_models["ce"]), "--quantize", "int8", "--dtype", "fp16"]) == 2

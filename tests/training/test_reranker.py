@@ -91,23 +91,31 @@ def test_finished_run_is_neither_trained_nor_exported_again(reranker_artifact, t
     cfg = reranker_config()
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(cfg).items()
              if v is not None and k not in ("resume", "models_dir")]  # fmt: skip
-    assert main([*flags, "--publish", str(tmp_path), "--quantize", "int8"]) == 0
+    assert main([*flags, "--publish", str(tmp_path), "--quantize", "int8", "--dtype", "fp16"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["skipped_training"] and not first["skipped_export"]
     assert first["artifact"] == str(tmp_path / RERANKER_NAME / "1")
     assert first["artifact_int8"] == str(tmp_path / f"{RERANKER_NAME}-int8" / "1")
+    assert first["artifact_fp16"] == str(tmp_path / f"{RERANKER_NAME}-fp16" / "1")
+    assert validate_artifact(first["artifact_fp16"]).dtype == "fp16"
     assert validate_artifact(first["artifact"]).is_reranker
-    assert main([*flags, "--publish", str(tmp_path), "--quantize", "int8"]) == 0
+    assert main([*flags, "--publish", str(tmp_path), "--quantize", "int8", "--dtype", "fp16"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["skipped_training"] and second["skipped_export"] and second["artifact"] == first["artifact"]
-    assert second["artifact_int8"] == first["artifact_int8"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [RERANKER_NAME, f"{RERANKER_NAME}-int8"]
+    assert (second["artifact_int8"], second["artifact_fp16"]) == (first["artifact_int8"], first["artifact_fp16"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        RERANKER_NAME,
+        f"{RERANKER_NAME}-fp16",
+        f"{RERANKER_NAME}-int8",
+    ]
     assert [p.name for p in (tmp_path / f"{RERANKER_NAME}-int8").iterdir()] == ["1"]
+    assert [p.name for p in (tmp_path / f"{RERANKER_NAME}-fp16").iterdir()] == ["1"]
 
 
 def test_int8_reranker_loads_and_scores_close_to_fp32(reranker_artifact, tmp_path):
     from service.inference.onnx_reranker import OnnxReranker, open_model
-    from training.export.reranker import CANARY_PAIRS, quantize_reranker
+    from training.export.reranker import CANARY_PAIRS
+    from training.export.reranker_twins import quantize_reranker
 
     m = quantize_reranker(reranker_artifact, tmp_path / "rr-int8", name="rr-int8")
     assert (m.quantization, m.task, m.dimension) == ("int8", "reranker", 1)

@@ -7,7 +7,8 @@ dev, :mod:`training.rerank_protocol`), and with ``--publish`` exports it as the 
 ``MODELS_DIR`` (an artifact with ``task: "reranker"``, served by ``/rerank``, ``/v1/rerank`` and ``/v2/rerank`` once
 loaded: ``--rerank-models NAME`` or ``POST /admin/models/NAME/load``). A finished run of the same recipe is not
 trained again, an interrupted one resumes from its newest checkpoint (``--no-resume``: start over). ``--quantize int8``
-also publishes ``<artifact-name>-int8``, the fp32 artifact dynamically quantised (ONNX Runtime, QInt8 weights).
+also publishes ``<artifact-name>-int8``, the fp32 artifact dynamically quantised (ONNX Runtime, QInt8 weights); ``--dtype fp16``
+also publishes ``<artifact-name>-fp16``, its fp16 twin for GPU serving (the service refuses it on a CPU).
 
 A short CPU run::
 
@@ -46,6 +47,7 @@ HELP = {
     "seed": "data split, sampling and initialisation seed",
     "artifact_name": "name of the published artifact (MODELS_DIR/NAME/<next version>/)",
     "quantize": "int8: also publish NAME-int8, the fp32 artifact dynamically quantised",
+    "dtype": "fp16: also publish NAME-fp16, the fp32 artifact's fp16 twin for GPU serving",
     "dev_first_stage": "the first stage the dev claims are reranked from, the one test reranks (model choice)",
     "dev_depth": "first-stage candidates per dev claim",
     "dev_encoder": "bi-encoder of the dev first stage's dense part (default: the default encoder)",
@@ -72,6 +74,7 @@ def main(argv: list[str]) -> int:
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
         choices = {
             "quantize": ["int8"],
+            "dtype": ["fp16"],
             "loss": ["bce", "mnrl", "lambda", "margin_mse", "listwise_kl"],  # int8: also publish <name>-int8
             "negatives": ["bm25", "dense", "bm25+dense"],
             "dev_first_stage": ["dense", "bm25", "rrf", "dbsf"],

@@ -175,7 +175,9 @@ def _fp16_options(model) -> dict:
     }
 
 
-def _convert_fp16(src: Path, dst: Path) -> None:
+def convert_fp16(src: Path, dst: Path) -> None:
+    """Write ``src``'s graph in float16 to ``dst`` (module docstring: :data:`FP32_OPS`, the pooling or head after the
+    last LayerNormalization, and the graph's inputs/outputs kept in float32)."""
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
@@ -205,7 +207,7 @@ def fp16_artifact(src_dir: str | Path, output_dir: str | Path, *, name: str, ver
         output_dir,
         name=name,
         version=version,
-        convert=_convert_fp16,
+        convert=convert_fp16,
         label="fp16 vs fp32 ONNX, both on ONNX Runtime's CPU provider, which runs fp16 ops it has no fp16 kernel "
         "for in float32 (GPU not measured)",
         fields={"dtype": "fp16"},

@@ -226,66 +226,6 @@ def export_reranker(
     return manifest
 
 
-def quantize_reranker(
-    src_dir: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    *,
-    name: str,
-    version: str = "1",
-    parity_pairs: Sequence[tuple[str, str]] | None = None,
-    parity_source: str = "built-in canary pairs",
-) -> Manifest:
-    """An int8 reranker artifact from the fp32 one in ``src_dir``: ONNX Runtime ``quantize_dynamic`` (QInt8 weights,
-    as :func:`training.export.quantize.quantize_artifact` does for encoders), the tokenizer files copied, the canary
-    re-scored by the int8 graph, and parity against the fp32 graph's raw scores on ``parity_pairs`` recorded
-    (informational: int8 is not held to the fp32 tolerance).
-
-    Returns:
-        The written manifest (``quantization: "int8"``; the fp32 manifest's ``training`` and ``scores``).
-
-    Raises:
-        artifact_contract.ArtifactError: ``src_dir`` is not a valid reranker artifact.
-    """
-    import shutil
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from artifact_contract import ArtifactError, validate_artifact
-
-    src, out = Path(src_dir), Path(output_dir)
-    fp32 = validate_artifact(src)
-    if not fp32.is_reranker or fp32.quantization is not None:
-        raise ArtifactError(f"{src}: not an fp32 reranker artifact")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
-    for f in fp32.files:
-        if f != MODEL_FILE:
-            shutil.copy2(src / f, out / f)
-    quantize_dynamic(str(src / MODEL_FILE), str(out / MODEL_FILE), weight_type=QuantType.QInt8)
-    pairs = list(parity_pairs or CANARY_PAIRS)
-    diff = np.abs(onnx_pair_scores(src, pairs) - onnx_pair_scores(out, pairs))
-    canary = onnx_pair_scores(out, CANARY_PAIRS)
-    manifest = fp32.model_copy(
-        update={
-            "name": name,
-            "version": version,
-            "created_at": now_utc(),
-            "quantization": "int8",
-            "sha256": sha256_file(out / MODEL_FILE),
-            "parity": Parity(
-                n_sentences=len(pairs),
-                max_abs_diff=float(diff.max()),
-                provider="CPUExecutionProvider",
-                source=f"{parity_source}: raw scores, int8 vs fp32 ONNX (informational)",
-            ),
-            "canary": fp32.canary.model_copy(update={"embeddings": [[float(s)] for s in canary]}),
-            "files": sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")),
-        }
-    )
-    write_manifest(out, Manifest.model_validate(manifest.model_dump()))
-    return manifest
-
-
 def local_parity_pairs(n: int = 64) -> tuple[list[tuple[str, str]], str]:
     """``n`` real (query, passage) pairs for a cross-encoder exported without training, and their source: SciFact
     train claims, each with its judged abstracts and other abstracts (many over 128 tokens, so truncation is
@@ -301,33 +241,3 @@ def local_parity_pairs(n: int = 64) -> tuple[list[tuple[str, str]], str]:
     for i, q in enumerate(sorted(data.qrels)):
         pairs += [(data.queries[q], data.corpus[docs[(i * 7 + j) % len(docs)]]) for j in range(n // 8)]
     return pairs[:n], f"SciFact train, {min(n, len(pairs))} (claim, abstract) pairs"
-
-
-def export_local_reranker(
-    model_dir: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    *,
-    name: str,
-    version: str = "1",
-    quantize: str | None = None,
-) -> Manifest:
-    """Export a cross-encoder from a local directory as it is, without training (``python -m training
-    export-reranker``): :func:`export_reranker` with parity on :func:`local_parity_pairs`; with
-    ``quantize="int8"``, the fp32 artifact is made in a temporary directory and ``output_dir`` receives its int8
-    twin (:func:`quantize_reranker`, parity against the fp32 graph).
-
-    Raises:
-        ExportError: as :func:`export_reranker`, or a quantization other than int8.
-    """
-    import tempfile
-
-    if quantize not in (None, "int8"):
-        raise ExportError(f"unsupported quantization {quantize!r} (int8)")
-    pairs, source = local_parity_pairs()
-    if quantize is None:
-        return export_reranker(
-            model_dir, output_dir, name=name, version=version, parity_pairs=pairs, parity_source=source
-        )
-    with tempfile.TemporaryDirectory(prefix="fp32-reranker-") as tmp:
-        export_reranker(model_dir, tmp, name=name, version=version, parity_pairs=pairs, parity_source=source)
-        return quantize_reranker(tmp, output_dir, name=name, version=version, parity_pairs=pairs, parity_source=source)

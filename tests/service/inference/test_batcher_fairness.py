@@ -160,3 +160,86 @@ def test_cut_window_is_optimal_and_within_limits():
             assert size <= max_batch_size and (size * longest <= max_batch_tokens or size == 1)
             cost += size * longest + overhead
         assert cost == _padded_cost_reference(np.sort(lengths), max_batch_size, max_batch_tokens, overhead)
+
+
+class _GatedModel:
+    """``model`` whose ``tokenize`` records each call's first text and thread, and (while ``gate`` is set) makes the
+    calls meet at ``barrier`` (several chunks running at once) or wait for ``release``."""
+
+    def __init__(self, model: OnnxModel, barrier=None, release=None) -> None:
+        self._model, self.barrier, self.release = model, barrier, release
+        self.calls: list[tuple[str, str]] = []
+        self.info, self.char_budget = model.info, model.char_budget
+
+    def tokenize(self, texts, truncate=True, direction="right"):
+        import threading
+
+        self.calls.append((texts[0], threading.current_thread().name))
+        if self.barrier is not None:
+            self.barrier.wait()
+        if self.release is not None:
+            assert self.release.wait(60)
+        return self._model.tokenize(texts, truncate=truncate, direction=direction)
+
+
+async def _until(cond, what: str) -> None:
+    """Poll ``cond()`` until true; fail naming ``what`` after ~20 s (a guard against hanging, not a timing check)."""
+    for _ in range(20_000):
+        if cond():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_a_lone_request_is_tokenized_on_every_idle_thread(model, sentences):
+    """A request of ~15 chunks alone with 2 tokenizer threads: its first two chunks run at the same time (they meet
+    at a barrier: one chunk at a time would leave the first waiting until the barrier breaks), on two threads, and
+    the ids are those of one tokenize call over all the texts."""
+    import threading
+
+    texts = sentences[:1500]
+    gated = _GatedModel(model, barrier=threading.Barrier(2, timeout=10))
+
+    async def go():
+        b = Batcher(gated, Metrics(), max_batch_tokens=4096, max_batch_size=16, max_queue_size=8, tokenizer_threads=2)
+        try:
+            first = asyncio.ensure_future(b._tokenize_fairly(texts, True))
+            await _until(lambda: len(gated.calls) >= 2 or first.done(), "two chunks started")
+            gated.barrier = None  # the first two met: the rest run freely
+            return await first
+        finally:
+            await b.close(0)
+
+    got = asyncio.run(go())
+    assert len(gated.calls) >= 10 and len({t for _, t in gated.calls[:2]}) == 2
+    assert all(np.array_equal(g, w) for g, w in zip(got.ids, model.tokenize(texts).ids, strict=True))
+
+
+def test_a_newcomer_takes_the_next_free_tokenizer_thread(model, sentences):
+    """A big request holds both tokenizer threads; a one-sentence request arriving meanwhile gets the next thread that
+    frees (it has no chunk running), before the big request's third chunk; then the big one finishes."""
+    import threading
+
+    release = threading.Event()
+    gated = _GatedModel(model, release=release)
+    big, small = sentences[:1500], [sentences[2000]]
+
+    async def go():
+        b = Batcher(gated, Metrics(), max_batch_tokens=4096, max_batch_size=16, max_queue_size=8, tokenizer_threads=2)
+        try:
+            t_big = asyncio.ensure_future(b._tokenize_fairly(big, True))
+            await _until(lambda: len(gated.calls) >= 2, "both threads hold one of the big request's chunks")
+            t_small = asyncio.ensure_future(b._tokenize_fairly(small, True))
+            await _until(lambda: b._tok_pool.waiting >= 2, "the small request waits for a thread, as the big one")
+            gated.release = None
+            release.set()
+            return await asyncio.gather(t_big, t_small)
+        finally:
+            release.set()
+            await b.close(0)
+
+    r_big, r_small = asyncio.run(go())
+    firsts = [t for t, _ in gated.calls]
+    assert firsts.index(small[0]) == 2, "the newcomer waited for more than the chunks already running"
+    assert all(np.array_equal(g, w) for g, w in zip(r_big.ids, model.tokenize(big).ids, strict=True))
+    assert np.array_equal(r_small.ids[0], model.tokenize(small).ids[0])
