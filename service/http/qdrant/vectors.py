@@ -61,6 +61,8 @@ def dense_config(
 
 #: the index of a vector given a scalar ``quantization_config``, by the index it would have without one
 QUANTIZED = {"hnsw": "hnsw_sq", "flat": "flat_sq"}
+#: Qdrant's ``hnsw_config.m`` > 0 on an exact index (the graph built) and ``m: 0`` on a graph index (no graph)
+GRAPH_OF, EXACT_OF = {"flat": "hnsw"}, {"hnsw": "flat"}
 SCALAR_KEYS = {"type", "quantile", "always_ram", "memory"}
 
 
@@ -137,11 +139,12 @@ def regraphed(current: dict[str, tuple[str, dict]], graphs: dict[str, dict[str, 
         if base not in QUANTIZED:
             raise unsupported(f"hnsw_config m/ef_construct of a {kind} index", at)
         graph = {names[k]: v for k, v in hnsw.items() if k in names and v is not None}
-        if graph.get("M") == 0:
-            base, params = "flat", {k: v for k, v in params.items() if k in {"quantization", *SQ_TRAINING_KEYS}}
-        elif base == "flat" and (graph.get("M") or 0) > 0:
-            base, params = "hnsw", {**params, **graph}
-        elif base == "hnsw":
+        if graph.get("M") == 0:  # no graph: the exact index (the quantization kept)
+            base = EXACT_OF.get(base, base)
+            params = {k: v for k, v in params.items() if k in {"quantization", *SQ_TRAINING_KEYS}}
+        elif (graph.get("M") or 0) > 0 and base in GRAPH_OF:  # an exact index given a graph
+            base, params = GRAPH_OF[base], {**params, **graph}
+        elif base in EXACT_OF:  # a graph index: its params changed
             params = {**params, **graph}
         out[name] = (QUANTIZED[base] if quantized else base, params)
     return out
