@@ -16,7 +16,8 @@
 #            the same GPU and sentence-transformers fp16; 32/128 clients x 3 repeats (needs a kit.py --with infinity kit)
 #   peer-torch  the same with Infinity's torch engine only (its ONNX engine runs unfused: ~2 min less)
 #   rerank   bench/serving/rerank_serve.py: /rerank of 100 SciFact abstracts (256-token pairs) and a hybrid search
-#            (dense + BM25, 100 each, DBSF, top 50 reranked) at 1 and 16 clients (a kit with scifact-reranker-tiny)
+#            (dense + BM25, 100 each, DBSF, top 50 reranked) at 1 and 16 clients (a kit with scifact-reranker-tiny);
+#            rerank16: the same with the reranker converted to fp16 on the device
 #   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
@@ -95,10 +96,11 @@ for s in "$@"; do
         --warmup 3 --pool 4096 --json "$OUT/peer_serve.json"
       cp /tmp/peer-serve-*/infinity-*.log "$OUT"/ 2>/dev/null
       ;;
-    rerank)
-      stage rerank 180 python3 -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 \
-        --reranker scifact-reranker-tiny --providers cuda "${GPU_BATCHING[@]}" --seconds 8 --warmup 3 \
-        --json "$OUT/rerank_serve.json"
+    rerank|rerank16)
+      dt=(); [ "$s" = rerank16 ] && dt=(--reranker-dtype fp16)
+      stage "$s" 180 python3 -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 \
+        --reranker scifact-reranker-tiny --providers cuda "${GPU_BATCHING[@]}" --seconds 8 --warmup 3 "${dt[@]}" \
+        --json "$OUT/$s.json"
       ;;
     train)
       stage train 240 python3 -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \
