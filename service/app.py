@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,7 +36,7 @@ from service.collections.reembed import Reembedder
 from service.http import meta
 from service.http.errors import install_error_handlers
 from service.http.inference import admin, embeddings, rerank, similarity
-from service.http.middleware import ServiceMiddleware
+from service.http.middleware import ServiceMiddleware, middleware_options
 from service.http.native import aliases as alias_api
 from service.http.native import collections as collections_api
 from service.http.native import snapshots as snapshot_api
@@ -187,15 +186,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the web console at /console/: static files calling the JSON API above (no build step, no CDN)
     app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
     # with auth on, admin keys are accepted everywhere; /admin itself checks for an admin key (service.http.inference.admin)
-    keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
-    app.add_middleware(
-        ServiceMiddleware,
-        metrics=metrics,
-        api_keys=keys,
-        max_payload_bytes=settings.max_payload_bytes,
-        qdrant_max_payload_bytes=settings.qdrant_max_payload_bytes,
-        request_timeout_s=settings.request_timeout_s,
-        replica=socket.gethostname() if settings.replica_header else None,
-        error_shapes=shapes,
-    )
+    app.add_middleware(ServiceMiddleware, **middleware_options(settings, metrics, shapes))
     return app

@@ -19,7 +19,6 @@ hot swap is atomic across fronts by construction.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,7 +31,7 @@ from fastapi import FastAPI, Request, Response
 from service.front.proxy import Message, Proxy, Receive, Scope, Send, core_client, core_unreachable
 from service.http.errors import APIError, install_error_handlers
 from service.http.inference import embeddings, internal
-from service.http.middleware import ServiceMiddleware
+from service.http.middleware import ServiceMiddleware, middleware_options
 from service.http.qdrant import PREFIX as QDRANT_PREFIX
 from service.http.qdrant import error_body as qdrant_error
 from service.inference.embedder import Embedder, EmbedResult
@@ -169,15 +168,5 @@ def create_front_app(settings: Settings, core_socket: str) -> FrontApp:
         if getattr(route, "path", None) in FAST_PATHS:
             fast.router.routes.append(route)
     metrics = Metrics()
-    keys = settings.api_keys + settings.admin_api_keys if settings.api_keys else []
-    middleware = ServiceMiddleware(
-        fast,
-        metrics=metrics,
-        api_keys=keys,
-        max_payload_bytes=settings.max_payload_bytes,
-        qdrant_max_payload_bytes=settings.qdrant_max_payload_bytes,
-        request_timeout_s=settings.request_timeout_s,
-        replica=socket.gethostname() if settings.replica_header else None,
-        error_shapes=shapes,
-    )
+    middleware = ServiceMiddleware(fast, **middleware_options(settings, metrics, shapes))
     return FrontApp(fast, middleware, Proxy(lambda: state["client"], shapes), metrics)

@@ -31,12 +31,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from service.http.errors import STARTED_AT, APIError, ErrorShape, shape_of
 from service.metrics import Metrics
+from service.settings import Settings
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -144,6 +146,21 @@ def key_matches(token: bytes | None, keys: list[bytes]) -> bool:
 def _is_json(content_type: bytes) -> bool:
     media = content_type.split(b";", 1)[0].strip().lower()
     return media == b"application/json" or media.endswith(b"+json")
+
+
+def middleware_options(settings: Settings, metrics: Metrics, shapes: dict[str, ErrorShape]) -> dict[str, Any]:
+    """:class:`ServiceMiddleware`'s keyword arguments from the service's settings: the accepted API keys (the
+    ordinary and the admin ones, none when ``api_keys`` is empty), the payload limits, the time budget, the
+    ``X-Replica`` value (the host name when ``replica_header``), and ``shapes``, the error envelopes by prefix."""
+    return {
+        "metrics": metrics,
+        "api_keys": settings.api_keys + settings.admin_api_keys if settings.api_keys else [],
+        "max_payload_bytes": settings.max_payload_bytes,
+        "qdrant_max_payload_bytes": settings.qdrant_max_payload_bytes,
+        "request_timeout_s": settings.request_timeout_s,
+        "replica": socket.gethostname() if settings.replica_header else None,
+        "error_shapes": shapes,
+    }
 
 
 class ServiceMiddleware:
