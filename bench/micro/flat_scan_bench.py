@@ -36,7 +36,6 @@ import faiss
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-import service.collections.index.vector_index as vector_index_module
 from bench.lib.machine import cpu_model
 from service.collections.index import IndexSpec, VectorIndex, exact_search
 
@@ -172,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allowed", type=lambda s: [float(x) for x in s.split(",")], default=[0.001, 0.01, 0.1, 0.5])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    vector_index_module.SCAN_MAX_FLOATS = 1 << 62  # every batch through the scan: it is what is timed
     faiss.omp_set_num_threads(1)
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}")
     t0 = time.perf_counter()

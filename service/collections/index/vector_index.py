@@ -27,14 +27,12 @@ from service.collections.index.scan import ScanState, rows_top_k, scan_top_k
 from service.collections.metric import is_distance
 
 _SNAP_MAGIC = b"EMBSNAP1"
-#: a flat index answers by the NumPy scan (:mod:`.scan`) every search over an allowed set and every batch of fewer
-#: query floats (queries x dimension) than this; None: FAISS's ``distance_compute_blas_threshold`` (128,000), under
-#: which FAISS scores one vector at a time too, so the answers are its own; larger batches FAISS answers by BLAS
-#: matrix products (docs/performance.md, "Flat dense scan")
-SCAN_MAX_FLOATS: int | None = None
-#: the scan answers a search without an allowed set only over at least this many held floats (rows x dimension, 32
-#: MiB): below it FAISS is fast anyway, and OpenBLAS's threads cost more than they save on a busy machine (a 5,000 x
-#: 384 matrix-vector product took ~150 ms beside other work with 2 BLAS threads, under 1 ms with 1)
+#: a flat index answers every search over an allowed set, and every search over at least this many held floats
+#: (rows x dimension, 32 MiB), by the NumPy scan (:mod:`.scan`), whatever the batch: FAISS's own answer to a batch
+#: under its ``distance_compute_blas_threshold`` (128,000 query floats), and the same answer to larger batches, for
+#: which FAISS multiplies matrices and rounds differently (cheaper too: docs/performance.md, "Flat dense scan"). Under
+#: it FAISS searches: fast anyway, and OpenBLAS's threads cost more than they save on a busy machine (a 5,000 x 384
+#: matrix-vector product took ~150 ms beside other work with 2 BLAS threads, under 1 ms with 1)
 SCAN_MIN_FLOATS = 1 << 23
 #: an allowed set of at most 1/ROWS_RATIO of the held rows is scored row by row, in place; a larger one by the scan
 #: with the others masked
@@ -219,8 +217,7 @@ class VectorIndex:
                 keep.append(sel)
         if self.ntotal == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        most = SCAN_MAX_FLOATS if SCAN_MAX_FLOATS is not None else faiss.cvar.distance_compute_blas_threshold
-        big = self.ntotal * self.spec.dimension >= SCAN_MIN_FLOATS and q.size < most
+        big = self.ntotal * self.spec.dimension >= SCAN_MIN_FLOATS
         if (allowed is not None or big) and (flat := self._flat_held()) is not None:
             D, I, _ = self._scanned(q, k, allowed, flat)
             return (np.sqrt(np.maximum(D, 0)) if is_distance(self.spec.metric) else D), I

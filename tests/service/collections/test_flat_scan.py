@@ -87,21 +87,26 @@ def test_search_and_exact_search_answer_as_faiss(metric: str, ties: bool, path: 
 def test_a_query_scores_the_same_alone_or_in_a_batch_and_whatever_faiss_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """FAISS 1.15 answers one query with two OpenMP threads by a matrix product over halves of the vectors, a batch
-    one vector at a time: scores that differ in the last bits. The scan answers every batch the same way."""
+    """FAISS 1.15 answers one query with two OpenMP threads by a matrix product over halves of the vectors, a small
+    batch one vector at a time, a batch of 128,000 query floats or more by a matrix product again: scores that
+    differ in the last bits. The scan answers every batch the same way."""
     monkeypatch.setattr(vector_index, "SCAN_MIN_FLOATS", 0)  # as over a large index
-    x = data(12_000, "dot", 4)
+    d = 256
+    x = data(12_000, "dot", 4, d=d)
     vi = index("dot", x)
-    q = data(4, "dot", 5)
+    q = data(520, "dot", 5, d=d)  # 133,120 query floats
+    picked = [0, 1, 2, 519]
     faiss.omp_set_num_threads(2)
     try:
-        batch = vi.search(q, 10)
-        alone = [vi.search(q[i : i + 1], 10) for i in range(4)]
+        large = vi.search(q, 10)
+        small = vi.search(q[picked], 10)
+        alone = [vi.search(q[i : i + 1], 10) for i in picked]
     finally:
         faiss.omp_set_num_threads(1)
-    for i in range(4):
-        np.testing.assert_array_equal(alone[i][1][0], batch[1][i])
-        np.testing.assert_array_equal(alone[i][0][0], batch[0][i])
+    for j, i in enumerate(picked):
+        for batch, row in ((large, i), (small, j)):
+            np.testing.assert_array_equal(alone[j][1][0], batch[1][row])
+            np.testing.assert_array_equal(alone[j][0][0], batch[0][row])
 
 
 @pytest.mark.parametrize("metric", ["cosine", "l2"])
