@@ -201,6 +201,10 @@ class VectorIndex:
         """
         q = np.ascontiguousarray(queries, dtype=np.float32)
         k = max(1, min(int(k), max(self.ntotal, 1)))
+        big = self.ntotal * self.spec.dimension >= SCAN_MIN_FLOATS
+        if self.ntotal and (allowed is not None or big) and (flat := self._flat_held()) is not None:
+            D, I, _ = self._scanned(q, k, allowed, flat)
+            return (np.sqrt(np.maximum(D, 0)) if is_distance(self.spec.metric) else D), I
         keep: list[Any] = []
         sel = None
         if allowed is not None:
@@ -217,10 +221,6 @@ class VectorIndex:
                 keep.append(sel)
         if self.ntotal == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        big = self.ntotal * self.spec.dimension >= SCAN_MIN_FLOATS
-        if (allowed is not None or big) and (flat := self._flat_held()) is not None:
-            D, I, _ = self._scanned(q, k, allowed, flat)
-            return (np.sqrt(np.maximum(D, 0)) if is_distance(self.spec.metric) else D), I
         params = self.type.search_params(self.spec, self.index, k)
         if sel is not None:
             params.sel = sel
