@@ -237,7 +237,7 @@ class ScanState:
         if order is None or order[0] != len(ids):
             order = self._order = (len(ids), None if bool(np.all(ids[1:] > ids[:-1])) else np.argsort(ids))
         sorter = order[1]
-        wanted = np.asarray(wanted, dtype=np.int64)
+        wanted = np.sort(np.asarray(wanted, dtype=np.int64))  # sorted keys: the binary searches stay in cache
         at = np.searchsorted(ids, wanted, sorter=sorter)
         at = np.minimum(at, len(ids) - 1)
         pos = at if sorter is None else sorter[at]
