@@ -32,10 +32,6 @@ def left_out(store: Store, where: Filter | None) -> tuple[Filter | None, np.ndar
     return where, np.empty(0, np.int64)
 
 
-#: an exact search over allowed points reads their vectors from the index's memory (a pass over its ids) rather than
-#: from SQLite (~10 µs a point) when they are at least 1/HELD_RATIO of the index (100k points, 384-d: 100 points
-#: 0.4 ms SQLite / 1.7 ms memory, 1,000 12 / 2.5 ms, 10,000 96 / 9.5 ms; docs/performance.md, "Payload indexes")
-HELD_RATIO = 500
 Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # iids -> (iids found, their vectors)
 
 
@@ -99,8 +95,8 @@ def dense_search(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
     (None: all). Exact over the allowed points' vectors when at most ``cap`` points are allowed (``top_k`` of them;
-    in memory where the index holds them and they are not a tiny part of it, :data:`HELD_RATIO`, else read from the
-    store); exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index
+    in memory where the index holds them, scored in place, else read from the store: docs/performance.md, "Flat dense
+    scan"); exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index
     holds at most ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW
     graph), in memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
     restricted by an ``IDSelector``, its candidates re-scored exactly when the index is quantized and ``quantization``
@@ -113,7 +109,7 @@ def dense_search(
         s, i = top(q, chunks, k)
         return s[None], i[None]
     if allowed is not None and len(allowed) <= cap:
-        if len(allowed) * HELD_RATIO >= index.live and (found := index.exact_search(q, top_k, allowed)) is not None:
+        if (found := index.exact_search(q, top_k, allowed)) is not None:
             return found
         ids, vecs = fetch(allowed)
         return exact_search(q, vecs, ids, top_k, index.spec.metric)

@@ -22,11 +22,26 @@ import numpy as np
 
 from artifact_contract.fsio import fsync_dir
 from service.collections.index.base import IndexSpec, QuantizationSearch
-from service.collections.index.exact import exact_search
 from service.collections.index.registry import get_type
+from service.collections.index.scan import ScanState, rows_top_k, scan_top_k
 from service.collections.metric import is_distance
 
 _SNAP_MAGIC = b"EMBSNAP1"
+#: a flat index answers every search over an allowed set, and every search over at least this many held floats
+#: (rows x dimension, 32 MiB), by the NumPy scan (:mod:`.scan`), whatever the batch: FAISS's own answer to a batch
+#: under its ``distance_compute_blas_threshold`` (128,000 query floats), and the same answer to larger batches, for
+#: which FAISS multiplies matrices and rounds differently (cheaper too: docs/performance.md, "Flat dense scan"). Under
+#: it FAISS searches: fast anyway, and OpenBLAS's threads cost more than they save on a busy machine (a 5,000 x 384
+#: matrix-vector product took ~150 ms beside other work with 2 BLAS threads, under 1 ms with 1)
+SCAN_MIN_FLOATS = 1 << 23
+#: an allowed set of at most 1/ROWS_RATIO of the held rows is scored row by row, in place; a larger one by the scan
+#: with the others masked
+ROWS_RATIO = 2
+
+
+def _ids_at(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The ids (int64) at the positions ``rows`` of the id map ``ids``, -1 where a row is -1."""
+    return np.where(rows >= 0, ids[np.maximum(rows, 0)], -1) if len(ids) else np.full(rows.shape, -1, np.int64)
 
 
 class VectorIndex:
@@ -50,6 +65,7 @@ class VectorIndex:
         self._tomb_sel: Any = None
         self._tomb_arr: np.ndarray | None = None
         self._refresh_tomb_selector()
+        self._scan = ScanState()
 
     # --- state -------------------------------------------------------------------------------
     @property
@@ -132,6 +148,7 @@ class VectorIndex:
         if vectors.ndim != 2 or vectors.shape[1] != self.spec.dimension or len(ids) != len(vectors):
             raise ValueError(f"expected ({len(ids)}, {self.spec.dimension}) vectors, got {vectors.shape}")
         self.index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+        self._scan.added(vectors)
         if self.type.trains_on_add and not self.trained and (n := self.type.train_sample_size(self.spec, self.live)):
             self._train_in_place(n)
 
@@ -144,6 +161,7 @@ class VectorIndex:
         trained.add_with_ids(np.ascontiguousarray(held), ids)
         self.index, self._tombstones = trained, set()
         self._refresh_tomb_selector()
+        self._scan.reset()
 
     def remove(self, ids: np.ndarray, may_be_absent: bool = False) -> None:
         """Remove ``ids`` (int64); absent ids are ignored. A type that cannot remove in place tombstones them.
@@ -163,7 +181,10 @@ class VectorIndex:
                 self._tombstones.update(int(i) for i in ids)
                 self._refresh_tomb_selector()
         else:
+            held = self._id_view() if self._scan.has_norms else None
+            keep = None if held is None else ~np.isin(held, ids)  # FAISS compacts the rest in order
             self.index.remove_ids(faiss.IDSelectorBatch(ids))
+            self._scan.removed(keep) if keep is not None else self._scan.reset()
 
     # --- search --------------------------------------------------------------------------------
     def search(self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -180,6 +201,10 @@ class VectorIndex:
         """
         q = np.ascontiguousarray(queries, dtype=np.float32)
         k = max(1, min(int(k), max(self.ntotal, 1)))
+        big = self.ntotal * self.spec.dimension >= SCAN_MIN_FLOATS
+        if self.ntotal and (allowed is not None or big) and (flat := self._flat_held()) is not None:
+            D, I, _ = self._scanned(q, k, allowed, flat)
+            return (np.sqrt(np.maximum(D, 0)) if is_distance(self.spec.metric) else D), I
         keep: list[Any] = []
         sel = None
         if allowed is not None:
@@ -209,12 +234,58 @@ class VectorIndex:
         self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """The exact ``k`` nearest of the vectors the index holds uncompressed (``IndexType.held_vectors``), in
-        memory, tombstones left out; arguments and result as :meth:`search` (shapes ``(nq, <=k)``). None when the
-        type holds no uncompressed vectors (IVF-PQ): the caller reads the store instead."""
-        if (found := self.held(allowed)) is None:
+        memory (:mod:`.scan`: FAISS's flat search's answer), tombstones left out; arguments and result as
+        :meth:`search` (shapes ``(nq, <=k)``). None when the type holds no uncompressed vectors (IVF-PQ): the caller
+        reads the store instead."""
+        held = self.type.held_vectors(self.spec, self.index)
+        if held is None or not isinstance(self.index, faiss.IndexIDMap2):
             return None
-        ids, held = found
-        return exact_search(np.ascontiguousarray(queries, dtype=np.float32), held, ids, k, self.spec.metric)
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        D, I, n = self._scanned(q, max(1, int(k)), allowed, held)
+        D, I = D[:, : min(int(k), n)], I[:, : min(int(k), n)]
+        return (np.sqrt(np.maximum(D, 0)) if is_distance(self.spec.metric) else D), I
+
+    def _id_view(self) -> np.ndarray:
+        """The id map's ids, int64 ``(ntotal,)``, viewed in place (valid while the index does not change)."""
+        n = int(self.index.ntotal)
+        return faiss.rev_swig_ptr(self.index.id_map.data(), n) if n else np.zeros(0, np.int64)
+
+    def _flat_held(self) -> np.ndarray | None:
+        """The vectors of an index that FAISS searches exhaustively (an ``IndexFlat`` behind the id map), viewed in
+        place; None for any other index (its search is not a scan)."""
+        if not isinstance(self.index, faiss.IndexIDMap2):
+            return None
+        if not isinstance(faiss.downcast_index(self.index.index), faiss.IndexFlat):
+            return None
+        return self.type.held_vectors(self.spec, self.index)
+
+    def _scanned(
+        self, q: np.ndarray, k: int, allowed: np.ndarray | None, held: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """FAISS's flat search of ``q`` over ``held`` (the rows of the id map), tombstones and ids outside
+        ``allowed`` left out: ``(raw scores, ids, rows searched)``, ``(nq, k)`` padded as FAISS pads. Rows are scored
+        one by one by FAISS's kernel where few are searched (at most 1/:data:`ROWS_RATIO` of them, or fewer than
+        :data:`SCAN_MIN_FLOATS` floats held), else by the BLAS scan (:func:`.scan.scan_top_k`)."""
+        ids, l2 = self._id_view(), is_distance(self.spec.metric)
+        small = len(ids) * self.spec.dimension < SCAN_MIN_FLOATS
+        tomb = self._tomb_arr  # snapshot the reference: writers replace, never mutate
+        gone = self._scan.rows_of(ids, tomb) if tomb is not None else None
+        if allowed is not None or small:
+            rows = self._scan.rows_of(ids, allowed) if allowed is not None else np.arange(len(ids), dtype=np.int64)
+            rows = np.setdiff1d(rows, gone, assume_unique=True) if gone is not None else rows
+            n = len(rows)
+            if small or n * ROWS_RATIO <= len(ids):
+                D, R = rows_top_k(q, held, rows, k, l2)
+                return D, _ids_at(ids, R), n
+            drop = np.ones(len(ids), bool)
+            drop[rows] = False
+        elif gone is not None and len(gone):
+            drop, n = np.zeros(len(ids), bool), len(ids) - len(gone)
+            drop[gone] = True
+        else:
+            drop, n = None, len(ids)
+        D, R = scan_top_k(q, held, k, l2, self._scan.norms(held), drop)
+        return D, _ids_at(ids, R), n
 
     def held(self, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """``(ids, vectors)`` (int64 ``(n,)``, float32 ``(n, d)``) of the live vectors the index holds uncompressed
