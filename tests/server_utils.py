@@ -136,3 +136,14 @@ def collections_server(request, default_artifact: Path, tmp_path_factory) -> Ite
         with httpx.Client(base_url=s.url, timeout=120) as c:
             state["client"] = c
             yield state
+
+
+def embed_either(post, texts: list[str], rng) -> tuple[httpx.Response, list | None]:
+    """Embed ``texts`` through the OpenAI route or the TEI route, chosen by ``rng`` (a ``random.Random``), with
+    ``post(path, json) -> httpx.Response``: the answer and its rows (None when it is not a 200). Transport errors
+    (``httpx.HTTPError``) are the caller's."""
+    if rng.random() < 0.5:
+        r = post("/v1/embeddings", {"input": texts})
+        return r, ([d["embedding"] for d in r.json()["data"]] if r.status_code == 200 else None)
+    r = post("/embed", {"inputs": texts})
+    return r, (r.json() if r.status_code == 200 else None)

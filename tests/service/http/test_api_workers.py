@@ -27,7 +27,7 @@ import pytest
 
 from harness.ports import free_port
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
-from tests.server_utils import REPO_ROOT, run_server
+from tests.server_utils import REPO_ROOT, embed_either, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -260,12 +260,8 @@ def test_hot_swap_under_load_through_both_fronts(multi, models, sentences):
             texts = rng.sample(sentences, rng.choice([1, 4, 8]))
             t0 = time.monotonic()
             try:  # a new connection each time: both fronts serve
-                if rng.random() < 0.5:
-                    r = httpx.post(f"{multi.url}/v1/embeddings", json={"input": texts}, headers=AUTH, timeout=60)
-                    rows = [d["embedding"] for d in r.json()["data"]] if r.status_code == 200 else None
-                else:
-                    r = httpx.post(f"{multi.url}/embed", json={"inputs": texts}, headers=AUTH, timeout=60)
-                    rows = r.json() if r.status_code == 200 else None
+                post = lambda path, body: httpx.post(multi.url + path, json=body, headers=AUTH, timeout=60)  # noqa: E731
+                r, rows = embed_either(post, texts, rng)
             except httpx.HTTPError as e:
                 with lock:
                     failures.append(f"{type(e).__name__}: {e}")

@@ -32,7 +32,7 @@ from tests.artifact_utils import (
     versioned_copy,
     wrong_dimension_artifact,
 )
-from tests.server_utils import run_server
+from tests.server_utils import embed_either, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -160,12 +160,7 @@ def test_swap_under_concurrent_load(client, server, env, sentences):
                 texts = rng.sample(sentences, rng.choice([1, 3, 8, 16]))
                 t0 = time.monotonic()
                 try:
-                    if rng.random() < 0.5:
-                        r = c.post("/v1/embeddings", json={"input": texts})
-                        rows = [d["embedding"] for d in r.json()["data"]] if r.status_code == 200 else None
-                    else:
-                        r = c.post("/embed", json={"inputs": texts})
-                        rows = r.json() if r.status_code == 200 else None
+                    r, rows = embed_either(lambda path, body: c.post(path, json=body), texts, rng)
                 except httpx.HTTPError as e:
                     with lock:
                         failures.append(f"{type(e).__name__}: {e}")
