@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import httpx
 import orjson
 
 from bench.lib import REPO
+from bench.lib.server import service_command, wait_ready
 from harness.ports import free_port
 
 TEXTS = [
@@ -47,38 +47,16 @@ def main() -> int:
     ap.add_argument("--models-dir", default=str(REPO / "models"))
     a = ap.parse_args()
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "service",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--models-dir",
-        a.models_dir,
-        "--data-dir",
-        str(a.work / "data"),
-        "--default-model",
-        "all-minilm-l6-v2",
-        "--log-level",
-        "warning",
-    ]
+    args = ["--default-model", "all-minilm-l6-v2", "--log-level", "warning"]
+    cmd = service_command(port, a.models_dir, a.work / "data", args)
     env = {**os.environ, "PYTHONPATH": str(a.repo.resolve())}
-    with open(a.work / "filter_probe.log", "ab") as log:
+    log_path = a.work / "filter_probe.log"
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=a.repo, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()
-        while True:
-            try:
-                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"the service exited: {a.work / 'filter_probe.log'}")
-            time.sleep(1)
+        wait_ready(url, proc, timeout=600, log_path=log_path)
         print(f"{a.repo}: ready in {time.time() - t0:.1f} s; load average {os.getloadavg()[0]:.2f}")
         with httpx.Client(base_url=url, timeout=600) as c:
             for name, (extra, n) in KINDS.items():
