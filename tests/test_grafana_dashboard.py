@@ -195,6 +195,10 @@ def _burst_429(c: httpx.Client, texts: list[str]) -> int:
     raise AssertionError(f"no 429 from 10 bursts of {BURST} concurrent requests against max_queue_size={QUEUE}")
 
 
+def _sequences(info: dict) -> dict:
+    return {k: (x["sequence"], x["snapshot_sequence"]) for k, x in info.items()}
+
+
 @pytest.fixture(scope="module")
 def live(default_artifact, tmp_path_factory):
     """The real service after real traffic: ``{"metrics": Exported, "info": {name: collection info}, ...}``."""
@@ -236,8 +240,12 @@ def live(default_artifact, tmp_path_factory):
                 k: x["reembedding"] for k, x in info.items()
             }
             time.sleep(0.5)
-        text = c.get("/metrics").text
-        info = {x["name"]: x for x in c.get("/collections").json()["collections"]}
+        while True:  # a background snapshot may land between two reads: read until the write counters hold still
+            before = _sequences(info)
+            text = c.get("/metrics").text
+            info = {x["name"]: x for x in c.get("/collections").json()["collections"]}
+            if _sequences(info) == before:
+                break
         yield {"metrics": Exported(text), "info": info, "n429": n429}
 
 

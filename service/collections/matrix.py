@@ -43,6 +43,11 @@ def _check_size(ids: list[int | str], limit: int, budget: ResponseBudget) -> Non
         )
 
 
+def _largest_hit(ids: list[int | str]) -> int:
+    """The most bytes one hit without text or payload spends (:meth:`.reads.ResponseBudget.spend_point`)."""
+    return HIT_OVERHEAD_BYTES + max(len(json.dumps(i).encode()) for i in ids)
+
+
 async def distance_matrix(
     searcher: Searcher,
     name: str,
@@ -84,12 +89,18 @@ async def distance_matrix(
     ids = [i for i in ids if vec.get((type(i), i)) is not None]
     budget = budget or ResponseBudget(reads.settings.max_response_bytes)  # one for the whole matrix
     _check_size(ids, limit, budget)
-    searches = []
-    for i in ids:
-        others = {"$ids": [j for j in ids if (type(j), j) != (type(i), i)]}
-        where = {"$and": [raw_filter, others]} if raw_filter else others
-        searches.append(SearchQuery(vec[(type(i), i)], limit, where, None, False, False, vname))
+    # one filter for every search (the sampled points), one more neighbour each, the point itself dropped after:
+    # the searches differ only in their vectors, so the backend answers them as batches (a filter of the others per
+    # point made n filters of n - 1 ids, each search its own backend call: seconds at 1,000 points)
+    within = {"$ids": ids}
+    where = {"$and": [raw_filter, within]} if raw_filter else within
+    searches = [SearchQuery(vec[(type(i), i)], min(limit + 1, len(ids)), where, None, False, False, vname) for i in ids]
+    scratch = ResponseBudget(budget.limit - budget.used + len(ids) * _largest_hit(ids))  # the dropped hits too
     step, hits = reads.settings.max_batch_searches, []
     for k in range(0, len(searches), step):
-        hits.extend(await searcher.search(name, searches[k : k + step], "searches", budget=budget))
+        found = await searcher.search(name, searches[k : k + step], "searches", budget=scratch)
+        for i, row in zip(ids[k : k + step], found):
+            kept = [h for h in row if (type(h.id), h.id) != (type(i), i)][:limit]
+            budget.spend_hits(kept)
+            hits.append(kept)
     return ids, hits

@@ -321,9 +321,12 @@ class Searcher:
             cfg = (await self.reads.collection(name)).vectors
             fx = formula.parse(node.formula, lambda raw, at: self.reads.parse_filter(raw, at, cfg))
             check_formula_work(self.reads.settings, fx.filters, sum(p.search.top_k for p in node.prefetch))
-        with_payload = s.with_payload or node.formula is not None
+        # a fusion reads only ids and scores: its prefetches read no texts or payloads (up to 256 x 1,000 hits'),
+        # the fused hits' are read once fused (:meth:`_with_rows`)
+        fusing = node.formula is None and node.fusion is not None
+        with_payload = (s.with_payload or node.formula is not None) and not fusing
         leaves = [
-            replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text))
+            replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text and not fusing))
             for p in node.prefetch
         ]
         sources = await asyncio.gather(*(self.query(name, p, consistency, where, depth + 1) for p in leaves))
@@ -339,7 +342,7 @@ class Searcher:
             except ValueError as e:
                 raise InvalidCollectionRequest(str(e), "query") from e
             t = s.score_threshold
-            fused = [h for h in fused if t is None or h.score >= t]
+            fused = await self._with_rows(name, [h for h in fused if t is None or h.score >= t], s)
             if budget is not None:
                 budget.spend_hits(fused)
             return fused
@@ -347,6 +350,21 @@ class Searcher:
         if not ids:
             return []
         return await self._search_or_scroll(name, replace(s, filter=_and(where, {"$ids": ids})), consistency, budget)
+
+    async def _with_rows(self, name: str, hits: list[Hit], s: SearchQuery) -> list[Hit]:
+        """``hits`` with their texts and payloads as ``s`` asks (read once, for these hits only); a point deleted
+        since it was found is left out, as a search started after the delete would."""
+        if not hits or not (s.with_payload or s.with_text):
+            return hits
+        rows = await self.reads.retrieve(
+            name, [h.id for h in hits], with_payload=s.with_payload, with_vectors=False, with_text=s.with_text
+        )
+        got = {(type(p["id"]), p["id"]): p for p in rows}
+        return [
+            Hit(h.id, h.score, p.get("text"), p.get("payload"))
+            for h in hits
+            if (p := got.get((type(h.id), h.id))) is not None
+        ]
 
     async def _search_or_scroll(
         self, name: str, s: SearchQuery, consistency: ReadConsistency, budget: ResponseBudget | None
