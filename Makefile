@@ -7,7 +7,9 @@ MODEL       ?= all-minilm-l6-v2
 HOST        ?= 127.0.0.1
 PORT        ?= 8000
 STAMP       := $(VENV)/.installed
-TEST_WORKERS ?= 2
+# 3 pytest-xdist workers on the 2-core machines: most test time is spent waiting on service processes and Milvus
+# (the parallel part: 15:02 with 2 workers, 10:50 with 3, the same tests' summed times; docs/performance.md)
+TEST_WORKERS ?= 3
 
 .PHONY: install artifact serve test bench clean
 
