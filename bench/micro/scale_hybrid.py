@@ -12,7 +12,8 @@ Queries (``--queries`` held-out corpus sentences, 1 client, top 10, no payload r
 * dense: ``{"query": [384 floats], "using": "dense"}``;
 * BM25: ``{"query": {"text", "model": "qdrant/bm25"}, "using": "bm25"}``;
 * hybrid: both as ``prefetch`` (``--prefetch`` hits each, the filter in each) fused by ``{"fusion": "rrf"}``;
-* exact dense (``"params": {"exact": true}``): the truth recall@10 of dense is measured against, per filter.
+* exact dense (``"params": {"exact": true}``): the truth recall@10 of dense is measured against, per filter;
+* with ``--hnsw-ef``: unfiltered dense and hybrid with the dense search's ``"params": {"hnsw_ef": ef}``, per ef.
 
 The filtered ones twice: without payload indexes (each ``DELETE /qdrant/collections/hybrid/index/{field}``), then
 with them (``PUT /qdrant/collections/hybrid/index?wait=true`` for category, tag, year; the answer's
@@ -171,12 +172,15 @@ def set_indexes(c: httpx.Client, phase: str, res: Results) -> None:
         res.put(f"indexes/{phase}", seconds=secs, payload_schema=schema)
 
 
-def query_body(kind: str, text: str, vec: np.ndarray, flt: dict | None, a: argparse.Namespace, exact: bool) -> bytes:
-    """The Query API body of one query (module docstring), serialised."""
+def query_body(
+    kind: str, text: str, vec: np.ndarray, flt: dict | None, a: argparse.Namespace, exact: bool, ef: int | None = None
+) -> bytes:
+    """The Query API body of one query (module docstring), serialised; ``ef``: the dense search's ``hnsw_ef``."""
     dense, doc = vec.tolist(), {"text": text, "model": BM25}
+    params = {"hnsw_ef": ef} if ef is not None else None
     if kind == "hybrid":
         pre = [
-            {"query": dense, "using": "dense", "limit": a.prefetch},
+            {"query": dense, "using": "dense", "limit": a.prefetch, **({"params": params} if params else {})},
             {"query": doc, "using": "bm25", "limit": a.prefetch},
         ]
         body = {"prefetch": [{**p, "filter": flt} if flt else p for p in pre], "query": {"fusion": "rrf"}}
@@ -186,6 +190,8 @@ def query_body(kind: str, text: str, vec: np.ndarray, flt: dict | None, a: argpa
             body["filter"] = flt
     if exact:
         body["params"] = {"exact": True}
+    elif params and kind == "dense":
+        body["params"] = params
     return orjson.dumps({**body, "limit": K, "with_payload": False})
 
 
@@ -233,6 +239,34 @@ def measure(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Namesp
             print(f"{phase:8} {kind:7} {f:5} {rec}", flush=True)
 
 
+def measure_ef(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Namespace, res: Results) -> None:
+    """Unfiltered dense (with its recall@10 against exact search) and hybrid queries at each ``--hnsw-ef``: the
+    HNSW graph's search breadth against latency (``ef/<ef>/<kind>`` in the results)."""
+    if "truth/none" not in res:
+        lat, ids = timed(c, [query_body("dense", t, q, None, a, exact=True) for t, q in zip(texts, Q)])
+        res.put("truth/none", ids=ids, **stats(lat))
+    truth = res.get("truth/none")["ids"]
+    for ef in a.hnsw_ef:
+        for kind in ("dense", "hybrid"):
+            if f"ef/{ef}/{kind}" in res:
+                continue
+            lat, ids = timed(c, [query_body(kind, t, q, None, a, exact=False, ef=ef) for t, q in zip(texts, Q)])
+            rec = stats(lat)
+            if kind == "dense":
+                rec["recall_at_10"] = round(
+                    float(np.mean([len(set(g) & set(t)) / max(len(t), 1) for g, t in zip(ids, truth)])), 4
+                )
+            res.put(f"ef/{ef}/{kind}", **rec)
+            print(f"hnsw_ef {ef:5} {kind:7} {rec}", flush=True)
+    print("\n| hnsw_ef | dense recall@10 | dense p50 / p95 ms | hybrid p50 / p95 ms |\n|---:|---:|---:|---:|")
+    for ef in a.hnsw_ef:
+        d, h = res.get(f"ef/{ef}/dense") or {}, res.get(f"ef/{ef}/hybrid") or {}
+        print(
+            f"| {ef} | {d.get('recall_at_10', '—')} | {d.get('p50_ms', '—')} / {d.get('p95_ms', '—')} "
+            f"| {h.get('p50_ms', '—')} / {h.get('p95_ms', '—')} |"
+        )
+
+
 def run_one(n_docs: int, a: argparse.Namespace) -> Path:
     """Everything for ``n_docs`` documents (module docstring); returns the work directory."""
     from bench.micro.scale_bench import Server
@@ -275,7 +309,10 @@ def run_one(n_docs: int, a: argparse.Namespace) -> Path:
                 raise RuntimeError(f"{count} points after ingest, not {n_docs}")
             res.put("ingest", **ingest_rate(work), points_count=count)
             res.put("after_ingest", disk_mib=du_mib(work / "data"), **rss(srv.proc.pid))
-        measure(c, texts, Q, args, res)
+        if a.hnsw_ef:
+            measure_ef(c, texts, Q, args, res)
+        if not a.only_ef:
+            measure(c, texts, Q, args, res)
         if not res.new:
             return work
         what = ["ingest"] * ("ingest" in res.new) + [
@@ -322,6 +359,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "embed-bench" / "dense")
     ap.add_argument("--work", type=Path, help="the work directory (one --docs only)")
     ap.add_argument("--fresh", action="store_true", help="delete the work directory first (not the vector cache)")
+    ap.add_argument("--hnsw-ef", type=int, nargs="*", default=[], help="unfiltered dense and hybrid at these hnsw_ef")
+    ap.add_argument("--only-ef", action="store_true", help="measure only the --hnsw-ef rows")
     ap.add_argument("--table-only", action="store_true", help="print the table of what is finished; start nothing")
     a = ap.parse_args(argv)
     if a.work and len(a.docs) > 1:

@@ -48,6 +48,8 @@ class SearchQuery:
             ``dbsf``); :func:`.searching.hybrid`), or None (the vector ``using`` names).
         rerank: a second stage (:class:`Rerank`), or None.
         quantization: how a quantized index is searched (:class:`QuantizationSearch`; None: its defaults).
+        hnsw_ef: the HNSW graph's search breadth for this search (Qdrant's ``params.hnsw_ef``; at least ``top_k`` is
+            used; None: the index's ``ef_search``). No effect on other index types.
     """
 
     query: Any
@@ -64,6 +66,7 @@ class SearchQuery:
     candidates: int = 100
     rerank: Rerank | None = None
     quantization: QuantizationSearch | None = None
+    hnsw_ef: int | None = None
 
 
 @dataclass

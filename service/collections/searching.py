@@ -74,10 +74,7 @@ def _on_mode(cfg: Any, s: Any, pre: str) -> Any:
     if mode is None:
         return s
     using = s.using if s.using is not None else _bound_dense(cfg, pre) if mode == "dense" else _model_sparse(cfg, pre)
-    q = getattr(s, "quantization", None)
-    return SearchQuery(
-        s.query, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text, using, s.exact, quantization=q
-    )
+    return replace(s, using=using, mode=None, rerank=None)
 
 
 def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
@@ -91,8 +88,11 @@ def hybrid(cfg: Any, s: Any, pre: str) -> QueryNode:
     if not isinstance(s.query, str):
         raise InvalidCollectionRequest("mode hybrid takes a text query", f"{pre}query")
     k, q = max(getattr(s, "candidates", None) or 100, s.top_k), getattr(s, "quantization", None)
+    ef = getattr(s, "hnsw_ef", None)
     leaves = [
-        QueryNode(SearchQuery(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact, quantization=q))
+        QueryNode(
+            SearchQuery(s.query, k, None, None, s.with_payload, s.with_text, using, s.exact, quantization=q, hnsw_ef=ef)
+        )
         for using in (_bound_dense(cfg, pre), _model_sparse(cfg, pre))
     ]
     top = SearchQuery(None, s.top_k, s.filter, s.score_threshold, s.with_payload, s.with_text)
@@ -251,6 +251,7 @@ class Searcher:
                 using,
                 bool(getattr(s, "exact", False)),
                 getattr(s, "quantization", None),
+                getattr(s, "hnsw_ef", None),
                 i if isinstance(plans[i][3], Scorer) else -1,
             )
             groups.setdefault(key, []).append(i)
@@ -276,6 +277,7 @@ class Searcher:
                     using=using,
                     exact=bool(getattr(s, "exact", False)),
                     quantization=getattr(s, "quantization", None),
+                    hnsw_ef=getattr(s, "hnsw_ef", None),
                 )
                 for i, h in zip(part, hits):
                     out[i] = h

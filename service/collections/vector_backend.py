@@ -242,6 +242,7 @@ class CollectionHandle(Protocol):
         using: str | None = None,
         exact: bool = False,
         quantization: QuantizationSearch | None = None,
+        hnsw_ef: int | None = None,
     ) -> list[list[Hit]]:
         """The ``top_k`` best points among those matching ``where`` for each query by the vector ``using`` (None:
         the model-bound one; float32 ``(nq, d)`` dense queries, made by ``model`` for the model-bound vector, or a
@@ -249,7 +250,9 @@ class CollectionHandle(Protocol):
         (l2) the threshold, read at ``consistency``. A sparse search scores by the exact dot product and returns
         only points sharing a term with the query. ``exact``: score every stored vector (no approximate index), as
         Qdrant's ``params.exact`` asks; ``quantization``: how a quantized index is searched (Qdrant's
-        ``params.quantization``; None: its defaults; no effect on an index that is not quantized).
+        ``params.quantization``; None: its defaults; no effect on an index that is not quantized); ``hnsw_ef``: an
+        HNSW graph's search breadth (Qdrant's ``params.hnsw_ef``, at least ``top_k``; None: the index's ``ef_search``;
+        no effect on other index types).
         The hits' bytes are spent from ``budget`` before their texts and payloads are read where the backend can
         (embedded), else as they arrive.
 

@@ -261,6 +261,7 @@ class Collection(PayloadIndexing, Maintenance):
         using=None,
         exact=False,
         quantization=None,
+        hnsw_ef=None,
     ) -> list[list[Hit]]:
         """Nearest points of each query by the vector ``using`` (None: the model-bound one), see
         :meth:`~..backend.CollectionHandle.search`. A filter only leaving listed points out is a search for that many
@@ -281,7 +282,7 @@ class Collection(PayloadIndexing, Maintenance):
                 allowed = self.store.matching_iids(where)
                 if len(allowed) == 0:
                     return [[] for _ in range(nq)]
-            args = (queries, top_k, k, allowed, self.exact_filter_threshold, exact, quantization)
+            args = (queries, top_k, k, allowed, self.exact_filter_threshold, exact, quantization, hnsw_ef)
             D, I, metric = nearest(self.store, self.bound if bound else None, self.named, using, *args)
             if len(dropped):
                 I = np.where(np.isin(I, dropped), -1, I)  # left out (assemble_hits skips -1)

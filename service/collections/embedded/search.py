@@ -36,7 +36,14 @@ Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # iids -> (iids f
 
 
 def rerank(
-    index: VectorIndex, fetch: Fetch, q: np.ndarray, top_k: int, allowed: np.ndarray | None, n: int, metric: str
+    index: VectorIndex,
+    fetch: Fetch,
+    q: np.ndarray,
+    top_k: int,
+    allowed: np.ndarray | None,
+    n: int,
+    metric: str,
+    ef: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` approximate candidates per query re-scored exactly with the stored vectors.
 
@@ -44,11 +51,12 @@ def rerank(
         fetch: the stored vectors of some internal ids.
         q: float32 ``(nq, d)`` prepared queries.
         allowed: internal ids a filter admits (None: all).
+        ef: an HNSW graph's search breadth (None: the index's).
 
     Returns:
         ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 where fewer candidates exist).
     """
-    _, cand = index.search(q, n, allowed)
+    _, cand = index.search(q, n, allowed, ef)
     ids, vecs = fetch(np.unique(cand[cand >= 0]))
     pos = {int(i): j for j, i in enumerate(ids)}
     D = np.full((len(q), top_k), np.nan, np.float32)
@@ -92,6 +100,7 @@ def dense_search(
     cap: int,
     scan: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
     quantization: QuantizationSearch | None = None,
+    ef: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
     (None: all). Exact over the allowed points' vectors when at most ``cap`` points are allowed (``top_k`` of them;
@@ -100,7 +109,8 @@ def dense_search(
     holds at most ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW
     graph), in memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
     restricted by an ``IDSelector``, its candidates re-scored exactly when the index is quantized and ``quantization``
-    does not turn it off (:meth:`~..index.VectorIndex.rescore_candidates`)."""
+    does not turn it off (:meth:`~..index.VectorIndex.rescore_candidates`); ``ef``: an HNSW graph's search breadth
+    (None: the index's)."""
     if isinstance(q, Scorer):  # a multi-example query: every candidate scored (in memory where the index allows)
         found = index.held(allowed)
         chunks = [found] if found is not None else (scan() if scan is not None else [fetch(allowed)])
@@ -119,8 +129,8 @@ def dense_search(
         if scan is not None:
             return exact_scan(q, scan(), k, index.spec.metric, allowed)
     if (n := index.rescore_candidates(k, quantization)) is not None:
-        return rerank(index, fetch, q, k, allowed, n, index.spec.metric)
-    return index.search(q, k, allowed)
+        return rerank(index, fetch, q, k, allowed, n, index.spec.metric, ef)
+    return index.search(q, k, allowed, ef)
 
 
 def nearest(
@@ -135,12 +145,13 @@ def nearest(
     cap: int,
     exact: bool,
     quantization: QuantizationSearch | None = None,
+    ef: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """``(scores, iids, metric the scores are in)`` of the ``k`` best points per query by the vector ``using``
     (``bound``: the model-bound vector's index when that is the one searched, else None) among ``allowed`` (None: all). A sparse vector or a
     multivector is searched exactly (:meth:`.named.NamedIndexes.sparse_search`); a dense one by :func:`dense_search`
     (``cap``: its exact threshold; ``exact``, or ``quantization.ignore`` on a quantized index: every stored vector
-    scored; ``quantization``: how a quantized index is searched). A multi-example query
+    scored; ``quantization``: how a quantized index is searched; ``ef``: an HNSW graph's search breadth). A multi-example query
     (:class:`~..scorers.Scorer`) is scored higher-is-better whatever the metric (``dot``)."""
     if named.scanned(using):  # a sparse vector or a multivector: no FAISS index
         D, I = named.sparse_search(using, queries, k, allowed)
@@ -156,7 +167,7 @@ def nearest(
         scan = lambda: named.scan_dense(using)  # noqa: E731
     scored = isinstance(q, Scorer)
     exact = exact or index.ignores_quantization(quantization)
-    D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None, quantization)
+    D, I = dense_search(index, fetch, q, top_k, k, allowed, cap, scan if exact or scored else None, quantization, ef)
     return D, I, "dot" if scored else index.spec.metric
 
 

@@ -130,8 +130,11 @@ class IndexType(ABC):
         """Whether ``index`` is the configured index rather than a pre-training fallback."""
         return True
 
-    def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
-        """Per-search FAISS parameters for ``k`` results (an ``IDSelector`` is added by the caller)."""
+    def search_params(
+        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None
+    ) -> faiss.SearchParameters:
+        """Per-search FAISS parameters for ``k`` results (an ``IDSelector`` is added by the caller); ``ef``: an HNSW
+        graph's search breadth asked for by the search (None: the index's), ignored by types without a graph."""
         return faiss.SearchParameters()
 
     def rescore_defaults(self, spec: IndexSpec, index: faiss.Index) -> tuple[bool, float] | None:

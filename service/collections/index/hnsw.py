@@ -59,10 +59,13 @@ class HNSWType(IndexType):
         inner.hnsw.efSearch = spec.params["ef_search"]
         return id_map(spec, inner)
 
-    def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
-        """HNSW: ``SearchParametersHNSW`` with ``efSearch = max(params["ef_search"], k)``."""
+    def search_params(
+        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None
+    ) -> faiss.SearchParameters:
+        """HNSW: ``SearchParametersHNSW`` with ``efSearch = max(ef, k)``, ``ef`` the search's (Qdrant's
+        ``hnsw_ef``) or else ``params["ef_search"]``."""
         params = faiss.SearchParametersHNSW()
-        params.efSearch = max(spec.params["ef_search"], k)
+        params.efSearch = max(ef if ef is not None else spec.params["ef_search"], k)
         return params
 
     def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray:

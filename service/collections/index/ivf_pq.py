@@ -89,7 +89,9 @@ class IVFPQType(IndexType):
         """IVF-PQ: True once ``index`` is the trained IVF index, False for the flat fallback."""
         return isinstance(index, faiss.IndexIVF)
 
-    def search_params(self, spec: IndexSpec, index: faiss.Index, k: int) -> faiss.SearchParameters:
+    def search_params(
+        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None
+    ) -> faiss.SearchParameters:
         """IVF-PQ: ``SearchParametersIVF`` with ``nprobe`` from params (plain parameters for the flat fallback)."""
         if not isinstance(index, faiss.IndexIVF):
             return faiss.SearchParameters()

@@ -187,13 +187,16 @@ class VectorIndex:
             self._scan.removed(keep) if keep is not None else self._scan.reset()
 
     # --- search --------------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, ef: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest stored vectors of each query.
 
         Args:
             queries: float32 ``(nq, dimension)``.
             k: neighbours per query (>= 1).
             allowed: if given, int64 ids outside it are never returned (FAISS ``IDSelectorBatch``).
+            ef: an HNSW graph's search breadth (None: the index's ``ef_search``; other types ignore it).
 
         Returns:
             ``(scores, ids)``, each ``(nq, k)``; missing results have id -1. Scores are inner
@@ -221,7 +224,7 @@ class VectorIndex:
                 keep.append(sel)
         if self.ntotal == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        params = self.type.search_params(self.spec, self.index, k)
+        params = self.type.search_params(self.spec, self.index, k, ef)
         if sel is not None:
             params.sel = sel
         D, I = self.index.search(q, k, params=params)

@@ -303,9 +303,10 @@ class MilvusCollection:
         using=None,
         exact=False,
         quantization=None,
+        hnsw_ef=None,
     ):
         """Nearest points of each query (see :meth:`~..backend.CollectionHandle.search`), read at ``consistency``
-        (``quantization`` has no effect: no index here is quantized).
+        (``quantization`` has no effect: no index here is quantized; ``hnsw_ef``: an HNSW index's ``ef``).
 
         Raises:
             CollectionClosed, ModelChanged; InvalidCollectionRequest: a multi-example query (not on Milvus).
@@ -328,7 +329,7 @@ class MilvusCollection:
             limit=top_k,
             filter=to_expr(where),
             output_fields=fields,
-            search_params=search_params(spec, top_k),
+            search_params=search_params(spec, top_k, hnsw_ef),
             **read_kw(consistency),
         )
         hib = higher_is_better(spec.metric)

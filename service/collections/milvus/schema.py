@@ -37,12 +37,13 @@ def _ivf_pq(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "IVF_PQ", {"nlist": p["nlist"], "m": p["m"], "nbits": p["nbits"]}
 
 
-# index type -> (Milvus index type and build params); search params per type, for top_k results
+# index type -> (Milvus index type and build params); search params per type, for top_k results and the search's
+# HNSW breadth (None: the index's ef_search)
 BUILD = {"flat": lambda p: ("FLAT", {}), "hnsw": _hnsw, "ivf_pq": _ivf_pq}
 SEARCH = {
-    "flat": lambda p, k: {},
-    "hnsw": lambda p, k: {"ef": max(p["ef_search"], k)},
-    "ivf_pq": lambda p, k: {"nprobe": p["nprobe"]},
+    "flat": lambda p, k, ef: {},
+    "hnsw": lambda p, k, ef: {"ef": max(ef if ef is not None else p["ef_search"], k)},
+    "ivf_pq": lambda p, k, ef: {"nprobe": p["nprobe"]},
 }
 
 
@@ -108,9 +109,10 @@ def create_physical(client: MilvusClient, name: str, spec: IndexSpec, consistenc
     )  # creating and loading: not bounded by the request timeout
 
 
-def search_params(spec: IndexSpec, top_k: int) -> dict[str, Any]:
-    """Milvus ``search_params`` for ``top_k`` results."""
-    return {"metric_type": METRICS[spec.metric], "params": SEARCH[spec.kind](spec.params, top_k)}
+def search_params(spec: IndexSpec, top_k: int, ef: int | None = None) -> dict[str, Any]:
+    """Milvus ``search_params`` for ``top_k`` results; ``ef``: an HNSW index's search breadth (Qdrant's
+    ``hnsw_ef``; None: the index's ``ef_search``)."""
+    return {"metric_type": METRICS[spec.metric], "params": SEARCH[spec.kind](spec.params, top_k, ef)}
 
 
 def api_score(metric: str, distance: float) -> float:

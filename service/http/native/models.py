@@ -176,7 +176,9 @@ class SearchRequest(BaseModel):
     ``exact``: score every stored vector instead of searching the approximate index. ``mode``: ``dense`` (the
     model-bound vector), ``sparse`` (the sparse vector bound to ``qdrant/bm25``) or ``hybrid`` (a text searched by
     both, ``candidates`` hits each, fused by ``fusion``: ``rrf``, its constant ``rrf_k`` default 2 as Qdrant's, or
-    ``dbsf``). ``quantization``: how a quantized index is searched (:class:`QuantizationIn`)."""
+    ``dbsf``). ``quantization``: how a quantized index is searched (:class:`QuantizationIn`). ``hnsw_ef``: an HNSW
+    index's search breadth for this search (at least ``top_k``; default: the index's ``ef_search``), as Qdrant's
+    ``params.hnsw_ef``."""
 
     model_config = ConfigDict(extra="forbid")
     query: (
@@ -198,6 +200,7 @@ class SearchRequest(BaseModel):
     with_text: StrictBool = True
     rerank: RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
     quantization: QuantizationIn | None = None
+    hnsw_ef: StrictInt | None = Field(None, ge=1, le=4096)
 
     def compiled(self) -> SearchQuery:
         """The core's query (:class:`~service.collections.query_model.SearchQuery`) of this search."""
@@ -217,6 +220,7 @@ class SearchRequest(BaseModel):
             candidates=self.candidates,
             rerank=None if r is None else Rerank(r.model, r.candidates, r.top_n, r.weight),
             quantization=None if (q := self.quantization) is None else QuantizationSearch(**q.model_dump()),
+            hnsw_ef=self.hnsw_ef,
         )
 
 

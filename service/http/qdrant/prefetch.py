@@ -85,24 +85,31 @@ async def build(
     ]
     where = translate(r.filter, f"{param}filter")
     exact, q = search_params.exact(r.params), search_params.quantization(r.params, param)
+    ef = search_params.hnsw_ef(r.params, param)
     fusion = _fusion(r.query, f"{param}query")
     if fusion is not None:
         if not children:
             raise InvalidCollectionRequest(f"{param}query: a fusion needs prefetches", f"{param}query")
-        search = SearchQuery(None, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q)
+        search = SearchQuery(
+            None, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q, hnsw_ef=ef
+        )
         return QueryNode(search, children, *fusion)
     spec = _formula(r.query, f"{param}query")
     if spec is not None or r.query is None:  # a formula re-scores the prefetches' points; no query: a scroll
         if spec is not None and not children:
             raise InvalidCollectionRequest(f"{param}query: a formula needs prefetches", f"{param}query")
-        search = SearchQuery(None, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q)
+        search = SearchQuery(
+            None, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q, hnsw_ef=ef
+        )
         return QueryNode(search, children, formula=spec)
     vec, excluded, model = await query_vector(r.query, f"{param}query", r.using, r.lookup_from)
     models.append(model)
     if excluded:
         nots = {"$not": {"$ids": excluded}}
         where = {"$and": [where, nots]} if where else nots
-    search = SearchQuery(vec, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q)
+    search = SearchQuery(
+        vec, limit, where, r.score_threshold, with_payload, False, r.using, exact, quantization=q, hnsw_ef=ef
+    )
     return QueryNode(search, children)
 
 

@@ -107,6 +107,7 @@ def _spec(
         using=using,
         exact=search_params.exact(params),
         quantization=search_params.quantization(params, param),
+        hnsw_ef=search_params.hnsw_ef(params, param),
     )
     return Spec(search, offset, payload, vector)
 

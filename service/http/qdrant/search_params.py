@@ -1,7 +1,8 @@
 """Qdrant's ``SearchParams`` of a search (Qdrant API reference, schema ``SearchParams``) translated onto the core's
-query model: ``exact`` (score every stored vector) and ``quantization`` (``QuantizationSearchParams``: ``ignore``,
-``rescore``, ``oversampling`` >= 1; :class:`~service.collections.query_model.QuantizationSearch`). ``hnsw_ef``,
-``indexed_only``, ``acorn`` and ``idf`` are accepted with no effect."""
+query model: ``exact`` (score every stored vector), ``hnsw_ef`` (an HNSW graph's search breadth, at least the limit)
+and ``quantization`` (``QuantizationSearchParams``: ``ignore``, ``rescore``, ``oversampling`` >= 1;
+:class:`~service.collections.query_model.QuantizationSearch`). ``indexed_only``, ``acorn`` and ``idf`` are accepted
+with no effect."""
 
 from __future__ import annotations
 
@@ -11,11 +12,28 @@ from service.collections.errors import InvalidCollectionRequest
 from service.collections.query_model import QuantizationSearch
 
 QUANTIZATION_KEYS = {"ignore", "rescore", "oversampling"}
+#: the largest ``hnsw_ef`` taken (an HNSW index's own ``ef_search`` has the same bound)
+MAX_HNSW_EF = 4096
 
 
 def exact(params: dict[str, Any] | None) -> bool:
     """Qdrant's ``params.exact`` (default false)."""
     return bool((params or {}).get("exact"))
+
+
+def hnsw_ef(params: dict[str, Any] | None, param: str) -> int | None:
+    """Qdrant's ``params.hnsw_ef`` (None when not given: the index's ``ef_search``).
+
+    Raises:
+        InvalidCollectionRequest: not an integer in [1, :data:`MAX_HNSW_EF`].
+    """
+    ef = (params or {}).get("hnsw_ef")
+    if ef is None:
+        return None
+    if isinstance(ef, bool) or not isinstance(ef, int) or not 1 <= ef <= MAX_HNSW_EF:
+        at = f"{param}params.hnsw_ef"
+        raise InvalidCollectionRequest(f"{at} must be an integer in [1, {MAX_HNSW_EF}], got {ef!r}", at)
+    return ef
 
 
 def quantization(params: dict[str, Any] | None, param: str) -> QuantizationSearch | None:

@@ -107,7 +107,9 @@ def test_oversampling_sets_the_candidates_rescored(col, sts, monkeypatch):
     c, asked = col["c"], []
     search = VectorIndex.search
     monkeypatch.setattr(
-        VectorIndex, "search", lambda self, q, k, allowed=None: asked.append(k) or search(self, q, k, allowed)
+        VectorIndex,
+        "search",
+        lambda self, q, k, allowed=None, ef=None: asked.append(k) or search(self, q, k, allowed, ef),
     )
     truth = exact_top(X, Q)[0]
     default = c.search(Q, K)
