@@ -7,7 +7,7 @@ locations in an array) and a native collection of 1,000 short texts embedded by 
 largest request runs in a thread while ``/health`` and a one-sentence embedding are sent in turn, one at a time;
 the table gives the heavy request's status and time and the light requests' p50 / p99 / max (the rule: both under
 1 s). Kinds: MMR, formula, rich filters, geo into arrays, order_by, distance matrix, groups, recommend, discover,
-context, hybrid (fusion of 256 prefetches), rerank-in-search.
+context, hybrid (fusion of 256 prefetches, without and with payloads), rerank-in-search.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def largest() -> dict[str, tuple[str, dict]]:
         "context": (f"{Q}/{HEAVY}/points/query", {"query": {"context": [pair() for _ in range(512)]}, "limit": 1000}),
         "hybrid (fusion)": (f"{Q}/{HEAVY}/points/query", {"prefetch": [{"query": vector(rng), "limit": 1000}
                             for _ in range(256)], "query": {"fusion": "rrf"}, "limit": 1000}),
+        "hybrid (fusion, payloads)": (f"{Q}/{HEAVY}/points/query", {"prefetch": [{"query": vector(rng), "limit": 1000}
+                                      for _ in range(256)], "query": {"fusion": "rrf"}, "limit": 1000,
+                                      "with_payload": True}),
         "rerank-in-search": (f"/collections/{DOCS}/search",
                              {"query": SENTENCE["input"], "top_k": 10, "rerank": {"candidates": 1000}}),
     }  # fmt: skip

@@ -316,7 +316,7 @@ def run_one(n_docs: int, a: argparse.Namespace) -> Path:
         if not res.new:
             return work
         what = ["ingest"] * ("ingest" in res.new) + [
-            f"{sum(k.startswith(('lat/', 'truth/')) for k in res.new)} query sets"
+            f"{sum(k.startswith(('lat/', 'truth/', 'ef/')) for k in res.new)} query sets"
         ]
         res.put(
             f"session/{t_start}",
