@@ -65,7 +65,9 @@ def test_qdrant_client_documents_filter_scroll_count_delete(env, sts):
     # --- snippet: qdrant-client
     from qdrant_client import QdrantClient, models
 
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)  # REST; Documents are embedded by the server
+    client = QdrantClient(
+        url=f"{url}/qdrant", cloud_inference=True, timeout=60
+    )  # REST; Documents are embedded by the server
     client.create_collection("sts", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
     client.upsert(
         "sts",
@@ -124,7 +126,7 @@ def test_qdrant_ids_payloads_and_errors(env, sts):
 
     url, c = env["server"].url, env["client"]
     sentences = sts[0][:20]
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, check_compatibility=False)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, check_compatibility=False, timeout=60)
     client.create_collection("ids", vectors_config={"": models.VectorParams(size=384, distance=models.Distance.DOT)},
                              hnsw_config=models.HnswConfigDiff(m=0))  # fmt: skip
     info = client.get_collection("ids")
@@ -205,7 +207,7 @@ def test_qdrant_payload_keys_clear_index_and_recommend(env, sts):
 
     url, c = env["server"].url, env["client"]
     sentences, genres, questions = sts[0][:60], sts[1][:60], sts[2]
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)
     client.create_collection("reco", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
     client.upsert("reco", points=[
         models.PointStruct(id=i, vector=models.Document(text=s, model="all-minilm-l6-v2"),
@@ -296,7 +298,7 @@ def test_qdrant_batch_update_points(env, sts):
 
     url, c = env["server"].url, env["client"]
     sentences = sts[0][:10]
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)
     client.create_collection("batch", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
     # Qdrant's bulk-upload recipe: indexing off during the upload, back on after (accepted, no effect here)
     assert client.update_collection("batch", optimizers_config=models.OptimizersConfigDiff(indexing_threshold=0))
@@ -356,7 +358,7 @@ def test_qdrant_query_points_groups(env, sts):
 
     url, c = env["server"].url, env["client"]
     sentences, _, questions = sts
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)
     client.create_collection("groups", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
     payloads = [{"doc": i // 5, "meta": {"tags": [f"t{i % 7}", f"t{i % 3}"]}} for i in range(120)]
     payloads[3]["doc"] = None  # no group value: never in a doc group
@@ -410,7 +412,7 @@ def test_qdrant_facet(env, sts):
 
     url = env["server"].url
     genres = sts[1]
-    client = QdrantClient(url=f"{url}/qdrant")
+    client = QdrantClient(url=f"{url}/qdrant", timeout=60)
     client.create_collection("facet", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
     vecs = np.random.default_rng(0).standard_normal((len(genres), 384))
     payloads = [{"genre": g, "meta": {"tags": [["a", "b"], ["a", "a"], [], "c"][i % 4], "lang": "fr" if i % 5 else 7},
@@ -449,7 +451,7 @@ def test_qdrant_snapshots_create_download_recover(env, sts):
 
     url, c = env["server"].url, env["client"]
     sentences, genres, questions = sts
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)
     if env["backend"] == "milvus":
         client.create_collection("snap", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
         with pytest.raises(UnexpectedResponse) as e:
@@ -568,7 +570,7 @@ def test_qdrant_aliases_blue_green_switch(env, sts):
 
     url, c = env["server"].url, env["client"]
     sentences, _, questions = sts
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)
     doc = lambda t: models.Document(text=t, model="all-minilm-l6-v2")  # noqa: E731
     for name, part in (("blue", sentences[:100]), ("green", sentences[100:])):
         client.create_collection(name, vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
@@ -635,7 +637,7 @@ def test_langchain_openai_embeddings_and_qdrant_store(env, sts):
     assert [d.metadata["row"] for d, _ in docs] == native_rows(c, "sts-langchain", question)
     from qdrant_client import QdrantClient
 
-    again = QdrantVectorStore(client=QdrantClient(url=f"{url}/qdrant"), collection_name="sts-langchain",
+    again = QdrantVectorStore(client=QdrantClient(url=f"{url}/qdrant", timeout=60), collection_name="sts-langchain",
                               embedding=embeddings)  # a pre-built client; the collection's config checked  # fmt: skip
     for q in questions[1:]:
         assert [d.metadata["row"] for d in again.similarity_search(q, k=K)] == native_rows(c, "sts-langchain", q)
@@ -687,7 +689,7 @@ def test_llamaindex_openai_like_embedding_and_qdrant_store(env, corpus):
     from qdrant_client import QdrantClient
 
     embed_model = OpenAILikeEmbedding(model_name="all-minilm-l6-v2", api_base=f"{url}/v1", api_key="none")
-    store = LlamaQdrantStore(collection_name="corpus-llama", client=QdrantClient(url=f"{url}/qdrant"))
+    store = LlamaQdrantStore(collection_name="corpus-llama", client=QdrantClient(url=f"{url}/qdrant", timeout=60))
     index = VectorStoreIndex(
         [TextNode(text=s, metadata={"row": i}) for i, s in enumerate(sentences)],
         storage_context=StorageContext.from_defaults(vector_store=store),
@@ -911,7 +913,7 @@ def test_hybrid_search_snippets(env, sts):
     # --- snippet: hybrid search (qdrant-client)
     from qdrant_client import QdrantClient, models
 
-    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True)
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)
     client.create_collection(
         "hybrid",
         vectors_config={"dense": models.VectorParams(size=384, distance=models.Distance.COSINE)},
