@@ -13,7 +13,8 @@ Queries (``--queries`` held-out corpus sentences, 1 client, top 10, no payload r
 * BM25: ``{"query": {"text", "model": "qdrant/bm25"}, "using": "bm25"}``;
 * hybrid: both as ``prefetch`` (``--prefetch`` hits each, the filter in each) fused by ``{"fusion": "rrf"}``;
 * exact dense (``"params": {"exact": true}``): the truth recall@10 of dense is measured against, per filter;
-* with ``--hnsw-ef``: unfiltered dense and hybrid with the dense search's ``"params": {"hnsw_ef": ef}``, per ef.
+* with ``--hnsw-ef``: unfiltered dense and hybrid with the dense search's ``"params": {"hnsw_ef": ef}``, per ef;
+  dense recall@10 both by ids and by score (hits scoring at least the exact search's 10th score: ties count).
 
 The filtered ones twice: without payload indexes (each ``DELETE /qdrant/collections/hybrid/index/{field}``), then
 with them (``PUT /qdrant/collections/hybrid/index?wait=true`` for category, tag, year; the answer's
@@ -195,8 +196,11 @@ def query_body(
     return orjson.dumps({**body, "limit": K, "with_payload": False})
 
 
-def timed(c: httpx.Client, bodies: list[bytes], warmup: int = 3) -> tuple[np.ndarray, list[list[int]]]:
-    """Latencies (ms) and hit ids of ``bodies`` sent one at a time (the first ``warmup`` also sent untimed)."""
+def timed(
+    c: httpx.Client, bodies: list[bytes], warmup: int = 3, scores: list | None = None
+) -> tuple[np.ndarray, list[list[int]]]:
+    """Latencies (ms) and hit ids of ``bodies`` sent one at a time (the first ``warmup`` also sent untimed); each
+    answer's hit scores appended to ``scores`` when given."""
     url, hdr = f"/qdrant/collections/{NAME}/points/query", {"content-type": "application/json"}
     for b in bodies[:warmup]:
         c.post(url, content=b, headers=hdr).raise_for_status()
@@ -207,7 +211,10 @@ def timed(c: httpx.Client, bodies: list[bytes], warmup: int = 3) -> tuple[np.nda
         lat.append((time.perf_counter() - t0) * 1000)
         if r.status_code != 200:
             raise RuntimeError(f"query: {r.status_code} {r.text[:500]}")
-        ids.append([p["id"] for p in r.json()["result"]["points"]])
+        points = r.json()["result"]["points"]
+        ids.append([p["id"] for p in points])
+        if scores is not None:
+            scores.append([p["score"] for p in points])
     return np.asarray(lat), ids
 
 
@@ -246,7 +253,17 @@ def measure_ef(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Nam
         lat, ids = timed(c, [query_body("dense", t, q, None, a, exact=True) for t, q in zip(texts, Q)])
         res.put("truth/none", ids=ids, **stats(lat))
     truth = res.get("truth/none")["ids"]
+    if "truth_kth/none" not in res:  # the exact 10th score: recall by score counts every hit tied with it
+        got: list = []
+        timed(c, [query_body("dense", t, q, None, a, exact=True) for t, q in zip(texts, Q)], scores=got)
+        res.put("truth_kth/none", kth=[x[-1] if len(x) == K else None for x in got])
+    kth = res.get("truth_kth/none")["kth"]
     for ef in a.hnsw_ef:
+        if f"ef_score/{ef}" not in res:
+            got = []
+            timed(c, [query_body("dense", t, q, None, a, exact=False, ef=ef) for t, q in zip(texts, Q)], scores=got)
+            by_score = [sum(v >= b - 1e-6 for v in x) / K for x, b in zip(got, kth) if b is not None]
+            res.put(f"ef_score/{ef}", recall_by_score=round(float(np.mean(by_score)), 4))
         for kind in ("dense", "hybrid"):
             if f"ef/{ef}/{kind}" in res:
                 continue
@@ -258,11 +275,13 @@ def measure_ef(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Nam
                 )
             res.put(f"ef/{ef}/{kind}", **rec)
             print(f"hnsw_ef {ef:5} {kind:7} {rec}", flush=True)
-    print("\n| hnsw_ef | dense recall@10 | dense p50 / p95 ms | hybrid p50 / p95 ms |\n|---:|---:|---:|---:|")
+    head = "| hnsw_ef | dense recall@10 (ids) | (by score) | dense p50 / p95 ms | hybrid p50 / p95 ms |"
+    print(f"\n{head}\n|---:|---:|---:|---:|---:|")
     for ef in a.hnsw_ef:
         d, h = res.get(f"ef/{ef}/dense") or {}, res.get(f"ef/{ef}/hybrid") or {}
+        by = (res.get(f"ef_score/{ef}") or {}).get("recall_by_score", "—")
         print(
-            f"| {ef} | {d.get('recall_at_10', '—')} | {d.get('p50_ms', '—')} / {d.get('p95_ms', '—')} "
+            f"| {ef} | {d.get('recall_at_10', '—')} | {by} | {d.get('p50_ms', '—')} / {d.get('p95_ms', '—')} "
             f"| {h.get('p50_ms', '—')} / {h.get('p95_ms', '—')} |"
         )
 
