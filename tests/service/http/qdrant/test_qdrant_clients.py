@@ -65,9 +65,7 @@ def test_qdrant_client_documents_filter_scroll_count_delete(env, sts):
     # --- snippet: qdrant-client
     from qdrant_client import QdrantClient, models
 
-    client = QdrantClient(
-        url=f"{url}/qdrant", cloud_inference=True, timeout=60
-    )  # REST; Documents are embedded by the server
+    client = QdrantClient(url=f"{url}/qdrant", cloud_inference=True, timeout=60)  # REST; the server embeds Documents
     client.create_collection("sts", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
     client.upsert(
         "sts",
