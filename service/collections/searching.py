@@ -323,12 +323,11 @@ class Searcher:
             cfg = (await self.reads.collection(name)).vectors
             fx = formula.parse(node.formula, lambda raw, at: self.reads.parse_filter(raw, at, cfg))
             check_formula_work(self.reads.settings, fx.filters, sum(p.search.top_k for p in node.prefetch))
-        # a fusion reads only ids and scores: its prefetches read no texts or payloads (up to 256 x 1,000 hits'),
-        # the fused hits' are read once fused (:meth:`_with_rows`)
-        fusing = node.formula is None and node.fusion is not None
-        with_payload = (s.with_payload or node.formula is not None) and not fusing
+        # only a formula reads its prefetches' texts and payloads; a fusion reads its fused hits' once
+        # (:meth:`_with_rows`), a search restricted to the prefetched points its own hits'
+        rescoring = node.formula is not None
         leaves = [
-            replace(p, search=replace(p.search, with_payload=with_payload, with_text=s.with_text and not fusing))
+            replace(p, search=replace(p.search, with_payload=rescoring, with_text=s.with_text and rescoring))
             for p in node.prefetch
         ]
         sources = await asyncio.gather(*(self.query(name, p, consistency, where, depth + 1) for p in leaves))
@@ -344,22 +343,31 @@ class Searcher:
             except ValueError as e:
                 raise InvalidCollectionRequest(str(e), "query") from e
             t = s.score_threshold
-            fused = await self._with_rows(name, [h for h in fused if t is None or h.score >= t], s)
-            if budget is not None:
-                budget.spend_hits(fused)
-            return fused
+            return await self._with_rows(name, [h for h in fused if t is None or h.score >= t], s, budget)
         ids = list(dict.fromkeys(h.id for hits in sources for h in hits))
         if not ids:
             return []
         return await self._search_or_scroll(name, replace(s, filter=_and(where, {"$ids": ids})), consistency, budget)
 
-    async def _with_rows(self, name: str, hits: list[Hit], s: SearchQuery) -> list[Hit]:
-        """``hits`` with their texts and payloads as ``s`` asks (read once, for these hits only); a point deleted
-        since it was found is left out, as a search started after the delete would."""
+    async def _with_rows(self, name: str, hits: list[Hit], s: SearchQuery, budget: ResponseBudget | None) -> list[Hit]:
+        """``hits`` with their texts and payloads as ``s`` asks (read once, for these hits only), spent from
+        ``budget`` (None: not counted) before they are read; a point deleted since it was found is left out, as a
+        search started after the delete would.
+
+        Raises:
+            ResponseTooLarge: the hits exceed ``budget``.
+        """
         if not hits or not (s.with_payload or s.with_text):
+            if budget is not None:
+                budget.spend_hits(hits)
             return hits
         rows = await self.reads.retrieve(
-            name, [h.id for h in hits], with_payload=s.with_payload, with_vectors=False, with_text=s.with_text
+            name,
+            [h.id for h in hits],
+            with_payload=s.with_payload,
+            with_vectors=False,
+            with_text=s.with_text,
+            budget=budget,
         )
         got = {(type(p["id"]), p["id"]): p for p in rows}
         return [

@@ -15,10 +15,12 @@ from service.collections.index.base import (
     faiss_metric,
 )
 from service.collections.index.exact import exact_search
+from service.collections.index.hnsw import MAX_EF as MAX_HNSW_EF
 from service.collections.index.registry import get_type, index_kinds, normalize_params, register
 from service.collections.index.vector_index import VectorIndex
 
 __all__ = [
+    "MAX_HNSW_EF",
     "METRICS",
     "IndexConfigError",
     "IndexSpec",

@@ -24,6 +24,8 @@ from service.collections.index.base import (
 )
 
 HNSW_DEFAULTS = {"M": 32, "ef_construction": 100, "ef_search": 64, "rebuild_fraction": 0.2}
+#: the widest search breadth taken: an index's ``ef_search`` and a search's own (Qdrant's ``hnsw_ef``)
+MAX_EF = 4096
 
 
 class HNSWType(IndexType):
@@ -44,7 +46,7 @@ class HNSWType(IndexType):
         out = {**HNSW_DEFAULTS, **params}
         int_param(out, "M", 4, 256)
         int_param(out, "ef_construction", 8, 4096)
-        int_param(out, "ef_search", 1, 4096)
+        int_param(out, "ef_search", 1, MAX_EF)
         rf = out["rebuild_fraction"]
         if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not 0.01 <= rf <= 1.0:
             raise IndexConfigError(f"params.rebuild_fraction must be a number in [0.01, 1], got {rf!r}")

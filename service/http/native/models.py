@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.collections.index import index_kinds
+from service.collections.index import MAX_HNSW_EF, index_kinds
 from service.collections.payload_checks import check_payload_values
 from service.collections.query_model import QuantizationSearch, Rerank, SearchQuery
 
@@ -200,7 +200,7 @@ class SearchRequest(BaseModel):
     with_text: StrictBool = True
     rerank: RerankOptions | None = None  # rerank the hits' texts with a reranker (:mod:`.rerank_search`)
     quantization: QuantizationIn | None = None
-    hnsw_ef: StrictInt | None = Field(None, ge=1, le=4096)
+    hnsw_ef: StrictInt | None = Field(None, ge=1, le=MAX_HNSW_EF)
 
     def compiled(self) -> SearchQuery:
         """The core's query (:class:`~service.collections.query_model.SearchQuery`) of this search."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.index import MAX_HNSW_EF
 from service.collections.query_model import QuantizationSearch
 
 QUANTIZATION_KEYS = {"ignore", "rescore", "oversampling"}
-#: the largest ``hnsw_ef`` taken (an HNSW index's own ``ef_search`` has the same bound)
-MAX_HNSW_EF = 4096
 
 
 def exact(params: dict[str, Any] | None) -> bool:
