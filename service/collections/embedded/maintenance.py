@@ -38,7 +38,7 @@ class Maintenance:
     _locks: CollectionLocks
     _count: int
     _seq: int
-    #: while an index is rebuilt beside (:meth:`_rebuild_changed`): the write after which removals are replayed
+    #: while an index is rebuilt beside (:meth:`_rebuild_beside`): the write after which removals are replayed
     _prune_floor: int | None = None
 
     def _record_vectors(self, new: VectorsConfig) -> NamedIndexes:
@@ -67,17 +67,28 @@ class Maintenance:
             out.append(b.name)
         return sorted(out)
 
+    def _named_due(self) -> list[str]:
+        """The client-supplied dense vectors whose index needs its due upkeep: IVF-PQ training (enough points) or an
+        HNSW rebuild (too many tombstones); done beside, as a config change's (:meth:`_rebuild_beside`)."""
+        counts = self.named.counts
+        return sorted(
+            n for n, i in self.named.indexes.items() if i.needs_rebuild() or i.needs_training(counts.get(n, 0))
+        )
+
     def needs_maintenance(self) -> bool:
         """An HNSW rebuild (too many tombstones), IVF-PQ training (enough points) or the rebuild of an index whose
-        config changed is due."""
-        return not self._locks.closed and (self.bound.needs_maintenance(self._count) or bool(self.rebuilding()))
+        config changed is due, for the model-bound vector or a client-supplied one."""
+        if self._locks.closed:
+            return False
+        return self.bound.needs_maintenance(self._count) or bool(self.rebuilding()) or bool(self._named_due())
 
     def maintain(self) -> str | None:
         """Do the due maintenance (:meth:`needs_maintenance`): the new indexes are built beside the live ones, then
         swapped in; searches continue on the old ones meanwhile. An index whose config changed is built while writes
-        go on too (:meth:`_rebuild_changed`); an HNSW rebuild or IVF-PQ training holds the write mutex (writes wait).
-        Returns what was done."""
-        if (what := self._rebuild_changed()) is not None:
+        go on too (:meth:`_rebuild_beside`), and so is a client-supplied vector's due training or rebuild; the
+        model-bound vector's HNSW rebuild or IVF-PQ training holds the write mutex (writes wait). Returns what was
+        done."""
+        if (what := self._rebuild_beside()) is not None:
             return what
         with self._locks.mutex:
             if self._locks.closed or not self.bound.needs_maintenance(self._count):
@@ -108,25 +119,35 @@ class Maintenance:
             keep = ids <= upto_iid if upto_iid is not None else slice(None)
             yield ids[keep], vecs[keep]
 
-    def _rebuild_changed(self) -> str | None:
-        """Rebuild the indexes whose config changed (:meth:`rebuilding`) without holding the write mutex: the points
+    def _rebuild_beside(self) -> str | None:
+        """Rebuild the indexes whose config changed (:meth:`rebuilding`), and the client-supplied vectors' whose
+        training or rebuild is due (:meth:`_named_due`), without holding the write mutex: the points
         stored up to the write ``seq0`` (internal ids up to ``last``) are indexed while writes and searches go on,
         then, under the mutex, the points removed after ``seq0`` are dropped and those stored after it added (the
         ``removed`` table is not pruned past ``seq0`` meanwhile: :meth:`snapshot`), and the index is swapped in when
         its vector still has that config and that old index. Returns what was done (None: nothing to rebuild)."""
         with self._locks.mutex:
-            names = [] if self._locks.closed else self.rebuilding()
+            changed = [] if self._locks.closed else self.rebuilding()
+            names = changed + [n for n in ([] if self._locks.closed else self._named_due()) if n not in changed]
             if not names:
                 return None
             seq0, last = self._seq, int(self.store.meta()["next_iid"]) - 1
             plan = {n: self._live(n)[:2] for n in names}
+            why = {
+                n: "index config changed" if n in changed else "trained" if i.needs_training(c) else "tombstones"
+                for n, (_, i, c) in ((n, self._live(n)) for n in names)
+            }
             self._prune_floor = seq0
         try:
             t0, built = time.monotonic(), {}
             for n, (spec, _) in plan.items():  # no lock held: writes and searches go on
                 count = self._live(n)[2]
                 size = get_type(spec.kind).train_sample_size(spec, count)
-                sample = self.store.sample_vectors(spec.dimension, size) if size and n == self.bound_name else None
+                sample = None
+                if size and n == self.bound_name:
+                    sample = self.store.sample_vectors(spec.dimension, size)
+                elif size:
+                    sample = tables.sample_dense(self.store.reader(), n, spec.dimension, size)
                 built[n] = VectorIndex.build(spec, self._rows(n, spec.dimension, last), train_sample=sample)
             with self._locks.mutex:
                 if self._locks.closed:
@@ -149,7 +170,7 @@ class Maintenance:
                             self.bound.use(index)
                         else:
                             self.named.indexes[n] = index
-                    done.append(f"rebuilt {n!r} as {spec.kind} (index config changed)")
+                    done.append(f"rebuilt {n!r} as {spec.kind} ({why[n]})")
             what = ", ".join(done) or "index rebuilds dropped (the config changed meanwhile)"
             log.info("collection %s: %s in %.2fs", self.name, what, time.monotonic() - t0)
             return what

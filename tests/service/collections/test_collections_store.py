@@ -489,3 +489,52 @@ def test_named_dense_and_sparse_vectors_are_durable_and_go_with_their_point(tmp_
     again = Collection.open(tmp_path / "c")
     assert answers(again) == (img, kw) and again.named.counts == {"img": 1, "kw": 0}
     assert c.get(3, with_vector=["img"])["vectors"] == {"img": [0.0, 1.0, 0.0]}
+
+
+def test_a_client_supplied_vector_is_trained_and_rebuilt_beside_writes(tmp_path):
+    """A client-supplied (named) vector gets the upkeep the model-bound one gets: IVF-PQ training once enough points
+    are stored, an HNSW rebuild once tombstones pass ``rebuild_fraction``; each built beside (a write made while it
+    is built is in the index swapped in) and answering as before."""
+    from service.collections.schema import DenseVector
+
+    rng = np.random.default_rng(7)
+    ivf = IndexSpec("ivf_pq", "cosine", normalize_params("ivf_pq", {"nlist": 8, "m": 8, "min_train_points": 300}, D), D)
+    hnsw = IndexSpec("hnsw", "cosine", normalize_params("hnsw", {"rebuild_fraction": 0.1}, D), D)
+    c = Collection.create(tmp_path / "c", VectorsConfig({"a": DenseVector("a", ivf), "b": DenseVector("b", hnsw)}))
+    X, Y = unit(rng, 400), unit(rng, 400)
+
+    def put(ids):
+        c.upsert(ids, ["t"] * len(ids), [{}] * len(ids), None, named=[{"a": X[i], "b": Y[i]} for i in ids])
+
+    put(list(range(200)))
+    assert not c.needs_maintenance()
+    put(list(range(200, 350)))
+    assert c.needs_maintenance() and not c.named.indexes["a"].trained
+    rows = c._rows  # a write lands while the new index is built beside (between the build and the swap)
+
+    def rows_then_write(name, dim, upto_iid=None, after=(-1, 0)):
+        if after == (-1, 0) and name == "a":
+            yield from rows(name, dim, upto_iid, after)
+            t = threading.Thread(target=put, args=(list(range(350, 360)),))
+            t.start()
+            t.join()  # the write mutex is free while the index is built
+            return
+        yield from rows(name, dim, upto_iid, after)
+
+    c._rows = rows_then_write
+    assert c.maintain() == "rebuilt 'a' as ivf_pq (trained)"
+    c._rows = rows
+    put(list(range(360, 400)))
+    a = c.named.indexes["a"]
+    assert a.trained and a.live == 400 and not c.needs_maintenance()
+    assert all(c.search(X[i : i + 1], 1, using="a")[0][0].id == i for i in range(0, 400, 41))
+    c.delete(ids=list(range(60)))
+    assert c.named.indexes["b"].n_tombstones == 60 and c.needs_maintenance()
+    assert c.maintain() == "rebuilt 'b' as hnsw (tombstones)"
+    b = c.named.indexes["b"]
+    assert b.n_tombstones == 0 and b.live == 340 and not c.needs_maintenance()
+    assert [h.id for h in c.search(Y[100:101], 1, using="b")[0]] == [100]
+    c.close()
+    again = Collection.open(tmp_path / "c")
+    assert again.named.indexes["a"].live == 340 and again.search(X[100:101], 1, using="a")[0][0].id == 100
+    again.close()

@@ -164,6 +164,13 @@ def iter_blobs(conn: sqlite3.Connection, name: str, chunk: int = 5000) -> Iterat
         yield from rows
 
 
+def sample_dense(conn: sqlite3.Connection, name: str, dimension: int, n: int) -> np.ndarray:
+    """Up to ``n`` stored vectors ``name`` drawn at random, float32 ``(<=n, d)`` (an IVF-PQ index's training
+    sample)."""
+    rows = conn.execute("SELECT vector FROM named_dense WHERE field=? ORDER BY random() LIMIT ?", (name, n)).fetchall()
+    return np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), dimension)
+
+
 def dense_for(conn: sqlite3.Connection, name: str, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
     """``(iids, vectors)`` of the points among ``iids`` that hold the dense vector ``name`` (order not kept)."""
     out_ids: list[int] = []
