@@ -37,13 +37,18 @@ def _ivf_pq(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "IVF_PQ", {"nlist": p["nlist"], "m": p["m"], "nbits": p["nbits"]}
 
 
+def _ivf_sq(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return "IVF_SQ8", {"nlist": p["nlist"]}
+
+
 # index type -> (Milvus index type and build params); search params per type, for top_k results and the search's
 # HNSW breadth (None: the index's ef_search)
-BUILD = {"flat": lambda p: ("FLAT", {}), "hnsw": _hnsw, "ivf_pq": _ivf_pq}
+BUILD = {"flat": lambda p: ("FLAT", {}), "hnsw": _hnsw, "ivf_pq": _ivf_pq, "ivf_sq": _ivf_sq}
 SEARCH = {
     "flat": lambda p, k, ef: {},
     "hnsw": lambda p, k, ef: {"ef": max(ef if ef is not None else p["ef_search"], k)},
     "ivf_pq": lambda p, k, ef: {"nprobe": p["nprobe"]},
+    "ivf_sq": lambda p, k, ef: {"nprobe": p["nprobe"]},
 }
 
 

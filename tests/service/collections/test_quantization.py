@@ -1,4 +1,4 @@
-"""Scalar quantization of an embedded collection's index (``flat_sq``, ``hnsw_sq``) on real embeddings: STS-B
+"""Scalar quantization of an embedded collection's index (``flat_sq``, ``hnsw_sq``, ``ivf_sq``) on real embeddings: STS-B
 sentences embedded with the default model, searched against exact search over the float32 originals. Rescoring
 (Qdrant's default) keeps recall@10 >= 0.95; ``rescore: false`` answers the codes' approximate scores; ``ignore``
 answers from the originals; ``oversampling`` sets how many candidates are rescored; a snapshot and a reopen keep the
@@ -53,16 +53,24 @@ def recall(hits: list[list], truth: np.ndarray) -> float:
     return float(np.mean([len({h.id for h in row} & set(t.tolist())) / len(t) for row, t in zip(hits, truth)]))
 
 
-@pytest.fixture(scope="module", params=["flat_sq", "hnsw_sq"])
+#: an inverted file of 16 lists, 8 of them scanned a search
+IVF = {"nlist": 16, "nprobe": 8}
+
+
+@pytest.fixture(scope="module", params=["flat_sq", "hnsw_sq", "ivf_sq"])
 def col(request, sts, tmp_path_factory):
     """A trained quantized collection of the STS-B corpus: ``{c, path, kind}`` (a test may reopen ``c``)."""
     kind, (X, _) = request.param, sts
     path = tmp_path_factory.mktemp(kind) / "c"
-    spec = IndexSpec(kind, "cosine", normalize_params(kind, {"min_train_points": 500}, D), D)
+    params = {"min_train_points": 500, **(IVF if kind == "ivf_sq" else {})}
+    spec = IndexSpec(kind, "cosine", normalize_params(kind, params, D), D)
     c = Collection.create(path, VectorsConfig.single(spec, MODEL))
     c.upsert(list(range(400)), [f"s{i}" for i in range(400)], [{} for _ in range(400)], X[:400])
     assert not c.index.quantized and c.info()["index"]["in_use"] == "flat (until trained)"
     c.upsert(list(range(400, N)), [f"s{i}" for i in range(400, N)], [{} for _ in range(400, N)], X[400:])
+    if kind == "ivf_sq":  # k-means is maintenance, not a write's work
+        assert not c.index.quantized and c.needs_maintenance()
+        assert c.maintain() == "trained ivf_sq"
     assert c.index.quantized and c.info()["index"]["in_use"] == kind  # the write past min_train_points trained it
     assert c.maintain() is None
     state = {"c": c, "path": path, "kind": kind}
@@ -156,6 +164,25 @@ def test_bad_params_are_refused(params):
     for kind in ("flat_sq", "hnsw_sq"):
         with pytest.raises(IndexConfigError):
             normalize_params(kind, params, D)
+    for bad in ({"m": 8}, {"nprobe": 0}, {"nlist": 8, "nprobe": 9}, {"nlist": 100, "min_train_points": 99}, params):
+        if bad != {"nlist": 4}:
+            with pytest.raises(IndexConfigError):
+                normalize_params("ivf_sq", bad, D)
+
+
+def test_ivf_sq_scans_nprobe_of_its_lists(sts):
+    """``nprobe`` is the share of the inverted lists a search reads: one list of 16 misses neighbours that all 16
+    find (then only the int8 codes stand between the search and exact search, and rescoring removes them)."""
+    X, Q = sts
+    truth = exact_top(X, Q)[0]
+    got = {}
+    for nprobe in (1, 16):
+        spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": 16, "nprobe": nprobe}, D), D)
+        vi = VectorIndex.build(spec, [(np.arange(N, dtype=np.int64), X)], train_sample=X)
+        assert vi.quantized and vi.rescore_candidates(K) == K
+        _, I = vi.search(Q, 2 * K)
+        got[nprobe] = np.mean([len(set(r[:K]) & set(t)) / K for r, t in zip(I, truth)])
+    assert got[1] < 0.8 < 0.9 < got[16], got
 
 
 def test_quantile_trains_each_dimension_on_its_central_values():
