@@ -1,7 +1,9 @@
 """``scale_bench --mode hybrid``: documents of 3-5 real corpus sentences in one collection through the
 Qdrant-compatible HTTP API, as a new user would load and query them (not in CI; run alone; resumable).
 
-Each point: a client-supplied 384-d dense vector ``dense`` (cosine; a flat index unless ``--index hnsw``), a sparse
+Each point: a client-supplied 384-d dense vector ``dense`` (cosine; a flat index unless ``--index hnsw``, or an index
+Qdrant does not have, ``ivf_sq`` / ``ivf_pq`` with ``--index-params``, the collection then created through the native
+API with the same vectors; the queries wait until its index is trained, and the time it took is recorded), a sparse
 vector ``bm25`` made by the service from the document's text (``{"text", "model": "qdrant/bm25"}``, the collection's
 sparse vector with ``modifier: idf``) and a payload ``{category, year, tag}`` (:mod:`bench.micro.scale_docs`).
 Upserts: ``PUT /qdrant/collections/hybrid/points?wait=true``, ``--batch`` documents each, ``--writers`` at once.
@@ -48,11 +50,9 @@ import orjson
 from bench.lib import REPO
 from bench.lib.machine import cpu_model
 from bench.micro import scale_docs as docs
-from bench.micro.scale_report import KINDS, PHASES, Results, ingest_rate, stats, table
+from bench.micro.scale_queries import BM25, NAME, measure, measure_ef
+from bench.micro.scale_report import Results, ingest_rate, table
 
-NAME = "hybrid"
-K = 10
-BM25 = "qdrant/bm25"
 AUTO_ENCODER_MAX = 100_000  # --dense auto: the encoder up to this many documents, random projection above
 
 
@@ -85,9 +85,21 @@ def prepare_vectors(dv: docs.DenseVectors, n_docs: int) -> None:
         print(f"  chunk {c} ({j}/{len(todo)}): {rate:.1f} documents/s, ~{eta / 60:.0f} min left", flush=True)
 
 
+#: dense index types Qdrant's API cannot name: the collection is created through the native API
+NATIVE_INDEXES = ("ivf_sq", "ivf_pq")
+
+
 def create(c: httpx.Client, a: argparse.Namespace) -> None:
-    """The collection, unless it exists: dense (cosine, flat or HNSW) + bm25 (``modifier: idf``)."""
+    """The collection, unless it exists: dense (cosine, flat or HNSW; ``NATIVE_INDEXES`` through the native API) +
+    bm25 (``modifier: idf``)."""
     if c.get(f"/qdrant/collections/{NAME}").status_code == 200:
+        return
+    if a.index in NATIVE_INDEXES:
+        dense = {"size": docs.D, "metric": "cosine", "index": a.index, "params": json.loads(a.index_params)}
+        body = {"vectors": {"dense": dense}, "sparse_vectors": {"bm25": {"modifier": "idf"}}}
+        r = c.put(f"/collections/{NAME}", json=body)
+        if r.status_code != 200:
+            raise RuntimeError(f"create {body}: {r.status_code} {r.text}")
         return
     body = {
         "vectors": {"dense": {"size": docs.D, "distance": "Cosine"}},
@@ -156,127 +168,19 @@ def ingest(url: str, dv: docs.DenseVectors, a: argparse.Namespace, n_docs: int, 
                 last = (time.perf_counter(), s)
 
 
-def set_indexes(c: httpx.Client, phase: str, res: Results) -> None:
-    """No payload index (``none``) or one per field of ``docs.INDEXES`` (``indexed``); records the build time and
-    the ``payload_schema`` the collection then reports."""
+def wait_trained(c: httpx.Client, timeout_s: float = 3600) -> float:
+    """Seconds until the dense vector's index is trained (an IVF index's k-means is maintenance, after the writes
+    that reach ``min_train_points``); 0 when it already is.
+
+    Raises:
+        RuntimeError: not trained within ``timeout_s``.
+    """
     t0 = time.perf_counter()
-    for field, schema in docs.INDEXES.items():
-        if phase == "none":
-            r = c.delete(f"/qdrant/collections/{NAME}/index/{field}?wait=true")
-        else:
-            r = c.put(f"/qdrant/collections/{NAME}/index?wait=true", json={"field_name": field, "field_schema": schema})
-        if r.status_code not in (200, 404):
-            raise RuntimeError(f"payload index {field} ({phase}): {r.status_code} {r.text[:300]}")
-    secs = round(time.perf_counter() - t0, 2)
-    schema = c.get(f"/qdrant/collections/{NAME}").json()["result"].get("payload_schema")
-    if f"indexes/{phase}" not in res:
-        res.put(f"indexes/{phase}", seconds=secs, payload_schema=schema)
-
-
-def query_body(
-    kind: str, text: str, vec: np.ndarray, flt: dict | None, a: argparse.Namespace, exact: bool, ef: int | None = None
-) -> bytes:
-    """The Query API body of one query (module docstring), serialised; ``ef``: the dense search's ``hnsw_ef``."""
-    dense, doc = vec.tolist(), {"text": text, "model": BM25}
-    params = {"hnsw_ef": ef} if ef is not None else None
-    if kind == "hybrid":
-        pre = [
-            {"query": dense, "using": "dense", "limit": a.prefetch, **({"params": params} if params else {})},
-            {"query": doc, "using": "bm25", "limit": a.prefetch},
-        ]
-        body = {"prefetch": [{**p, "filter": flt} if flt else p for p in pre], "query": {"fusion": "rrf"}}
-    else:
-        body = {"query": dense if kind == "dense" else doc, "using": kind}
-        if flt:
-            body["filter"] = flt
-    if exact:
-        body["params"] = {"exact": True}
-    elif params and kind == "dense":
-        body["params"] = params
-    return orjson.dumps({**body, "limit": K, "with_payload": False})
-
-
-def timed(
-    c: httpx.Client, bodies: list[bytes], warmup: int = 3, scores: list | None = None
-) -> tuple[np.ndarray, list[list[int]]]:
-    """Latencies (ms) and hit ids of ``bodies`` sent one at a time (the first ``warmup`` also sent untimed); each
-    answer's hit scores appended to ``scores`` when given."""
-    url, hdr = f"/qdrant/collections/{NAME}/points/query", {"content-type": "application/json"}
-    for b in bodies[:warmup]:
-        c.post(url, content=b, headers=hdr).raise_for_status()
-    lat, ids = [], []
-    for b in bodies:
-        t0 = time.perf_counter()
-        r = c.post(url, content=b, headers=hdr)
-        lat.append((time.perf_counter() - t0) * 1000)
-        if r.status_code != 200:
-            raise RuntimeError(f"query: {r.status_code} {r.text[:500]}")
-        points = r.json()["result"]["points"]
-        ids.append([p["id"] for p in points])
-        if scores is not None:
-            scores.append([p["score"] for p in points])
-    return np.asarray(lat), ids
-
-
-def measure(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Namespace, res: Results) -> None:
-    """Every measurement not in ``res`` yet: the exact truths, then each phase's latencies and recalls."""
-    filters = {"none": None} | {f: v[0] for f, v in docs.FILTERS.items()}
-    for f, flt in filters.items():
-        if f"truth/{f}" not in res:
-            lat, ids = timed(c, [query_body("dense", t, q, flt, a, exact=True) for t, q in zip(texts, Q)])
-            res.put(f"truth/{f}", ids=ids, **stats(lat))
-            print(f"exact dense, filter {f}: {stats(lat)}", flush=True)
-    for phase in PHASES:
-        todo = [(k, f) for f in filters for k in KINDS if (f != "none" or phase == "none")]
-        todo = [(k, f) for k, f in todo if f"lat/{phase}/{k}/{f}" not in res]
-        if not todo:
-            continue
-        set_indexes(c, phase, res)
-        for kind, f in todo:
-            lat, ids = timed(c, [query_body(kind, t, q, filters[f], a, exact=False) for t, q in zip(texts, Q)])
-            rec = stats(lat) | {"hits": round(float(np.mean([len(x) for x in ids])), 2)}
-            if f != "none":
-                rec["only_matching"] = all(docs.FILTERS[f][2](i) for x in ids for i in x)
-            if kind == "dense":
-                truth = res.get(f"truth/{f}")["ids"]
-                rec["recall_at_10"] = round(
-                    float(np.mean([len(set(g) & set(t)) / max(len(t), 1) for g, t in zip(ids, truth)])), 4
-                )
-            res.put(f"lat/{phase}/{kind}/{f}", **rec)
-            print(f"{phase:8} {kind:7} {f:5} {rec}", flush=True)
-
-
-def measure_ef(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Namespace, res: Results) -> None:
-    """Unfiltered dense (its recall@10 against exact search by ids, and by score: hits scoring at least the exact
-    10th score, so ties count) and hybrid queries at each ``--hnsw-ef``: the HNSW graph's search breadth against
-    latency (``ef/<ef>/<kind>`` in the results)."""
-    if "truth/none" not in res or "truth_kth/none" not in res:  # one exact pass gives both
-        got: list = []
-        lat, ids = timed(c, [query_body("dense", t, q, None, a, exact=True) for t, q in zip(texts, Q)], scores=got)
-        if "truth/none" not in res:
-            res.put("truth/none", ids=ids, **stats(lat))
-        res.put("truth_kth/none", kth=[x[-1] if len(x) == K else None for x in got])
-    truth, kth = res.get("truth/none")["ids"], res.get("truth_kth/none")["kth"]
-    for ef in a.hnsw_ef:
-        for kind in ("dense", "hybrid"):
-            if f"ef/{ef}/{kind}" in res:
-                continue
-            got = []
-            lat, ids = timed(c, [query_body(kind, t, q, None, a, False, ef) for t, q in zip(texts, Q)], scores=got)
-            rec = stats(lat)
-            if kind == "dense":
-                rec["recall_at_10"] = round(float(np.mean([len(set(g) & set(t)) / K for g, t in zip(ids, truth)])), 4)
-                by_score = [sum(v >= b - 1e-6 for v in x) / K for x, b in zip(got, kth) if b is not None]
-                rec["recall_by_score"] = round(float(np.mean(by_score)), 4)
-            res.put(f"ef/{ef}/{kind}", **rec)
-            print(f"hnsw_ef {ef:5} {kind:7} {rec}", flush=True)
-    head = "| hnsw_ef | dense recall@10 (ids) | (by score) | dense p50 / p95 ms | hybrid p50 / p95 ms |"
-    print(f"\n{head}\n|---:|---:|---:|---:|---:|")
-    for ef in a.hnsw_ef:
-        d, h = res.get(f"ef/{ef}/dense") or {}, res.get(f"ef/{ef}/hybrid") or {}
-        cells = [d.get("recall_at_10", "—"), d.get("recall_by_score", "—")]
-        cells += [f"{x.get('p50_ms', '—')} / {x.get('p95_ms', '—')}" for x in (d, h)]
-        print(f"| {ef} | {' | '.join(map(str, cells))} |")
+    while not c.get(f"/collections/{NAME}").json()["vectors"]["dense"]["dense"]["trained"]:
+        if time.perf_counter() - t0 > timeout_s:
+            raise RuntimeError(f"the dense index is not trained after {timeout_s} s")
+        time.sleep(2)
+    return round(time.perf_counter() - t0, 1)
 
 
 def run_one(n_docs: int, a: argparse.Namespace) -> Path:
@@ -302,7 +206,11 @@ def run_one(n_docs: int, a: argparse.Namespace) -> Path:
             queries=a.queries,
             prefetch=a.prefetch,
             collection_json=a.collection_json,
+            index_params=a.index_params,
+            search_params=a.search_params,
         )
+    elif any(res.get("setup").get(k, "{}") != getattr(a, k) for k in ("index_params", "search_params")):
+        raise SystemExit(f"{work} was made with other --index-params / --search-params: --work or --fresh")
     lines = docs.corpus_lines()
     dv = docs.DenseVectors(dense, lines, a.seed, a.cache_dir, Path(a.models_dir) / a.model)
     prepare_vectors(dv, n_docs)
@@ -321,6 +229,8 @@ def run_one(n_docs: int, a: argparse.Namespace) -> Path:
                 raise RuntimeError(f"{count} points after ingest, not {n_docs}")
             res.put("ingest", **ingest_rate(work), points_count=count)
             res.put("after_ingest", disk_mib=du_mib(work / "data"), **rss(srv.proc.pid))
+        if "trained" not in res:
+            res.put("trained", waited_after_ingest_s=wait_trained(c), **rss(srv.proc.pid))
         if a.hnsw_ef:
             measure_ef(c, texts, Q, args, res)
         if not a.only_ef:
@@ -359,7 +269,11 @@ def main(argv: list[str]) -> None:
         default="auto",
         help=f"auto: encoder up to {AUTO_ENCODER_MAX:,} documents, random-projection above",
     )
-    ap.add_argument("--index", choices=("flat", "hnsw"), default="flat", help="the dense vector's index")
+    ap.add_argument(
+        "--index", choices=("flat", "hnsw", *NATIVE_INDEXES), default="flat", help="the dense vector's index"
+    )
+    ap.add_argument("--search-params", default="{}", help="merged into the dense searches' params (JSON)")
+    ap.add_argument("--index-params", default="{}", help="the dense index's params (JSON; with ivf_sq / ivf_pq)")
     ap.add_argument("--collection-json", default="{}", help="merged into the create body (quantization_config...)")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--prefetch", type=int, default=20, help="hits of each hybrid prefetch")

@@ -78,10 +78,15 @@ def table(works: list[Path]) -> str:
                 f"{'/'.join(f'{x:.2f}' for x in r['load_after'])} (measured: {r.get('measured', '?')}; {s.get('queries')} queries, 1 client, prefetch {s.get('prefetch')})"
             )
         last = sess[-1] if sess else {}
+        if (tr := res.get("trained")) and tr.get("waited_after_ingest_s"):
+            out.append(
+                f"- N={s.get('docs', 0):,}: the dense index trained {tr['waited_after_ingest_s']:,} s after the ingest"
+            )
         rec = [_cell(res.get(f"lat/{p}/dense/{f}"), "recall_at_10") for f in docs.FILTERS for p in PHASES]
         schema = (res.get("indexes/indexed") or {}).get("payload_schema")
         sizes.append(
-            f"| {s.get('docs', 0):,} | {s.get('dense')} | {s.get('index')} | {_cell(ing, 'docs_per_s')} "
+            f"| {s.get('docs', 0):,} | {s.get('dense')} | {s.get('index')} {s.get('index_params', '')} "
+            f"| {_cell(ing, 'docs_per_s')} "
             f"| {_cell(aft, 'disk_mib')} | {_cell(aft, 'rss_mib', 'peak_rss_mib')} "
             f"| {_cell(last.get('after_queries'), 'rss_mib', 'peak_rss_mib')} "
             f"| {_cell(res.get('lat/none/dense/none'), 'recall_at_10')} | {' | '.join(rec)} "
