@@ -156,8 +156,9 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
     c = httpx.Client(base_url=srv.url, timeout=600)
     info = c.get(f"/collections/{NAME}")
     if info.status_code == 404:
-        params = {"nlist": a.nlist, "m": 48, "nprobe": a.nprobe, "rerank": a.rerank}
-        r = c.put(f"/collections/{NAME}", json={"index": "ivf_pq", "metric": "cosine", "params": params})
+        params = {"nlist": a.nlist, "nprobe": a.nprobe}
+        params |= {"m": 48, "rerank": a.rerank} if a.index == "ivf_pq" else {}
+        r = c.put(f"/collections/{NAME}", json={"index": a.index, "metric": "cosine", "params": params})
         r.raise_for_status()
         res["payload_keys"] = ["g", "h"]
         info = c.get(f"/collections/{NAME}")
@@ -215,6 +216,8 @@ def searches(srv: Server, Q: np.ndarray, truth: dict[str, np.ndarray], a: argpar
         if not hasattr(local, "c"):
             local.c = httpx.Client(base_url=srv.url, timeout=120)
         body = {"query": Q[i].tolist(), "top_k": K, "with_payload": False, "with_text": False}
+        if a.index == "ivf_sq":
+            body["quantization"] = {"oversampling": a.oversampling}
         if flt:
             body["filter"] = flt
         t0 = time.perf_counter()
@@ -301,9 +304,11 @@ def dense_main(argv: list[str]) -> None:
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=1024, help="points per upsert request")
     ap.add_argument("--writers", type=int, default=2)
+    ap.add_argument("--index", choices=("ivf_pq", "ivf_sq"), default="ivf_pq")
+    ap.add_argument("--oversampling", type=float, default=2.0, help="ivf_sq: int8 candidates per hit re-scored")
     ap.add_argument("--nlist", type=int, default=4096)
     ap.add_argument("--nprobe", type=int, default=64)
-    ap.add_argument("--rerank", type=int, default=10, help="PQ candidates per hit re-scored exactly")
+    ap.add_argument("--rerank", type=int, default=10, help="ivf_pq: PQ candidates per hit re-scored exactly")
     ap.add_argument("--truth", type=int, default=200, help="queries with an exact ground truth")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--filtered", type=int, default=20, help="filtered searches timed (each scans SQLite)")

@@ -23,6 +23,10 @@ from service.collections.index import IndexSpec, VectorIndex, get_type
 from service.collections.schema import VectorsConfig
 
 log = logging.getLogger("service.collections")
+#: an index built beside catches up with the writes made meanwhile, without the write mutex, while a round finds at
+#: least CATCH_UP_ROWS new points, for at most CATCH_UP_ROUNDS rounds (docs/architecture.md, "Index upkeep")
+CATCH_UP_ROWS = 10_000
+CATCH_UP_ROUNDS = 8
 
 
 class Maintenance:
@@ -149,6 +153,7 @@ class Maintenance:
                 elif size:
                     sample = tables.sample_dense(self.store.reader(), n, spec.dimension, size)
                 built[n] = VectorIndex.build(spec, self._rows(n, spec.dimension, last), train_sample=sample)
+            done_upto = self._catch_up(built, last, seq0)
             with self._locks.mutex:
                 if self._locks.closed:
                     return None
@@ -158,7 +163,7 @@ class Maintenance:
                     if (spec, old) != plan[n]:  # the config or the index changed meanwhile: built again later
                         continue
                     index.remove(removed, may_be_absent=True)
-                    for ids, vecs in self._rows(n, spec.dimension, after=(last, seq0)):
+                    for ids, vecs in self._rows(n, spec.dimension, after=done_upto):
                         index.add(ids, vecs)
                     if index.live != count:  # never swap in a wrong index: rebuilt again by the next maintenance
                         log.warning(
@@ -176,6 +181,27 @@ class Maintenance:
             return what
         finally:
             self._prune_floor = None
+
+    def _catch_up(self, built: dict[str, VectorIndex], last: int, seq0: int) -> tuple[int, int]:
+        """Add to the indexes ``built`` beside, without the write mutex, the points stored since they were planned
+        (internal ids past ``last``, writes past ``seq0``), in rounds, until a round finds fewer than
+        :data:`CATCH_UP_ROWS` new ones: the rest, and every removal since ``seq0``, are applied under the mutex, which
+        then holds writes back for a short replay, not for everything written while a long build ran (an IVF
+        index's k-means takes minutes while ingest goes on). Returns ``(internal id, write)`` the indexes hold the
+        points up to."""
+        done = (last, seq0)
+        for _ in range(CATCH_UP_ROUNDS):
+            with self._locks.mutex:  # a write holds it until its rows are committed: all up to these are readable
+                if self._locks.closed:
+                    return done
+                upto = (int(self.store.meta()["next_iid"]) - 1, self._seq)
+            if upto[0] - done[0] < CATCH_UP_ROWS:
+                return done
+            for n, index in built.items():
+                for ids, vecs in self._rows(n, index.spec.dimension, upto[0], after=done):
+                    index.add(ids, vecs)
+            done = upto
+        return done
 
     @property
     def bound_name(self) -> str | None:

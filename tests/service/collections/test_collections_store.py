@@ -491,11 +491,16 @@ def test_named_dense_and_sparse_vectors_are_durable_and_go_with_their_point(tmp_
     assert c.get(3, with_vector=["img"])["vectors"] == {"img": [0.0, 1.0, 0.0]}
 
 
-def test_a_client_supplied_vector_is_trained_and_rebuilt_beside_writes(tmp_path):
+@pytest.mark.parametrize("catch_up_rows", [5, 10_000])
+def test_a_client_supplied_vector_is_trained_and_rebuilt_beside_writes(tmp_path, monkeypatch, catch_up_rows):
     """A client-supplied (named) vector gets the upkeep the model-bound one gets: IVF-PQ training once enough points
     are stored, an HNSW rebuild once tombstones pass ``rebuild_fraction``; each built beside (a write made while it
-    is built is in the index swapped in) and answering as before."""
+    is built is in the index swapped in: caught up without the write mutex when it is at least ``CATCH_UP_ROWS``
+    points, else replayed under it) and answering as before."""
+    from service.collections.embedded import maintenance
     from service.collections.schema import DenseVector
+
+    monkeypatch.setattr(maintenance, "CATCH_UP_ROWS", catch_up_rows)
 
     rng = np.random.default_rng(7)
     ivf = IndexSpec("ivf_pq", "cosine", normalize_params("ivf_pq", {"nlist": 8, "m": 8, "min_train_points": 300}, D), D)
