@@ -1,6 +1,6 @@
 """The named vectors of an embedded collection other than its model-bound one: one FAISS
-:class:`~..index.VectorIndex` per client-supplied dense vector (built from SQLite at open: derived data, like the
-model-bound vector's index) and the in-memory inverted index of each sparse vector (:mod:`.sparse_index`, built from
+:class:`~..index.VectorIndex` per client-supplied dense vector (derived data, like the model-bound vector's index:
+loaded at open from its snapshot plus the later writes, :mod:`.dense_snapshots`, or built from SQLite) and the in-memory inverted index of each sparse vector (:mod:`.sparse_index`, built from
 its durable rows in :mod:`.store.named`).
 
 The owning :class:`~.collection.Collection` serialises writes and holds its readers-writer lock around everything
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from service.collections.embedded import sparse_snapshots
+from service.collections.embedded import dense_snapshots, sparse_snapshots
 from service.collections.embedded.sparse_index import SparseIndex, pack
 from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
@@ -50,19 +50,27 @@ class NamedIndexes:
         self.indexes: dict[str, VectorIndex] = {}
         self.sparse: dict[str, SparseIndex] = {n: SparseIndex() for n in config.sparse}
         self.counts: dict[str, int] = dict.fromkeys([*self.dense, *config.sparse], 0)  # points holding each vector
-        #: per sparse vector, the sequence number its newest snapshot covers (0: none; :mod:`.sparse_snapshots`)
-        self.snapshot_seqs: dict[str, int] = dict.fromkeys(config.sparse, 0)
+        #: per sparse vector and per indexed dense one, the sequence number its newest snapshot covers (0: none;
+        #: :mod:`.sparse_snapshots`, :mod:`.dense_snapshots`)
+        self.snapshot_seqs: dict[str, int] = dict.fromkeys([*config.sparse, *self._indexed()], 0)
+
+    def _indexed(self) -> list[str]:
+        """The dense vectors with a FAISS index (a multivector has none: scanned)."""
+        return [n for n, v in self.dense.items() if not v.multivector]
 
     def load(self) -> float:
-        """Build every dense index from SQLite, load every sparse index from its snapshot plus the later writes (or
-        build it from SQLite: :func:`.sparse_snapshots.load`), count each vector's points; returns the seconds it
-        took."""
+        """Load every dense and sparse index from its snapshot plus the later writes, or build it from SQLite
+        (:func:`.dense_snapshots.load`, :func:`.sparse_snapshots.load`), count each vector's points; returns the
+        seconds it took."""
         t0 = time.monotonic()
         conn = self.store.reader()
         for name, v in self.dense.items():
-            if not v.multivector:  # a multivector has no index: scanned (multi_search)
-                self.indexes[name] = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension))
             self.counts[name] = tables.count(conn, name, sparse=False)
+            if not v.multivector:  # a multivector has no index: scanned (multi_search)
+                got = dense_snapshots.load(self.store.path, self.store, conn, name, v.spec, self.counts[name])
+                if got is None:
+                    got = VectorIndex.build(v.spec, tables.iter_dense(conn, name, v.spec.dimension)), 0
+                self.indexes[name], self.snapshot_seqs[name] = got
         for name in self.config.sparse:
             got = sparse_snapshots.load(self.store.path, self.store, conn, name)
             if got is None:
@@ -73,14 +81,23 @@ class NamedIndexes:
 
     @property
     def snapshot_seq(self) -> int | None:
-        """The oldest of the sparse vectors' snapshots' sequence numbers (None without a sparse vector)."""
+        """The oldest of the sparse and indexed dense vectors' snapshots' sequence numbers (None without one)."""
         return min(self.snapshot_seqs.values(), default=None)
 
     def snapshot(self, seq: int) -> None:
-        """Write a snapshot of every sparse index covering the writes up to ``seq`` (:func:`.sparse_snapshots.save`;
-        the caller holds the write mutex, and prunes the ``removed`` table only once this returned)."""
+        """Write a snapshot of every sparse and dense index covering the writes up to ``seq``
+        (:func:`.sparse_snapshots.save`, :func:`.dense_snapshots.save`; the caller holds the write mutex, and prunes
+        the ``removed`` table only once this returned). A dense index whose config is not its vector's (rebuilt
+        beside, for a new config) gets none, and its older ones are forgotten: the pruning would outrun them."""
         for name, index in self.sparse.items():
             sparse_snapshots.save(index, self.store.path, name, seq)
+            self.snapshot_seqs[name] = seq
+        last = int(self.store.meta()["next_iid"]) - 1
+        for name, index in self.indexes.items():
+            if index.spec == self.dense[name].spec:
+                dense_snapshots.save(index, self.store.path, name, seq, last)
+            else:
+                dense_snapshots.forget(self.store.path, name)
             self.snapshot_seqs[name] = seq
 
     def reconfigure(self, config: VectorsConfig) -> NamedIndexes:
@@ -89,8 +106,11 @@ class NamedIndexes:
         Returns the indexes for ``config`` (:meth:`reconfigured`), to be swapped in."""
         names = lambda cfg: {(n, "dense") for n in cfg.dense} | {(n, "sparse") for n in cfg.sparse}  # noqa: E731
         cleared = sorted({n for n, _ in names(self.config) ^ names(config)})
+        changed = [n for n, v in config.dense.items() if n in self.dense and self.dense[n].spec != v.spec]
         for n in cleared:  # before the values go: a crash in between must not find a snapshot of them
             sparse_snapshots.forget(self.store.path, n)
+        for n in {*cleared, *changed}:  # nor a snapshot of another config than the one recorded
+            dense_snapshots.forget(self.store.path, n)
         tables.reconfigure(self.store.db_path, config.to_json(), cleared)
         return self.reconfigured(config)
 
@@ -104,7 +124,7 @@ class NamedIndexes:
             elif name not in self.dense and not v.multivector:
                 out.indexes[name] = VectorIndex(v.spec)
         out.sparse = {n: self.sparse.get(n, out.sparse[n]) for n in config.sparse}
-        out.snapshot_seqs = {n: self.snapshot_seqs.get(n, 0) for n in config.sparse}
+        out.snapshot_seqs = {n: self.snapshot_seqs.get(n, 0) for n in [*config.sparse, *out._indexed()]}
         out.counts = {n: self.counts.get(n, 0) for n in [*out.dense, *config.sparse]}
         return out
 

@@ -539,7 +539,24 @@ def test_a_client_supplied_vector_is_trained_and_rebuilt_beside_writes(tmp_path,
     b = c.named.indexes["b"]
     assert b.n_tombstones == 0 and b.live == 340 and not c.needs_maintenance()
     assert [h.id for h in c.search(Y[100:101], 1, using="b")[0]] == [100]
-    c.close()
-    again = Collection.open(tmp_path / "c")
-    assert again.named.indexes["a"].live == 340 and again.search(X[100:101], 1, using="a")[0][0].id == 100
+    # snapshots: an open loads the trained index and the graph from them and replays the later writes (no k-means, no
+    # graph build); what the snapshot does not cover (a write, a delete after it) is replayed from the store
+    seq = c.snapshot()
+    assert seq is not None and c.named.snapshot_seq == seq
+    put([5])  # replaced: a fresh internal id
+    c.delete(ids=[100])
+    want = [
+        [h.id for h in c.search(M[i : i + 1], 3, using=u)[0]] for u, M in (("a", X), ("b", Y)) for i in (5, 200, 300)
+    ]
+    again = Collection.open(tmp_path / "c")  # a second open while the first is live: what a restart after SIGKILL reads
+    a2, b2 = again.named.indexes["a"], again.named.indexes["b"]
+    assert again.named.snapshot_seqs == {"a": seq, "b": seq} and a2.trained and not again.needs_maintenance()
+    assert (a2.live, b2.live, b2.n_tombstones) == (340, 340, 1)  # point 100: a tombstone in the graph
+    got = [
+        [h.id for h in again.search(M[i : i + 1], 3, using=u)[0]]
+        for u, M in (("a", X), ("b", Y))
+        for i in (5, 200, 300)
+    ]
+    assert got == want and all(100 not in g for g in got)
     again.close()
+    c.close()

@@ -1,0 +1,120 @@
+"""Which FAISS index reaches recall@10 >= 0.95 on the hybrid scale bench's 1M dense vectors, and at what cost: FAISS
+alone (no service), one query at a time on one OpenMP thread (the service's ``collections_faiss_threads``), against
+the exact top 10 by a NumPy product (not in CI; run alone; minutes to tens of minutes per index).
+
+Vectors: the ``random-projection`` document vectors of :mod:`bench.micro.scale_docs` (documents ``0..N-1``, seed 0)
+and the first 200 held-out query sentences, generated in seconds. Indexes (``--which``, one per run):
+
+* ``sq8``: ``IndexScalarQuantizer`` ``QT_8bit`` (the ``flat_sq`` codes), 1 and 2 threads, candidates ``1/2/4 x 10``
+  re-scored exactly;
+* ``hnsw:M:efC``: ``IndexHNSWFlat`` (the ``hnsw`` index), ``efSearch`` 64-1024;
+* ``ivf:nlist``: ``IndexIVFScalarQuantizer`` ``QT_8bit`` (the ``ivf_sq`` index), ``nprobe`` 16-256, 40 candidates
+  re-scored exactly;
+* ``pq:nlist:m``: ``IndexIVFPQ`` 8 bits (the ``ivf_pq`` index), ``nprobe`` 64-512, 40 or 100 candidates re-scored.
+
+Prints one line per setting: recall@10 and the p50 of 50 single-query searches (ms; re-scoring not timed).
+
+    python -m bench.micro.ann_choice --which ivf:4096
+    python -m bench.micro.ann_choice --which hnsw:32:400 --n 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from bench.micro import scale_docs as docs
+
+K = 10
+
+
+def vectors(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(X (n, 384), Q (200, 384))``: the documents' and the queries' random-projection unit vectors."""
+    lines = docs.corpus_lines()
+    dv = docs.DenseVectors("random-projection", lines, 0, Path("/tmp"), Path("unused"))
+    X = np.concatenate([dv.chunk(c) for c in range(-(-n // docs.CHUNK))])[:n]
+    return np.ascontiguousarray(X), dv.queries(200)[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--which", required=True, help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m")
+    ap.add_argument("--n", type=int, default=1_000_000)
+    a = ap.parse_args()
+    X, Q = vectors(a.n)
+    t = time.time()
+    T = np.argsort(-(Q @ X.T), axis=1)[:, :K]
+    print(f"n {a.n:,}: exact truth in {time.time() - t:.1f} s", flush=True)
+
+    def recall(I: np.ndarray | list) -> float:
+        return float(np.mean([len(set(I[i][:K]) & set(T[i])) / K for i in range(len(Q))]))
+
+    def p50(f, nq: int = 50) -> float:
+        ts = []
+        for i in range(nq):
+            t = time.perf_counter()
+            f(Q[i : i + 1])
+            ts.append((time.perf_counter() - t) * 1000)
+        return float(np.median(ts))
+
+    def rescored(I: np.ndarray) -> list:
+        out = []
+        for i in range(len(Q)):
+            c = I[i][I[i] >= 0]
+            out.append(c[np.argsort(-(X[c] @ Q[i]))[:K]])
+        return out
+
+    kind, *p = a.which.split(":")
+    t = time.time()
+    if kind == "sq8":
+        idx = faiss.IndexScalarQuantizer(384, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+        idx.train(X[:100_000])
+        idx.add(X)
+        print(f"build {time.time() - t:.0f} s", flush=True)
+        for th in (1, 2):
+            faiss.omp_set_num_threads(th)
+            for ov in (1, 2, 4):
+                _, I = idx.search(Q, K * ov)
+                ms = p50(lambda q, k=K * ov: idx.search(q, k))
+                print(f"sq8 threads {th} candidates {K * ov}: recall {recall(rescored(I)):.3f}, p50 {ms:.1f} ms")
+        return
+    if kind == "hnsw":
+        M, efc = int(p[0]), int(p[1])
+        idx = faiss.IndexHNSWFlat(384, M, faiss.METRIC_INNER_PRODUCT)
+        idx.hnsw.efConstruction = efc
+        idx.add(X)
+        print(f"build {time.time() - t:.0f} s", flush=True)
+        faiss.omp_set_num_threads(1)
+        for ef in (64, 128, 256, 512, 1024):
+            idx.hnsw.efSearch = ef
+            _, I = idx.search(Q, K)
+            print(f"hnsw M {M} efC {efc} ef {ef}: recall {recall(I):.3f}, p50 {p50(lambda q: idx.search(q, K)):.2f} ms")
+        return
+    nlist = int(p[0])
+    quantizer = faiss.IndexFlatIP(384)
+    if kind == "ivf":
+        idx = faiss.IndexIVFScalarQuantizer(
+            quantizer, 384, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        )
+        probes, cands = (16, 32, 64, 128, 256), (4,)
+    else:
+        idx = faiss.IndexIVFPQ(quantizer, 384, nlist, int(p[1]), 8, faiss.METRIC_INNER_PRODUCT)
+        probes, cands = (64, 128, 256, 512), (4, 10)
+    idx.train(X[:: max(1, a.n // (40 * nlist))])
+    idx.add(X)
+    print(f"build (train on ~{40 * nlist:,}, add {a.n:,}) {time.time() - t:.0f} s", flush=True)
+    faiss.omp_set_num_threads(1)
+    for nprobe in probes:
+        idx.nprobe = nprobe
+        for c in cands:
+            _, I = idx.search(Q, K * c)
+            ms = p50(lambda q, k=K * c: idx.search(q, k))
+            print(f"{a.which} nprobe {nprobe} candidates {K * c}: recall {recall(rescored(I)):.3f}, p50 {ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
