@@ -44,6 +44,7 @@ def rerank(
     n: int,
     metric: str,
     ef: int | None = None,
+    every: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` approximate candidates per query re-scored exactly with the stored vectors.
 
@@ -52,11 +53,12 @@ def rerank(
         q: float32 ``(nq, d)`` prepared queries.
         allowed: internal ids a filter admits (None: all).
         ef: an HNSW graph's search breadth (None: the index's).
+        every: the candidates are the best codes of every allowed vector (:meth:`~..index.VectorIndex.search`).
 
     Returns:
         ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 where fewer candidates exist).
     """
-    _, cand = index.search(q, n, allowed, ef)
+    _, cand = index.search(q, n, allowed, ef, every)
     ids, vecs = fetch(np.unique(cand[cand >= 0]))
     pos = {int(i): j for j, i in enumerate(ids)}
     D = np.full((len(q), top_k), np.nan, np.float32)
@@ -104,8 +106,8 @@ def dense_search(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
     (None: all). Exact over the allowed points' vectors when at most ``cap`` points are allowed (``top_k`` of them;
-    in memory where the index holds them, scored in place, else read from the store: docs/performance.md, "Flat dense
-    scan"); exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index
+    in memory where the index holds them, scored in place: docs/performance.md, "Flat dense scan"; where it holds
+    scalar-quantized codes, every allowed code scored and the best re-scored as below; else read from the store); exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index
     holds at most ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW
     graph), in memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
     restricted by an ``IDSelector``, its candidates re-scored exactly when the index is quantized and ``quantization``
@@ -121,6 +123,10 @@ def dense_search(
     if allowed is not None and len(allowed) <= cap:
         if (found := index.exact_search(q, top_k, allowed)) is not None:
             return found
+        if index.scores_every_code and not index.ignores_quantization(quantization):  # codes in RAM, not floats
+            if (n := index.rescore_candidates(top_k, quantization)) is not None:
+                return rerank(index, fetch, q, top_k, allowed, n, index.spec.metric, every=True)
+            return index.search(q, top_k, allowed, every=True)
         ids, vecs = fetch(allowed)
         return exact_search(q, vecs, ids, top_k, index.spec.metric)
     if scan is not None or index.live <= cap:

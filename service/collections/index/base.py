@@ -137,6 +137,13 @@ class IndexType(ABC):
         graph's search breadth asked for by the search (None: the index's), ignored by types without a graph."""
         return faiss.SearchParameters()
 
+    def every_code_params(self, spec: IndexSpec, index: faiss.Index) -> faiss.SearchParameters | None:
+        """Parameters under which a search of ``index`` scores the code of every vector its ``IDSelector`` admits
+        (the selective filter's path for an index that holds codes, not floats: Qdrant's full scan over quantized
+        vectors, then rescoring), or None when the type cannot (a graph) or holds no codes fine enough to choose the
+        candidates to rescore: the caller then reads the stored vectors."""
+        return None
+
     def rescore_defaults(self, spec: IndexSpec, index: faiss.Index) -> tuple[bool, float] | None:
         """``(rescore, oversampling)`` by default when ``index`` scores compressed codes (a quantized type, trained):
         whether ``ceil(oversampling * k)`` candidates are re-scored exactly with the stored originals. None: the

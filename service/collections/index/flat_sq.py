@@ -122,6 +122,10 @@ class FlatSQType(FlatType):
         """Flat SQ, once trained: rescored, oversampling 1 (Qdrant's defaults); None for the flat fallback."""
         return (True, 1.0) if self.is_trained(spec, index) else None
 
+    def every_code_params(self, spec: IndexSpec, index: faiss.Index) -> faiss.SearchParameters | None:
+        """Flat SQ, once trained: plain parameters (its search scores every code)."""
+        return faiss.SearchParameters() if self.is_trained(spec, index) else None
+
     def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray | None:
         """Flat SQ: the fallback's float32 vectors; None once trained (only codes are held)."""
         return None if self.is_trained(spec, index) else flat_vectors(index.index, spec.dimension)

@@ -17,6 +17,7 @@ from service.collections.index.base import (
     IndexSpec,
     IndexType,
     faiss_metric,
+    flat_vectors,
     int_param,
     reject_unknown,
 )
@@ -106,6 +107,10 @@ class IVFPQType(IndexType):
             return None
         rerank = int(spec.params.get("rerank", 1))
         return rerank > 1, float(rerank)
+
+    def held_vectors(self, spec: IndexSpec, index: faiss.Index) -> np.ndarray | None:
+        """IVF: the exact fallback's float32 vectors until trained; None after (codes only)."""
+        return None if self.is_trained(spec, index) else flat_vectors(index.index, spec.dimension)
 
     def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
         """IVF-PQ: ``nprobe`` set from params on a trained index read from a snapshot."""

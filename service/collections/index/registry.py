@@ -17,7 +17,9 @@ from service.collections.index.hnsw_sq import HNSWSQType
 from service.collections.index.ivf_pq import IVFPQType
 from service.collections.index.ivf_sq import IVFSQType
 
-_TYPES: dict[str, IndexType] = {t.name: t for t in (FlatType(), HNSWType(), IVFPQType(), FlatSQType(), HNSWSQType(), IVFSQType())}
+_TYPES: dict[str, IndexType] = {
+    t.name: t for t in (FlatType(), HNSWType(), IVFPQType(), FlatSQType(), HNSWSQType(), IVFSQType())
+}
 
 
 def register(index_type: IndexType) -> None:

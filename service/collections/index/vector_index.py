@@ -106,6 +106,11 @@ class VectorIndex:
         :class:`~.base.QuantizationSearch` applies."""
         return self.type.rescore_defaults(self.spec, self.index) is not None
 
+    @property
+    def scores_every_code(self) -> bool:
+        """Whether a search can score the code of every vector a filter admits (``search(every=True)``)."""
+        return self.type.every_code_params(self.spec, self.index) is not None
+
     def ignores_quantization(self, quantization: QuantizationSearch | None) -> bool:
         """Whether a search asks to ignore this index's codes (``quantization.ignore`` on a quantized index): it is
         then answered from the original vectors, exactly."""
@@ -188,7 +193,7 @@ class VectorIndex:
 
     # --- search --------------------------------------------------------------------------------
     def search(
-        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, ef: int | None = None
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, ef: int | None = None, every: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest stored vectors of each query.
 
@@ -197,6 +202,7 @@ class VectorIndex:
             k: neighbours per query (>= 1).
             allowed: if given, int64 ids outside it are never returned (FAISS ``IDSelectorBatch``).
             ef: an HNSW graph's search breadth (None: the index's ``ef_search``; other types ignore it).
+            every: score every admitted vector's code (:attr:`scores_every_code` must be true).
 
         Returns:
             ``(scores, ids)``, each ``(nq, k)``; missing results have id -1. Scores are inner
@@ -224,7 +230,8 @@ class VectorIndex:
                 keep.append(sel)
         if self.ntotal == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        params = self.type.search_params(self.spec, self.index, k, ef)
+        params = self.type.every_code_params(self.spec, self.index) if every else None
+        params = params or self.type.search_params(self.spec, self.index, k, ef)
         if sel is not None:
             params.sel = sel
         D, I = self.index.search(q, k, params=params)

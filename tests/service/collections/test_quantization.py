@@ -117,7 +117,9 @@ def test_oversampling_sets_the_candidates_rescored(col, sts, monkeypatch):
     monkeypatch.setattr(
         VectorIndex,
         "search",
-        lambda self, q, k, allowed=None, ef=None: asked.append(k) or search(self, q, k, allowed, ef),
+        lambda self, q, k, allowed=None, ef=None, every=False: (
+            asked.append(k) or search(self, q, k, allowed, ef, every)
+        ),
     )
     truth = exact_top(X, Q)[0]
     default = c.search(Q, K)
@@ -127,6 +129,31 @@ def test_oversampling_sets_the_candidates_rescored(col, sts, monkeypatch):
     c.search(Q, K, quantization=QuantizationSearch(ignore=True))  # the originals: no index search
     assert asked == [K, 3 * K, 13, K]
     assert recall(more, truth) >= recall(default, truth)
+
+
+def test_a_selective_filter_scores_the_codes_and_reads_only_the_candidates(col, sts, monkeypatch):
+    """A filter admitting few points (under ``exact_filter_threshold``) on an index of codes: every admitted point's
+    code is scored and only the best ``oversampling * top_k`` are read from the store and re-scored (a graph's codes
+    cannot all be scored: hnsw_sq reads every admitted vector), answering as the exact filtered search does."""
+    from service.collections.embedded.store import Store
+    from service.collections.filters import parse_filter
+
+    X, Q = sts
+    c, read = col["c"], []
+    vectors_for = Store.vectors_for
+    monkeypatch.setattr(
+        Store, "vectors_for", lambda self, iids, d: read.append(len(iids)) or vectors_for(self, iids, d)
+    )
+    where = parse_filter({"$ids": list(range(0, N, 7))})  # 143 points
+    admitted = np.arange(0, N, 7)
+    truth = admitted[np.argsort(-(Q @ X[admitted].T), axis=1, kind="stable")[:, :K]]
+    hits = c.search(Q, K, where=where)
+    assert recall(hits, truth) >= 0.95 and all(h.id % 7 == 0 for row in hits for h in row)
+    for qi, row in enumerate(hits):
+        assert np.allclose([h.score for h in row], X[[h.id for h in row]] @ Q[qi], atol=1e-5)
+    every = col["kind"] != "hnsw_sq"
+    assert c.index.scores_every_code is every
+    assert all(n <= (K * NQ if every else len(admitted)) for n in read) and (max(read) < len(admitted)) is every
 
 
 def test_codes_in_ram_are_smaller_than_the_floats(col):
