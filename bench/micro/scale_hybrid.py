@@ -286,6 +286,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--work", type=Path, help="the work directory (one --docs only)")
     ap.add_argument("--fresh", action="store_true", help="delete the work directory first (not the vector cache)")
     ap.add_argument("--hnsw-ef", type=int, nargs="*", default=[], help="unfiltered dense and hybrid at these hnsw_ef")
+    ap.add_argument("--skip-unindexed", action="store_true", help="no filtered query without payload indexes")
     ap.add_argument("--only-ef", action="store_true", help="measure only the --hnsw-ef rows")
     ap.add_argument("--table-only", action="store_true", help="print the table of what is finished; start nothing")
     a = ap.parse_args(argv)

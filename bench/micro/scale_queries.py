@@ -92,6 +92,8 @@ def measure(c: httpx.Client, texts: list[str], Q: np.ndarray, a: argparse.Namesp
             print(f"exact dense, filter {f}: {stats(lat)}", flush=True)
     for phase in PHASES:
         todo = [(k, f) for f in filters for k in KINDS if (f != "none" or phase == "none")]
+        if a.skip_unindexed and phase == "none":  # full payload scans: seconds each
+            todo = [(k, f) for k, f in todo if f == "none"]
         todo = [(k, f) for k, f in todo if f"lat/{phase}/{k}/{f}" not in res]
         if not todo:
             continue
