@@ -25,6 +25,7 @@ import sqlite3
 from pathlib import Path
 
 from artifact_contract.fsio import fsync_dir
+from service.collections.embedded.replay import replay
 from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
 from service.collections.index import IndexSpec, VectorIndex
@@ -86,13 +87,8 @@ def load(
             raise ValueError(f"the file says seq {got}, its name {seq}")
         removed = store.removed_after(seq)
         index.remove(removed, may_be_absent=True)
-        added = 0
-        for ids, vecs in tables.iter_dense(conn, name, spec.dimension, after=last):
-            index.add(ids, vecs)
-            added += len(ids)
-        if index.live != stored:
-            raise ValueError(f"after replay the index holds {index.live} vectors, the table {stored}")
-        log.info("dense vector %s: snapshot seq %d + %d removals, %d rows replayed", name, seq, len(removed), added)
+        rows = tables.iter_dense(conn, name, spec.dimension, after=last)
+        replay(index, rows, stored, f"dense vector {name}", seq, len(removed))
         return index, seq
     except Exception as e:  # never fatal: the rows are the truth
         log.warning("dense vector %s: snapshot %s unusable (%s); rebuilding from its rows", name, path, e)

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from artifact_contract.fsio import fsync_dir
+from service.collections.embedded.replay import replay
 from service.collections.embedded.sparse_index import Segment, SparseIndex
 from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
@@ -129,14 +130,10 @@ def load(collection: Path, store: Store, conn: sqlite3.Connection, name: str) ->
         removed = store.removed_after(seq)
         index.remove(removed)
         last = int(a["slot_iid"][-1]) if len(a["slot_iid"]) else -1
-        added = 0
-        for iids, lengths, terms, vals in tables.iter_sparse(conn, name, after=last):
-            index.add(iids, (lengths, terms, vals))
-            added += len(iids)
-        stored = tables.count(conn, name, sparse=True)
-        if index.live != stored:
-            raise ValueError(f"after replay the index holds {index.live} points, the table {stored}")
-        log.info("sparse vector %s: snapshot seq %d + %d removals, %d rows replayed", name, seq, len(removed), added)
+        rows = (
+            (iids, (lengths, terms, vals)) for iids, lengths, terms, vals in tables.iter_sparse(conn, name, after=last)
+        )
+        replay(index, rows, tables.count(conn, name, sparse=True), f"sparse vector {name}", seq, len(removed))
         return index, seq
     except Exception as e:  # never fatal: the rows are the truth
         log.warning("sparse vector %s: snapshot %s unusable (%s); rebuilding from its rows", name, path, e)
