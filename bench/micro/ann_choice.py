@@ -121,6 +121,11 @@ def main() -> None:
             _, I = idx.search(Q, K * c)
             ms = p50(lambda q, k=K * c: idx.search(q, k))
             print(f"{a.which} nprobe {nprobe} candidates {K * c}: recall {recall(rescored(I)):.3f}, p50 {ms:.2f} ms")
+    if kind == "pq":  # how balanced the k-means lists are
+        sizes = np.array([idx.invlists.list_size(i) for i in range(nlist)])
+        print(
+            f"list sizes: max {sizes.max()}, mean {sizes.mean():.1f}, imbalance {idx.invlists.imbalance_factor():.2f}"
+        )
 
 
 def selective(X: np.ndarray, Q: np.ndarray, nlist: int) -> None:

@@ -1,7 +1,8 @@
 """The named vectors of an embedded collection other than its model-bound one: one FAISS
 :class:`~..index.VectorIndex` per client-supplied dense vector (derived data, like the model-bound vector's index:
-loaded at open from its snapshot plus the later writes, :mod:`.dense_snapshots`, or built from SQLite) and the in-memory inverted index of each sparse vector (:mod:`.sparse_index`, built from
-its durable rows in :mod:`.store.named`).
+loaded at open from its snapshot plus the later writes, :mod:`.dense_snapshots`, or built from SQLite) and the
+in-memory inverted index of each sparse vector (:mod:`.sparse_index`, built from its durable rows in
+:mod:`.store.named`).
 
 The owning :class:`~.collection.Collection` serialises writes and holds its readers-writer lock around everything
 here, exactly as for its model-bound index.

@@ -107,8 +107,9 @@ def dense_search(
     """``(scores, iids)`` of the ``k`` best points per prepared query ``q`` (float32 ``(nq, d)``) among ``allowed``
     (None: all). Exact over the allowed points' vectors when at most ``cap`` points are allowed (``top_k`` of them;
     in memory where the index holds them, scored in place: docs/performance.md, "Flat dense scan"; where it holds
-    scalar-quantized codes, every allowed code scored and the best re-scored as below; else read from the store); exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index
-    holds at most ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW
+    scalar-quantized codes, every allowed code scored and the best re-scored as below; else read from the store);
+    exact when ``scan`` (the stored vectors, chunked: an exact search was asked for) is given or the index holds at
+    most ``cap`` live vectors (as a Qdrant segment under its indexing threshold is searched without its HNSW
     graph), in memory where the index type holds its vectors uncompressed, else through ``scan``; otherwise the index
     restricted by an ``IDSelector``, its candidates re-scored exactly when the index is quantized and ``quantization``
     does not turn it off (:meth:`~..index.VectorIndex.rescore_candidates`); ``ef``: an HNSW graph's search breadth

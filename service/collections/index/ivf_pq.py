@@ -7,6 +7,7 @@ index is an exact flat one; training then uses a random sample of at most ``trai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import faiss
@@ -22,6 +23,19 @@ from service.collections.index.base import (
     reject_unknown,
 )
 from service.collections.index.flat import flat_index
+
+
+def ivf_index(spec: IndexSpec, make: Callable[[faiss.Index, int], faiss.IndexIVF]) -> faiss.IndexIVF:
+    """An empty IVF index ``make(coarse quantizer, metric)`` over a flat coarse quantizer it owns, ``nprobe`` from
+    ``spec.params`` (IVF-PQ and IVF-SQ alike)."""
+    metric = faiss_metric(spec.metric)
+    quantizer = faiss.IndexFlat(spec.dimension, metric)
+    index = make(quantizer, metric)
+    index.own_fields = True
+    quantizer.this.disown()
+    index.nprobe = spec.params["nprobe"]
+    return index
+
 
 IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
 _DERIVED = ("min_train_points", "train_sample")
@@ -76,13 +90,10 @@ class IVFPQType(IndexType):
     def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
         """IVF-PQ: an ``IndexIVFPQ`` (``nlist``, ``m``, ``nbits``, ``nprobe`` from params; flat coarse quantizer)
         trained on ``sample``, float32 ``(s, dimension)``."""
-        metric = faiss_metric(spec.metric)
-        quantizer = faiss.IndexFlat(spec.dimension, metric)
         p = spec.params
-        index = faiss.IndexIVFPQ(quantizer, spec.dimension, p["nlist"], p["m"], p["nbits"], metric)
-        index.own_fields = True
-        quantizer.this.disown()
-        index.nprobe = p["nprobe"]
+        index = ivf_index(
+            spec, lambda q, metric: faiss.IndexIVFPQ(q, spec.dimension, p["nlist"], p["m"], p["nbits"], metric)
+        )
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
         return index
 

@@ -19,9 +19,9 @@ from typing import Any
 import faiss
 import numpy as np
 
-from service.collections.index.base import IndexSpec, faiss_metric, int_param, reject_unknown
+from service.collections.index.base import IndexSpec, int_param, reject_unknown
 from service.collections.index.flat_sq import normalize_sq, trained_sq
-from service.collections.index.ivf_pq import IVFPQType
+from service.collections.index.ivf_pq import IVFPQType, ivf_index
 
 IVF_SQ_DEFAULTS = {"nlist": 1024, "nprobe": 16}
 _DERIVED = ("min_train_points", "train_sample")
@@ -62,15 +62,8 @@ class IVFSQType(IVFPQType):
         """IVF-SQ: an ``IndexIVFScalarQuantizer`` (``nlist`` lists, ``QT_8bit`` residual codes, flat coarse quantizer,
         ``nprobe`` from params) with its centroids and code ranges trained on ``sample``, float32 ``(s, dimension)``
         (:func:`.flat_sq.trained_sq`)."""
-        metric = faiss_metric(spec.metric)
-        quantizer = faiss.IndexFlat(spec.dimension, metric)
-        p = spec.params
-        index = faiss.IndexIVFScalarQuantizer(
-            quantizer, spec.dimension, p["nlist"], faiss.ScalarQuantizer.QT_8bit, metric
-        )
-        index.own_fields = True
-        quantizer.this.disown()
-        index.nprobe = p["nprobe"]
+        qt, nlist = faiss.ScalarQuantizer.QT_8bit, spec.params["nlist"]
+        index = ivf_index(spec, lambda q, metric: faiss.IndexIVFScalarQuantizer(q, spec.dimension, nlist, qt, metric))
         return trained_sq(spec, index, sample)
 
     def every_code_params(self, spec: IndexSpec, index: faiss.Index) -> faiss.SearchParameters | None:
