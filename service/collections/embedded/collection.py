@@ -24,6 +24,7 @@ import numpy as np
 
 from service.collections.conditions import parse_path
 from service.collections.embedded.bound_index import BoundIndex
+from service.collections.embedded.inflight import InFlight
 from service.collections.embedded.locks import CollectionLocks
 from service.collections.embedded.maintenance import Maintenance
 from service.collections.embedded.named import NamedIndexes
@@ -72,6 +73,7 @@ class Collection(PayloadIndexing, Maintenance):
         self._seq = int(meta["seq"])
         self._count = 0
         self._locks = CollectionLocks(self.name)
+        self._admitted: InFlight[np.ndarray] = InFlight()  # a filter's ids, shared by concurrent searches (.inflight)
         # the last re-embedding's status (kept after it ends; the re-embedder sets it too)
         self.reembed_status: dict[str, Any] | None = None
 
@@ -279,7 +281,7 @@ class Collection(PayloadIndexing, Maintenance):
             (where, dropped), nq = left_out(self.store, where), len(queries)
             allowed, k = None, top_k + len(dropped)
             if where is not None:
-                allowed = self.store.matching_iids(where)
+                allowed = self._admitted.get(repr(where), lambda: self.store.matching_iids(where))
                 if len(allowed) == 0:
                     return [[] for _ in range(nq)]
             args = (queries, top_k, k, allowed, self.exact_filter_threshold, exact, quantization, hnsw_ef)

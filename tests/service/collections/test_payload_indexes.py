@@ -145,6 +145,10 @@ def same_answers(plain: Collection, indexed: Collection, r: random.Random, rng: 
     for _ in range(n):
         flt = raw_filter(r)
         assert answers(indexed, flt, q) == answers(plain, flt, q), flt
+        # the admitted ids themselves: each once, sorted, the same from the index as from the payloads (the twins
+        # took the same writes in the same order, so the same internal ids)
+        got, want = (c.store.matching_iids(parse_filter(flt)) for c in (indexed, plain))
+        assert np.array_equal(got, want) and bool(np.all(np.diff(got) > 0)), flt
 
 
 def test_indexed_filters_answer_as_unindexed(twins):

@@ -279,16 +279,19 @@ class Store:
 
     def matching_iids(self, where: Filter, limit: int | None = None) -> np.ndarray:
         """Internal ids of points satisfying the filter ``where`` (at most ``limit``), int64: read from the payload
-        indexes alone where they cover the whole filter (:func:`.payload_index.exact_set`)."""
+        indexes alone where they cover the whole filter (:func:`.payload_index.exact_set`); sorted, each once.
+
+        The ids come back as one ``group_concat`` string parsed by NumPy: SQLite makes no Python row per id (10,000
+        ids of a 1 % payload-index match in ~2 ms instead of ~9 ms with ``fetchall``, docs/performance.md)."""
         if (found := payload_index.exact_set(where, self.payload_indexes)) is not None:
-            q, params = f"SELECT DISTINCT iid FROM ({found[0]})", found[1]
+            q, params = found  # may repeat an id (an or, an array's elements): np.unique below
         else:
             sql, params = to_sql(where, indexes=self.payload_indexes)
             q = f"SELECT iid FROM points WHERE {sql}"
         if limit is not None:
-            q += f" LIMIT {int(limit)}"
-        rows = self.reader().execute(q, params).fetchall()
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            q = f"SELECT DISTINCT iid FROM ({q}) LIMIT {int(limit)}"
+        (text,) = self.reader().execute(f"SELECT group_concat(iid) FROM ({q})", params).fetchone()
+        return np.unique(np.fromstring(text, dtype=np.int64, sep=",")) if text else np.empty(0, np.int64)
 
     def vectors_for(self, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
         """``(iids, vectors)`` of the live rows among ``iids`` (order not kept)."""
