@@ -354,6 +354,7 @@ class Collection(PayloadIndexing, Maintenance):
                 "payload_indexes": self.payload_schema(),
                 "reembedding": self.reembed_status,
                 "rebuilding": self.rebuilding(),  # dense vectors whose index is being rebuilt for a new config
+                "indexing": self.indexing(),  # ... whose index is due a training or a rebuild, or is rebuilt
                 "sequence": self._seq,
                 "snapshot_sequence": self.bound.snapshot_seq,
                 "snapshot_age_seconds": round(self.seconds_since_snapshot(), 3),

@@ -79,6 +79,16 @@ class Maintenance:
             n for n, i in self.named.indexes.items() if i.needs_rebuild() or i.needs_training(counts.get(n, 0))
         )
 
+    def indexing(self) -> list[str]:
+        """The dense vectors whose index upkeep is due or under way (:meth:`needs_maintenance`, by vector): an IVF
+        index to train, an HNSW graph to rebuild, an index of a changed config; Qdrant reports a collection with
+        any as ``status: yellow`` (optimizations in progress)."""
+        due = {*self.rebuilding(), *self._named_due()}
+        b = self.vectors.bound
+        if b is not None and not self._locks.closed and self.bound.needs_maintenance(self._count):
+            due.add(b.name)
+        return sorted(due)
+
     def needs_maintenance(self) -> bool:
         """An HNSW rebuild (too many tombstones), IVF-PQ training (enough points) or the rebuild of an index whose
         config changed is due, for the model-bound vector or a client-supplied one."""

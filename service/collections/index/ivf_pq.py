@@ -7,7 +7,6 @@ index is an exact flat one; training then uses a random sample of at most ``trai
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import faiss
@@ -17,25 +16,12 @@ from service.collections.index.base import (
     IndexConfigError,
     IndexSpec,
     IndexType,
-    faiss_metric,
     flat_vectors,
     int_param,
     reject_unknown,
 )
+from service.collections.index.coarse import ivf_index, train_coarse
 from service.collections.index.flat import flat_index
-
-
-def ivf_index(spec: IndexSpec, make: Callable[[faiss.Index, int], faiss.IndexIVF]) -> faiss.IndexIVF:
-    """An empty IVF index ``make(coarse quantizer, metric)`` over a flat coarse quantizer it owns, ``nprobe`` from
-    ``spec.params`` (IVF-PQ and IVF-SQ alike)."""
-    metric = faiss_metric(spec.metric)
-    quantizer = faiss.IndexFlat(spec.dimension, metric)
-    index = make(quantizer, metric)
-    index.own_fields = True
-    quantizer.this.disown()
-    index.nprobe = spec.params["nprobe"]
-    return index
-
 
 IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
 _DERIVED = ("min_train_points", "train_sample")
@@ -89,11 +75,12 @@ class IVFPQType(IndexType):
 
     def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
         """IVF-PQ: an ``IndexIVFPQ`` (``nlist``, ``m``, ``nbits``, ``nprobe`` from params; flat coarse quantizer)
-        trained on ``sample``, float32 ``(s, dimension)``."""
+        trained on ``sample``, float32 ``(s, dimension)`` (the lists by :func:`.coarse.train_coarse`)."""
         p = spec.params
         index = ivf_index(
             spec, lambda q, metric: faiss.IndexIVFPQ(q, spec.dimension, p["nlist"], p["m"], p["nbits"], metric)
         )
+        train_coarse(spec, index, sample)
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
         return index
 

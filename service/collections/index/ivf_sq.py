@@ -20,8 +20,9 @@ import faiss
 import numpy as np
 
 from service.collections.index.base import IndexSpec, int_param, reject_unknown
+from service.collections.index.coarse import ivf_index, train_coarse
 from service.collections.index.flat_sq import normalize_sq, trained_sq
-from service.collections.index.ivf_pq import IVFPQType, ivf_index
+from service.collections.index.ivf_pq import IVFPQType
 
 IVF_SQ_DEFAULTS = {"nlist": 1024, "nprobe": 16}
 _DERIVED = ("min_train_points", "train_sample")
@@ -60,10 +61,11 @@ class IVFSQType(IVFPQType):
 
     def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
         """IVF-SQ: an ``IndexIVFScalarQuantizer`` (``nlist`` lists, ``QT_8bit`` residual codes, flat coarse quantizer,
-        ``nprobe`` from params) with its centroids and code ranges trained on ``sample``, float32 ``(s, dimension)``
-        (:func:`.flat_sq.trained_sq`)."""
+        ``nprobe`` from params) with its centroids (:func:`.coarse.train_coarse`) and code ranges
+        (:func:`.flat_sq.trained_sq`) trained on ``sample``, float32 ``(s, dimension)``."""
         qt, nlist = faiss.ScalarQuantizer.QT_8bit, spec.params["nlist"]
         index = ivf_index(spec, lambda q, metric: faiss.IndexIVFScalarQuantizer(q, spec.dimension, nlist, qt, metric))
+        train_coarse(spec, index, sample)
         return trained_sq(spec, index, sample)
 
     def every_code_params(self, spec: IndexSpec, index: faiss.Index) -> faiss.SearchParameters | None:

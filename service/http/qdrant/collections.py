@@ -98,10 +98,10 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
     dense = (info.get("vectors") or {}).get("dense") or {}
     first = dense.get("") or next(iter(dense.values()), None)  # the graph's params as they are now (PATCH rebuilds)
     params, n = (first or info["index"])["params"], info["count"]
-    running = (info.get("reembedding") or {}).get("state") == "running" or bool(info.get("rebuilding"))
+    running = (info.get("reembedding") or {}).get("state") == "running" or bool(info.get("indexing"))
     vectors, sparse = params_of(info)
     return {
-        "status": "yellow" if running else "green",  # yellow: re-embedded or an index rebuilt (Qdrant: optimised)
+        "status": "yellow" if running else "green",  # yellow: re-embedded, or an index trained or rebuilt (optimised)
         "optimizer_status": "ok",
         "indexed_vectors_count": n,
         "points_count": n,

@@ -71,8 +71,15 @@ def test_concurrent_filtered_searches_answer_as_one_at_a_time(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         for step in range(5):
             ids = list(range(step * 40, step * 40 + 60))  # replaces 20 points, adds 40
-            c.upsert(ids, ["t"] * len(ids), [{"g": (i + step) % 4} for i in ids], rng.standard_normal((60, D)).astype(np.float32))
+            c.upsert(
+                ids,
+                ["t"] * len(ids),
+                [{"g": (i + step) % 4} for i in ids],
+                rng.standard_normal((60, D)).astype(np.float32),
+            )
             alone = [h.id for h in c.search(q, 10, where, with_text=False, with_payload=False)[0]]
-            together = pool.map(lambda _: [h.id for h in c.search(q, 10, where, with_text=False, with_payload=False)[0]], range(8))
+            together = pool.map(
+                lambda _: [h.id for h in c.search(q, 10, where, with_text=False, with_payload=False)[0]], range(8)
+            )
             assert all(got == alone for got in together)
     c.close()

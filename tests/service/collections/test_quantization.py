@@ -13,6 +13,7 @@ from service.collections.embedded import Collection
 from service.collections.index import IndexConfigError, IndexSpec, VectorIndex, normalize_params
 from service.collections.query_model import QuantizationSearch
 from service.collections.schema import VectorsConfig
+from service.http.qdrant.collections import collection_info
 
 N, NQ, K, D = 1000, 50, 10, 384
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
@@ -69,8 +70,10 @@ def col(request, sts, tmp_path_factory):
     assert not c.index.quantized and c.info()["index"]["in_use"] == "flat (until trained)"
     c.upsert(list(range(400, N)), [f"s{i}" for i in range(400, N)], [{} for _ in range(400, N)], X[400:])
     if kind == "ivf_sq":  # k-means is maintenance, not a write's work
-        assert not c.index.quantized and c.needs_maintenance()
+        assert not c.index.quantized and c.needs_maintenance() and c.info()["indexing"] == [""]
+        assert collection_info(c.info())["status"] == "yellow"  # Qdrant: optimizations in progress
         assert c.maintain() == "trained ivf_sq"
+    assert c.info()["indexing"] == [] and collection_info(c.info())["status"] == "green"
     assert c.index.quantized and c.info()["index"]["in_use"] == kind  # the write past min_train_points trained it
     assert c.maintain() is None
     state = {"c": c, "path": path, "kind": kind}

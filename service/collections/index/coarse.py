@@ -1,0 +1,62 @@
+"""The coarse quantizer of the inverted-file index types (``ivf_pq``, ``ivf_sq``): ``nlist`` centroids, each vector
+stored in the list of its nearest (Jégou, Douze & Schmid, "Product Quantization for Nearest Neighbor Search",
+TPAMI 2011, section IV.A).
+
+Construction (:func:`ivf_index`): a flat quantizer owned by the index. Training (:func:`train_coarse`): for many
+lists, FAISS's two-level k-means (``faiss.contrib.clustering.two_level_clustering``: ``sqrt(nlist)`` clusters, then
+each split in proportion to its size) instead of one k-means over every list: each training vector is compared with
+about ``2 * sqrt(nlist)`` centroids per iteration instead of ``nlist``. At 1M random-projection vectors, nlist 4096,
+200,000 training vectors, one thread (docs/performance.md, "Training an IVF index's lists"): 25 s instead of 403 s,
+with the same recall at the same nprobe (0.958 and 0.957 at nprobe 256) and better-balanced lists. For the
+inner-product metrics (``cosine``, ``dot``) the centroids are spherical (unit norm), as FAISS's own IVF training
+makes them: an inner-product search favours long centroids, so plain L2 centroids would fill a few lists (a
+list-imbalance factor of 34.9 measured, against 2.9 spherical).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import faiss
+import numpy as np
+from faiss.contrib.clustering import two_level_clustering
+
+from service.collections.index.base import IndexSpec, faiss_metric
+
+log = logging.getLogger("service.collections")
+
+#: from this many lists the coarse quantizer is trained by two-level k-means (below, one k-means is cheap anyway:
+#: nlist 1024 on 64k vectors ~25 s on one core)
+TWO_LEVEL_MIN_NLIST = 1024
+
+
+def ivf_index(spec: IndexSpec, make: Callable[[faiss.Index, int], faiss.IndexIVF]) -> faiss.IndexIVF:
+    """An empty IVF index ``make(coarse quantizer, metric)`` over a flat coarse quantizer it owns, ``nprobe`` from
+    ``spec.params`` (IVF-PQ and IVF-SQ alike)."""
+    metric = faiss_metric(spec.metric)
+    quantizer = faiss.IndexFlat(spec.dimension, metric)
+    index = make(quantizer, metric)
+    index.own_fields = True
+    quantizer.this.disown()
+    index.nprobe = spec.params["nprobe"]
+    return index
+
+
+def train_coarse(spec: IndexSpec, index: faiss.IndexIVF, sample: np.ndarray) -> bool:
+    """Train the coarse quantizer of ``index`` (empty, from :func:`ivf_index`) on ``sample`` (float32 ``(s, d)``) by
+    two-level k-means when it has at least :data:`TWO_LEVEL_MIN_NLIST` lists; ``index.train`` then trains only what is left (codes' ranges, PQ codebooks). Returns whether it did; False leaves
+    the quantizer untrained for FAISS's own k-means in ``index.train`` (also when two-level k-means fails on the
+    sample, e.g. a first-level cluster too small for any centroid of its own: logged)."""
+    nlist = int(index.nlist)
+    if nlist < TWO_LEVEL_MIN_NLIST:
+        return False
+    x = np.ascontiguousarray(sample, dtype=np.float32)
+    spherical = faiss_metric(spec.metric) == faiss.METRIC_INNER_PRODUCT
+    try:
+        centroids, _ = two_level_clustering(x, int(np.sqrt(nlist)), nlist, spherical=spherical)
+    except RuntimeError as e:
+        log.warning("two-level k-means of %d lists on %d vectors failed (%s): one k-means instead", nlist, len(x), e)
+        return False
+    index.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    return True

@@ -1,0 +1,93 @@
+"""The inverted-file indexes' coarse quantizer (``index.coarse``): from 1,024 lists trained by two-level k-means
+(spherical centroids for the inner-product metrics, as FAISS's own IVF training makes them), fewer lists by FAISS's
+one k-means; the trained index finds the exact neighbours at a modest nprobe either way, on clustered data."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from service.collections.index import IndexSpec, VectorIndex, normalize_params
+from service.collections.index import coarse
+
+D = 16
+N = 12_000
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    """``N`` points around 300 random centres (float32 ``(N, D)``) and 50 queries drawn the same way."""
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((300, D)) * 3
+    pick = lambda n: (centres[rng.integers(0, 300, n)] + rng.standard_normal((n, D))).astype(np.float32)  # noqa: E731
+    return pick(N), pick(50)
+
+
+def trained(kind: str, metric: str, nlist: int, X: np.ndarray) -> VectorIndex:
+    params = {"nlist": nlist, "nprobe": 64, "min_train_points": nlist, "train_sample": N}
+    params |= {"m": 4, "rerank": 1} if kind == "ivf_pq" else {}
+    spec = IndexSpec(kind, metric, normalize_params(kind, params, D), D)
+    vi = VectorIndex.build(spec, [(np.arange(len(X), dtype=np.int64), X)], train_sample=X)
+    assert vi.trained and vi.index.ntotal == len(X)
+    return vi
+
+
+def unit(X: np.ndarray) -> np.ndarray:
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def recall(vi: VectorIndex, X: np.ndarray, Q: np.ndarray, metric: str) -> float:
+    S = -((Q[:, None, :] - X[None]) ** 2).sum(-1) if metric == "l2" else Q @ X.T
+    truth = np.argsort(-S, axis=1)[:, :10]
+    _, ids = vi.search(Q, 10)
+    return float(np.mean([len(set(i) & set(t)) / 10 for i, t in zip(ids.tolist(), truth.tolist())]))
+
+
+@pytest.fixture
+def two_level_calls(monkeypatch) -> list[int]:
+    """The ``nlist`` of every two-level k-means run (the real one, counted)."""
+    calls: list[int] = []
+    real = coarse.two_level_clustering
+
+    def counted(x, nc1, nc2, **kw):
+        calls.append(nc2)
+        return real(x, nc1, nc2, **kw)
+
+    monkeypatch.setattr(coarse, "two_level_clustering", counted)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["ivf_sq", "ivf_pq"])
+def test_many_lists_are_trained_by_two_level_k_means(data, kind, two_level_calls):
+    X, Q = data
+    Xu, Qu = unit(X), unit(Q)
+    vi = trained(kind, "cosine", 1024, Xu)
+    norms = np.linalg.norm(vi.index.quantizer.reconstruct_n(0, 1024), axis=1)
+    assert two_level_calls == [1024] and np.allclose(norms, 1, atol=1e-4)  # spherical centroids
+    sizes = np.array([vi.index.invlists.list_size(i) for i in range(1024)])
+    assert sizes.sum() == N and (sizes > 0).sum() > 900  # the lists are used, not a few huge ones
+    assert recall(vi, Xu, Qu, "cosine") >= (0.9 if kind == "ivf_sq" else 0.6)
+    l2 = trained(kind, "l2", 1024, X)
+    assert two_level_calls == [1024, 1024] and recall(l2, X, Q, "l2") >= (0.9 if kind == "ivf_sq" else 0.6)
+    assert not np.allclose(np.linalg.norm(l2.index.quantizer.reconstruct_n(0, 1024), axis=1), 1, atol=1e-2)
+
+
+def test_few_lists_keep_faiss_k_means(data, two_level_calls):
+    X, Q = data
+    few = trained("ivf_sq", "cosine", 64, unit(X))
+    assert two_level_calls == [] and recall(few, unit(X), unit(Q), "cosine") >= 0.95  # nprobe 64 of 64: every list
+
+
+def test_a_failing_two_level_k_means_falls_back_to_one_k_means(data, monkeypatch, caplog):
+    X, Q = data
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("Number of training points should be at least as large as number of clusters")
+
+    monkeypatch.setattr(coarse, "two_level_clustering", fails)
+    with caplog.at_level(logging.WARNING, logger="service.collections"):
+        vi = trained("ivf_sq", "cosine", 1024, unit(X))
+    assert "one k-means instead" in caplog.text
+    assert vi.index.quantizer.ntotal == 1024 and recall(vi, unit(X), unit(Q), "cosine") >= 0.9
