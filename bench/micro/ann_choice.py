@@ -14,12 +14,19 @@ and the first 200 held-out query sentences, generated in seconds. Indexes (``--w
 * ``sel:nlist``: ``IndexIVFScalarQuantizer`` searched as the service searches a selective filter on ``ivf_sq``: every
   list probed (``nprobe = nlist``), an ``IDSelectorBatch`` of a random 0.1 / 1 / 10 % of the ids, 20 candidates
   re-scored, against the exact top 10 of the admitted vectors (20 queries; the NumPy product over the admitted
-  float32 rows, as a flat index scores them in RAM, timed beside).
+  float32 rows, as a flat index scores them in RAM, timed beside);
+* ``train:nlist``: how the ``ivf_sq`` index's lists are trained, on the service's default sample (``64 x nlist``
+  capped at 200,000, seeded): FAISS's one k-means (``IndexIVF.train``) against the service's two-level k-means
+  (:func:`service.collections.index.coarse.train_coarse`), the same two-level k-means without spherical
+  centroids, and with its centroids in an HNSW graph (FAISS's ``IVF<nlist>_HNSW32``: a write's list found in the
+  graph instead of by ``nlist`` inner products): training time, the list-imbalance factor after adding every vector, recall@10 of 20 candidates
+  re-scored at ``nprobe`` 128-512.
 
 Prints one line per setting: recall@10 and the p50 of 50 single-query searches (ms; re-scoring not timed).
 
     python -m bench.micro.ann_choice --which ivf:4096
     python -m bench.micro.ann_choice --which hnsw:32:400 --n 200000
+    python -m bench.micro.ann_choice --which train:4096
 """
 
 from __future__ import annotations
@@ -30,8 +37,11 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from faiss.contrib.clustering import two_level_clustering
 
 from bench.micro import scale_docs as docs
+from service.collections.index import IndexSpec, normalize_params
+from service.collections.index.coarse import ivf_index, train_coarse
 
 K = 10
 
@@ -46,7 +56,9 @@ def vectors(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--which", required=True, help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m")
+    ap.add_argument(
+        "--which", required=True, help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m | sel:nlist | train:nlist"
+    )
     ap.add_argument("--n", type=int, default=1_000_000)
     a = ap.parse_args()
     X, Q = vectors(a.n)
@@ -103,6 +115,10 @@ def main() -> None:
     if kind == "sel":
         selective(X, Q[:20], nlist)
         return
+    if kind == "train":
+        for how in ("one k-means", "two-level", "two-level, not spherical", "two-level, HNSW quantizer"):
+            training(X, Q, nlist, how, lambda I: recall(rescored(I)))
+        return
     if kind == "ivf":
         idx = faiss.IndexIVFScalarQuantizer(
             quantizer, 384, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
@@ -126,6 +142,45 @@ def main() -> None:
         print(
             f"list sizes: max {sizes.max()}, mean {sizes.mean():.1f}, imbalance {idx.invlists.imbalance_factor():.2f}"
         )
+
+
+def training(X: np.ndarray, Q: np.ndarray, nlist: int, how: str, score) -> None:
+    """One ``train`` row (module docstring); ``score(I)``: the recall@10 of the candidates ``I`` re-scored."""
+    faiss.omp_set_num_threads(1)
+    n = min(64 * nlist, 200_000, len(X))
+    sample = np.ascontiguousarray(X[np.sort(np.random.default_rng(0).choice(len(X), n, replace=False))])
+    spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": nlist, "nprobe": 256}, 384), 384)
+    idx = ivf_index(spec, lambda q, m: faiss.IndexIVFScalarQuantizer(q, 384, nlist, faiss.ScalarQuantizer.QT_8bit, m))
+    t = time.time()
+    if how == "two-level":
+        assert train_coarse(spec, idx, sample)
+    elif how == "two-level, HNSW quantizer":  # FAISS's "IVF<nlist>_HNSW32": each vector's list found in a graph
+        assert train_coarse(spec, idx, sample)
+        hnsw = faiss.IndexHNSWFlat(384, 32, faiss.METRIC_INNER_PRODUCT)
+        hnsw.add(idx.quantizer.reconstruct_n(0, nlist))
+        hnsw.this.disown()
+        idx = faiss.IndexIVFScalarQuantizer(hnsw, 384, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+        idx.own_fields = True
+    elif how == "two-level, not spherical":
+        idx.quantizer.add(two_level_clustering(sample, int(np.sqrt(nlist)), nlist)[0])
+    lists = time.time() - t
+    idx.train(sample)  # the code ranges (and the lists, for one k-means)
+    train = time.time() - t
+    t = time.time()
+    idx.add(X)
+    add = time.time() - t
+    probes = []
+    for nprobe in (128, 256, 512):
+        sp = faiss.SearchParametersIVF()
+        sp.nprobe = nprobe
+        probes.append(f"{score(idx.search(Q, 2 * K, params=sp)[1]):.3f}")
+    r = " / ".join(probes)
+    print(
+        f"{how}: {n:,} training vectors, lists {lists if how != 'one k-means' else train:.0f} s, all training "
+        f"{train:.0f} s, add {len(X):,} {add:.0f} s, imbalance {idx.invlists.imbalance_factor():.2f}, recall@10 "
+        f"(20 re-scored) at nprobe 128 / 256 / 512: {r}",
+        flush=True,
+    )
 
 
 def selective(X: np.ndarray, Q: np.ndarray, nlist: int) -> None:

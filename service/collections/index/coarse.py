@@ -54,7 +54,11 @@ def train_coarse(spec: IndexSpec, index: faiss.IndexIVF, sample: np.ndarray) -> 
     x = np.ascontiguousarray(sample, dtype=np.float32)
     spherical = faiss_metric(spec.metric) == faiss.METRIC_INNER_PRODUCT
     try:
-        centroids, _ = two_level_clustering(x, int(np.sqrt(nlist)), nlist, spherical=spherical)
+        # min_points_per_centroid 1: FAISS's warning below 39 vectors a centroid is printed (to stderr, once per
+        # second-level cluster) whenever a cluster's share of the sample is a little under; min_train_points is
+        # this index's own floor
+        kw = {"spherical": spherical, "min_points_per_centroid": 1}
+        centroids, _ = two_level_clustering(x, int(np.sqrt(nlist)), nlist, **kw)
     except RuntimeError as e:
         log.warning("two-level k-means of %d lists on %d vectors failed (%s): one k-means instead", nlist, len(x), e)
         return False
