@@ -45,9 +45,10 @@ def ivf_index(spec: IndexSpec, make: Callable[[faiss.Index, int], faiss.IndexIVF
 
 def train_coarse(spec: IndexSpec, index: faiss.IndexIVF, sample: np.ndarray) -> bool:
     """Train the coarse quantizer of ``index`` (empty, from :func:`ivf_index`) on ``sample`` (float32 ``(s, d)``) by
-    two-level k-means when it has at least :data:`TWO_LEVEL_MIN_NLIST` lists; ``index.train`` then trains only what is left (codes' ranges, PQ codebooks). Returns whether it did; False leaves
-    the quantizer untrained for FAISS's own k-means in ``index.train`` (also when two-level k-means fails on the
-    sample, e.g. a first-level cluster too small for any centroid of its own: logged)."""
+    two-level k-means when it has at least :data:`TWO_LEVEL_MIN_NLIST` lists; ``index.train`` then trains only what
+    is left (the codes' ranges, the PQ codebooks). Returns whether it did; False leaves the quantizer untrained for
+    FAISS's own k-means in ``index.train`` (also when two-level k-means fails on the sample, e.g. a first-level
+    cluster too small for any centroid of its own: logged)."""
     nlist = int(index.nlist)
     if nlist < TWO_LEVEL_MIN_NLIST:
         return False
