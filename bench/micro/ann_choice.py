@@ -19,8 +19,8 @@ and the first 200 held-out query sentences, generated in seconds. Indexes (``--w
   capped at 200,000, seeded): FAISS's one k-means (``IndexIVF.train``) against the service's two-level k-means
   (:func:`service.collections.index.coarse.train_coarse`), the same two-level k-means without spherical
   centroids, and with its centroids in an HNSW graph (FAISS's ``IVF<nlist>_HNSW32``: a write's list found in the
-  graph instead of by ``nlist`` inner products): training time, the list-imbalance factor after adding every vector, recall@10 of 20 candidates
-  re-scored at ``nprobe`` 128-512.
+  graph instead of by ``nlist`` inner products): training time, the list-imbalance factor after adding every
+  vector, recall@10 of 20 candidates re-scored at ``nprobe`` 128-512 (these rows print their own line).
 
 Prints one line per setting: recall@10 and the p50 of 50 single-query searches (ms; re-scoring not timed).
 
