@@ -1,7 +1,7 @@
 """Snapshots of the FAISS indexes of an embedded collection's client-supplied (named) dense vectors, so an open loads
 them and replays only the later writes instead of rebuilding from every ``named_dense`` row (a 1M-point HNSW graph
-takes tens of minutes to build on 2 cores, an IVF index's k-means up to minutes), as the model-bound vector's snapshots do
-(:mod:`.snapshots`) and the sparse vectors' (:mod:`.sparse_snapshots`).
+takes tens of minutes to build on 2 cores, a 1M-point IVF index minutes: k-means, then every vector's list), as the
+model-bound vector's snapshots do (:mod:`.snapshots`) and the sparse vectors' (:mod:`.sparse_snapshots`).
 
 Layout, per dense vector, in ``<collection dir>/dense-<hex of the vector's name>/``: ``snap-<seq>-<last>.faiss``, the
 index (:meth:`~..index.VectorIndex.write_snapshot`: FAISS's serialisation, tombstones, a CRC) covering every write up
