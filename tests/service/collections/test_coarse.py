@@ -9,8 +9,7 @@ import logging
 import numpy as np
 import pytest
 
-from service.collections.index import IndexSpec, VectorIndex, normalize_params
-from service.collections.index import coarse
+from service.collections.index import IndexSpec, VectorIndex, coarse, normalize_params
 
 D = 16
 N = 12_000
