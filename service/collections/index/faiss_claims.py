@@ -2,8 +2,9 @@
 
 FAISS's reader (``faiss/impl/index_read.cpp``) allocates what each count in the file claims before reading the items
 (``READVECTOR``: up to 2^40 items), so a snapshot of a few KB could make it allocate gigabytes. :func:`check_claims`
-walks the structures this service writes (``IndexIDMap2`` over ``IndexFlat`` or ``IndexHNSWFlat``, ``IndexIVFPQ``
-with a flat quantizer and array inverted lists) and checks every count against the bytes left; any other structure
+walks the structures this service writes (``IndexIDMap2`` over ``IndexFlat``, ``IndexScalarQuantizer``,
+``IndexHNSWFlat`` or ``IndexHNSWSQ``; ``IndexIVFPQ`` and ``IndexIVFScalarQuantizer`` with a flat quantizer and array
+inverted lists) and checks every count against the bytes left; any other structure
 is :class:`UnknownIndexFormat` (left unchecked: the caller does not give it to FAISS).
 """
 
@@ -77,7 +78,12 @@ class _Claims:
             n = self.header()
             if self.vector(4, "floats") != n * self.d:
                 raise ValueError(f"the FAISS flat index holds other than its {n} vectors")
-        elif fourcc == b"IHNf":  # IndexHNSWFlat: header, the graph, the storage
+        elif fourcc == b"IxSQ":  # IndexScalarQuantizer: header, the quantizer, the codes
+            n = self.header()
+            code_size = self.scalar_quantizer()
+            if self.vector(1, "codes") != n * code_size:
+                raise ValueError(f"the FAISS scalar-quantized index holds other than its {n} codes")
+        elif fourcc in (b"IHNf", b"IHNs"):  # IndexHNSWFlat / IndexHNSWSQ: header, the graph, the storage
             n = self.header()
             for item, what in ((8, "level probabilities"), (4, "level sizes"), (4, "levels"), (8, "offsets")):
                 self.vector(item, what)
@@ -85,16 +91,16 @@ class _Claims:
             self.skip(20, "graph parameters")  # entry_point, max_level, efConstruction, efSearch, upper_beam
             if self.index() != n:
                 raise ValueError(f"the FAISS graph's storage holds other than its {n} vectors")
-        elif fourcc == b"IwPQ":  # IndexIVFPQ: header, lists, quantizer, direct map, product quantizer, lists
-            n = self.header()
-            nlist = self.read("<Q")
-            self.read("<Q")  # nprobe
-            if not 1 <= nlist <= _MAX_NLIST or self.index() != nlist:  # the quantizer holds one centroid a list
-                raise ValueError(f"the FAISS index claims {nlist} lists")
-            if self.read("<B") == 2:  # a direct map: its array, or its hash table
-                self.vector(16, "direct map entries")
-            else:
-                self.vector(8, "direct map entries")
+        elif fourcc == b"IwSq":  # IndexIVFScalarQuantizer: IVF header, the quantizer, code size, lists
+            n, nlist = self.ivf_header()
+            code_size = self.scalar_quantizer()
+            if self.read("<Q") != code_size:
+                raise ValueError("the FAISS IVF index's code size is not its quantizer's")
+            self.read("<B")  # by_residual
+            if self.lists(nlist, code_size) != n:
+                raise ValueError(f"the FAISS inverted lists hold other than their {n} vectors")
+        elif fourcc == b"IwPQ":  # IndexIVFPQ: IVF header, by_residual, product quantizer, lists
+            n, nlist = self.ivf_header()
             self.read("<B")  # by_residual
             code_size = self.read("<Q")
             d, m, nbits = self.read("<Q"), self.read("<Q"), self.read("<Q")
@@ -107,6 +113,33 @@ class _Claims:
         else:
             raise UnknownIndexFormat(f"a FAISS index of type {fourcc!r}")
         return n
+
+    def ivf_header(self) -> tuple[int, int]:
+        """``write_ivf_header``: the index header, ``nlist``, ``nprobe``, the coarse quantizer (one centroid a
+        list) and the direct map; ``(ntotal, nlist)``."""
+        n = self.header()
+        nlist = self.read("<Q")
+        self.read("<Q")  # nprobe
+        if not 1 <= nlist <= _MAX_NLIST or self.index() != nlist:  # the quantizer holds one centroid a list
+            raise ValueError(f"the FAISS index claims {nlist} lists")
+        if self.read("<B") == 2:  # a direct map: its array, or its hash table
+            self.vector(16, "direct map entries")
+        else:
+            self.vector(8, "direct map entries")
+        return n, nlist
+
+    def scalar_quantizer(self) -> int:
+        """``write_ScalarQuantizer``: its type, range statistic and argument, dimension, code size and trained
+        ranges (at most two floats a dimension); its code size (at most 4 bytes a dimension)."""
+        self.read("<i")  # qtype
+        self.read("<i")  # rangestat
+        self.read("<f")  # rangestat_arg
+        d, code_size = self.read("<Q"), self.read("<Q")
+        if d != self.d or not 1 <= code_size <= 4 * d:
+            raise ValueError(f"the FAISS scalar quantizer claims d={d}, code size {code_size}")
+        if self.vector(4, "trained ranges") > 2 * d:
+            raise ValueError("the FAISS scalar quantizer claims more ranges than two a dimension")
+        return code_size
 
     def lists(self, nlist: int, code_size: int) -> int:
         """``read_InvertedLists``: an array of ``nlist`` lists of ``code_size``-byte codes and int64 ids; their

@@ -18,7 +18,9 @@ import pytest
 
 from service.collections.embedded.backend import EmbeddedBackend
 from service.collections.errors import InvalidCollectionRequest
+from service.collections.index import IndexSpec, VectorIndex, index_kinds, normalize_params
 from service.collections.index.faiss_claims import UnknownIndexFormat, check_claims
+from service.collections.index.registry import get_type
 from service.collections.snapshots import Recovery
 from tests.service.collections.test_snapshot_hostile import LOADED, D, _faiss_claiming, _members, _tar
 
@@ -87,16 +89,39 @@ def test_trusted_recovery_refuses_faiss_claims_the_file_cannot_hold(tmp_path):
     asyncio.run(main())
 
 
-def test_the_walk_reads_every_index_this_service_writes():
+#: params that train each kind on the 2,000 points below (small lists, few sub-quantizers)
+_SMALL = {"ivf_pq": {"nlist": 4, "m": 2, "nbits": 4, "min_train_points": 100}, "ivf_sq": {"nlist": 4}}
+
+
+@pytest.mark.parametrize("kind", index_kinds())
+def test_the_walk_reads_every_index_this_service_writes(kind):
+    """Every registered index type, built as the service builds it, empty, untrained and trained, walks to its end."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2000, D)).astype(np.float32)
-    flat = faiss.IndexIDMap2(faiss.IndexFlat(D, faiss.METRIC_INNER_PRODUCT))
-    hnsw = faiss.IndexIDMap2(faiss.IndexHNSWFlat(D, 8, faiss.METRIC_INNER_PRODUCT))
-    ivf = faiss.IndexIVFPQ(faiss.IndexFlat(D, faiss.METRIC_L2), D, 4, 2, 4, faiss.METRIC_L2)
-    ivf.train(x)
-    for index in (flat, hnsw, ivf):
-        check_claims(faiss.serialize_index(index), D)  # empty
-        index.add_with_ids(x[:300], np.arange(300, dtype=np.int64))
-        check_claims(faiss.serialize_index(index), D)
+    params = {**_SMALL.get(kind, {}), **({"min_train_points": 100} if get_type(kind).trains_on_add else {})}
+    spec = IndexSpec(kind, "cosine", normalize_params(kind, {**params}, D), D)
+    check_claims(faiss.serialize_index(VectorIndex(spec).index), D)  # empty, untrained
+    ids = np.arange(2000, dtype=np.int64)
+    sample = x if get_type(kind).train_sample_size(spec, 2000) else None
+    built = VectorIndex.build(spec, [(ids[:1500], x[:1500])], train_sample=sample)
+    built.remove(ids[:10])
+    check_claims(faiss.serialize_index(built.index), D)
     with pytest.raises(UnknownIndexFormat):
         check_claims(faiss.serialize_index(faiss.IndexLSH(D, 16)), D)
+
+
+def test_a_scalar_quantizer_claiming_another_shape_is_refused():
+    """An int8 index whose quantizer claims another dimension, a code size over 4 bytes a dimension or more ranges
+    than two a dimension is refused before FAISS reads it."""
+    x = np.random.default_rng(0).normal(size=(500, D)).astype(np.float32)
+    sq = faiss.IndexScalarQuantizer(D, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    sq.train(x)
+    sq.add(x)
+    body = bytearray(faiss.serialize_index(sq).tobytes())
+    at = 4 + 4 + 8 + 16 + 1 + 4 + 4 + 4 + 4  # fourcc, header, qtype, rangestat, rangestat_arg: then d, code_size
+    check_claims(bytes(body), D)
+    for offset, value, message in ((0, D + 1, "d="), (8, 4 * D + 1, "code size"), (16, 2 * D + 1, "ranges")):
+        lie = body.copy()
+        lie[at + offset : at + offset + 8] = struct.pack("<Q", value)
+        with pytest.raises(ValueError, match=message):
+            check_claims(bytes(lie), D)
