@@ -21,6 +21,10 @@ and the first 200 held-out query sentences, generated in seconds. Indexes (``--w
   centroids, and with its centroids in an HNSW graph (FAISS's ``IVF<nlist>_HNSW32``: a write's list found in the
   graph instead of by ``nlist`` inner products): training time, the list-imbalance factor after adding every
   vector, recall@10 of 20 candidates re-scored at ``nprobe`` 128-512 (these rows print their own line).
+* ``assign:nlist``: the service's ``ivf_sq`` (two-level k-means, as ``train``) filled two ways: each vector's list
+  found by the exact quantizer (``nlist`` inner products, what ``add`` does) or by an HNSW graph over the centroids
+  (M 32, ``efSearch`` 16 / 64) and added with ``faiss.contrib.ivf_tools.add_preassigned``, searches always through
+  the exact quantizer: add time, the share of vectors in their nearest list, recall@10 at ``nprobe`` 128-512.
 
 Prints one line per setting: recall@10 and the p50 of 50 single-query searches (ms; re-scoring not timed).
 
@@ -38,6 +42,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 from faiss.contrib.clustering import two_level_clustering
+from faiss.contrib.ivf_tools import add_preassigned
 
 from bench.micro import scale_docs as docs
 from service.collections.index import IndexSpec, normalize_params
@@ -57,7 +62,9 @@ def vectors(n: int) -> tuple[np.ndarray, np.ndarray]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--which", required=True, help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m | sel:nlist | train:nlist"
+        "--which",
+        required=True,
+        help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m | sel:nlist | train:nlist | assign:nlist",
     )
     ap.add_argument("--n", type=int, default=1_000_000)
     a = ap.parse_args()
@@ -114,6 +121,9 @@ def main() -> None:
     quantizer = faiss.IndexFlatIP(384)
     if kind == "sel":
         selective(X, Q[:20], nlist)
+        return
+    if kind == "assign":
+        assigned(X, Q, nlist, lambda I: recall(rescored(I)))
         return
     if kind == "train":
         for how in ("one k-means", "two-level", "two-level, not spherical", "two-level, HNSW quantizer"):
@@ -181,6 +191,43 @@ def training(X: np.ndarray, Q: np.ndarray, nlist: int, how: str, score) -> None:
         f"(20 re-scored) at nprobe 128 / 256 / 512: {r}",
         flush=True,
     )
+
+
+def assigned(X: np.ndarray, Q: np.ndarray, nlist: int, score) -> None:
+    """The ``assign`` rows (module docstring); ``score(I)``: the recall@10 of the candidates ``I`` re-scored."""
+    faiss.omp_set_num_threads(1)
+    n = min(64 * nlist, 200_000, len(X))
+    sample = np.ascontiguousarray(X[np.sort(np.random.default_rng(0).choice(len(X), n, replace=False))])
+    spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": nlist, "nprobe": 256}, 384), 384)
+    idx = ivf_index(spec, lambda q, m: faiss.IndexIVFScalarQuantizer(q, 384, nlist, faiss.ScalarQuantizer.QT_8bit, m))
+    assert train_coarse(spec, idx, sample)
+    idx.train(sample)
+    exact = idx.quantizer.assign(X, 1).ravel()
+    blob = faiss.serialize_index(idx)  # trained, empty: each row starts from it
+    for ef in (None, 16, 64):
+        ivf = faiss.deserialize_index(blob)
+        t = time.time()
+        if ef is None:
+            ivf.add(X)
+            lists = exact
+        else:
+            graph = faiss.IndexHNSWFlat(384, 32, faiss.METRIC_INNER_PRODUCT)
+            graph.add(ivf.quantizer.reconstruct_n(0, nlist))
+            graph.hnsw.efSearch = ef
+            lists = graph.assign(X, 1).ravel()
+            add_preassigned(ivf, X, lists)
+        secs = time.time() - t
+        probes = []
+        for nprobe in (128, 256, 512):
+            sp = faiss.SearchParametersIVF()
+            sp.nprobe = nprobe
+            probes.append(f"{score(ivf.search(Q, 2 * K, params=sp)[1]):.3f}")
+        how = "exact quantizer" if ef is None else f"HNSW graph, efSearch {ef}"
+        print(
+            f"lists by {how}: add {len(X):,} in {secs:.0f} s, {np.mean(lists == exact):.3f} in their nearest list, "
+            f"recall@10 (20 re-scored) at nprobe 128 / 256 / 512: {' / '.join(probes)}",
+            flush=True,
+        )
 
 
 def selective(X: np.ndarray, Q: np.ndarray, nlist: int) -> None:

@@ -114,6 +114,11 @@ class IndexType(ABC):
     def create(self, spec: IndexSpec) -> faiss.Index:
         """An empty FAISS index that accepts ``add_with_ids`` at once (no training)."""
 
+    def add(self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
+        """Add ``vectors`` (float32 ``(n, dimension)``, contiguous) under ``ids`` (int64 ``(n,)``) to ``index``:
+        FAISS's ``add_with_ids``."""
+        index.add_with_ids(vectors, ids)
+
     def train_sample_size(self, spec: IndexSpec, live_count: int) -> int | None:
         """Vectors to sample for training once the collection holds ``live_count``; None: no training (yet)."""
         return None

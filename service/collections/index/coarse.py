@@ -2,7 +2,14 @@
 stored in the list of its nearest (Jégou, Douze & Schmid, "Product Quantization for Nearest Neighbor Search",
 TPAMI 2011, section IV.A).
 
-Construction (:func:`ivf_index`): a flat quantizer owned by the index. Training (:func:`train_coarse`): for many
+Construction (:func:`ivf_index`): a flat quantizer owned by the index; searches ask it for their ``nprobe`` lists
+(exact). Adding (:func:`add_to_lists`): from :data:`TWO_LEVEL_MIN_NLIST` lists, each vector's list is found in an
+HNSW graph over the centroids (FAISS's ``IndexHNSWFlat``, M 32, ``efSearch`` 16; Malkov & Yashunin, arXiv:1603.09320)
+instead of by ``nlist`` inner products, and the vectors added with ``faiss.contrib.ivf_tools.add_preassigned``: at 1M
+vectors and 4,096 lists, 42 s instead of 186 s on one thread, 96.9 % of the vectors in their nearest list (the rest
+in a near one, which a search probes too), recall@10 0.966 against 0.965 at nprobe 256 (docs/performance.md). The
+graph is derived from the centroids (never saved; built again, in well under a second, after a snapshot is loaded).
+Training (:func:`train_coarse`): for many
 lists, FAISS's two-level k-means (``faiss.contrib.clustering.two_level_clustering``: ``sqrt(nlist)`` clusters, then
 each split in proportion to its size) instead of one k-means over every list: each training vector is compared with
 about ``2 * sqrt(nlist)`` centroids per iteration instead of ``nlist``. At 1M random-projection vectors, nlist 4096,
@@ -16,19 +23,25 @@ list-imbalance factor of 27.8 measured, against 2.9 spherical).
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 
 import faiss
 import numpy as np
 from faiss.contrib.clustering import two_level_clustering
+from faiss.contrib.ivf_tools import add_preassigned
 
 from service.collections.index.base import IndexSpec, faiss_metric
 
 log = logging.getLogger("service.collections")
 
-#: from this many lists the coarse quantizer is trained by two-level k-means (below, one k-means is cheap anyway:
-#: nlist 1024 on 64k vectors ~25 s on one core)
+#: from this many lists the coarse quantizer is trained by two-level k-means and writes find their list in a graph
+#: (below, one k-means and exact assignment are cheap anyway: nlist 1024 on 64k vectors ~25 s on one core)
 TWO_LEVEL_MIN_NLIST = 1024
+#: the assignment graph's links per node and search breadth (efSearch 64: 99.4 % in the nearest list, no more recall,
+#: 116 s for 1M instead of 42)
+GRAPH_M, GRAPH_EF = 32, 16
 
 
 def ivf_index(spec: IndexSpec, make: Callable[[faiss.Index, int], faiss.IndexIVF]) -> faiss.IndexIVF:
@@ -65,3 +78,34 @@ def train_coarse(spec: IndexSpec, index: faiss.IndexIVF, sample: np.ndarray) -> 
         return False
     index.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
     return True
+
+
+_graphs: weakref.WeakKeyDictionary[faiss.IndexIVF, faiss.IndexHNSWFlat] = weakref.WeakKeyDictionary()
+_graphs_lock = threading.Lock()
+
+
+def assignment_graph(index: faiss.IndexIVF) -> faiss.IndexHNSWFlat:
+    """The HNSW graph over the trained ``index``'s centroids (its metric), built on first use and kept while the
+    index's Python object lives (a snapshot loaded is a new object: it builds its own)."""
+    with _graphs_lock:
+        graph = _graphs.get(index)
+    if graph is None:
+        graph = faiss.IndexHNSWFlat(index.d, GRAPH_M, index.metric_type)
+        graph.add(index.quantizer.reconstruct_n(0, index.nlist))
+        graph.hnsw.efSearch = GRAPH_EF
+        with _graphs_lock:
+            graph = _graphs.setdefault(index, graph)
+    return graph
+
+
+def add_to_lists(index: faiss.IndexIVF, vectors: np.ndarray, ids: np.ndarray) -> None:
+    """Add ``vectors`` (float32 ``(n, d)``, contiguous) under ``ids`` (int64 ``(n,)``) to the trained ``index``, each
+    into the list :func:`assignment_graph` finds (from :data:`TWO_LEVEL_MIN_NLIST` lists; below, FAISS's exact
+    assignment, ``add_with_ids``)."""
+    if index.nlist < TWO_LEVEL_MIN_NLIST or len(vectors) == 0:
+        index.add_with_ids(vectors, ids)
+        return
+    lists = np.ascontiguousarray(assignment_graph(index).search(vectors, 1)[1].ravel())
+    if (missed := lists < 0).any():  # none found (FAISS's IVF would skip the vector): the exact list
+        lists[missed] = index.quantizer.assign(vectors[missed], 1).ravel()
+    add_preassigned(index, vectors, lists, ids)

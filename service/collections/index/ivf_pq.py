@@ -20,7 +20,7 @@ from service.collections.index.base import (
     int_param,
     reject_unknown,
 )
-from service.collections.index.coarse import ivf_index, train_coarse
+from service.collections.index.coarse import add_to_lists, ivf_index, train_coarse
 from service.collections.index.flat import flat_index
 
 IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
@@ -83,6 +83,13 @@ class IVFPQType(IndexType):
         train_coarse(spec, index, sample)
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
         return index
+
+    def add(self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
+        """IVF: each vector into its list as :func:`.coarse.add_to_lists` finds it (the flat fallback: as added)."""
+        if isinstance(index, faiss.IndexIVF):
+            add_to_lists(index, vectors, ids)
+        else:
+            index.add_with_ids(vectors, ids)
 
     def is_trained(self, spec: IndexSpec, index: faiss.Index) -> bool:
         """IVF-PQ: True once ``index`` is the trained IVF index, False for the flat fallback."""

@@ -152,7 +152,7 @@ class VectorIndex:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.spec.dimension or len(ids) != len(vectors):
             raise ValueError(f"expected ({len(ids)}, {self.spec.dimension}) vectors, got {vectors.shape}")
-        self.index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+        self.type.add(self.spec, self.index, vectors, np.ascontiguousarray(ids, dtype=np.int64))
         self._scan.added(vectors)
         if self.type.trains_on_add and not self.trained and (n := self.type.train_sample_size(self.spec, self.live)):
             self._train_in_place(n)
@@ -163,7 +163,7 @@ class VectorIndex:
         ids, held = self.held()
         sample = held if len(held) <= n else held[np.random.default_rng(0).choice(len(held), n, replace=False)]
         trained = self.type.create_trained(self.spec, np.ascontiguousarray(sample))
-        trained.add_with_ids(np.ascontiguousarray(held), ids)
+        self.type.add(self.spec, trained, np.ascontiguousarray(held), np.ascontiguousarray(ids, dtype=np.int64))
         self.index, self._tombstones = trained, set()
         self._refresh_tomb_selector()
         self._scan.reset()

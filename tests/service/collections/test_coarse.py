@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+import faiss
 import numpy as np
 import pytest
 
@@ -90,3 +91,39 @@ def test_a_failing_two_level_k_means_falls_back_to_one_k_means(data, monkeypatch
         vi = trained("ivf_sq", "cosine", 1024, unit(X))
     assert "one k-means instead" in caplog.text
     assert vi.index.quantizer.ntotal == 1024 and recall(vi, unit(X), unit(Q), "cosine") >= 0.9
+
+
+def list_of(index) -> np.ndarray:
+    """The list each id is stored in (ids are ``0..n-1`` here), int64."""
+    out = np.full(index.ntotal, -1, np.int64)
+    for i in range(index.nlist):
+        n = index.invlists.list_size(i)
+        if n:
+            out[faiss.rev_swig_ptr(index.invlists.get_ids(i), n).copy()] = i
+    return out
+
+
+def test_writes_find_their_list_in_a_graph_over_the_centroids(data, tmp_path):
+    """From 1,024 lists each added vector's list comes from the HNSW graph over the centroids: nearly always its
+    nearest (the rest near ones, which a search probes too), so recall holds; the graph is built once per index
+    object, and again for an index loaded from a snapshot; removal is FAISS's as before."""
+    X, Q = data
+    Xu, Qu = unit(X), unit(Q)
+    vi = trained("ivf_sq", "cosine", 1024, Xu)
+    assert vi.index in coarse._graphs  # the adds built it
+    graph = coarse.assignment_graph(vi.index)
+    assert coarse.assignment_graph(vi.index) is graph and graph.ntotal == 1024
+    nearest = vi.index.quantizer.assign(Xu, 1).ravel()
+    stored = list_of(vi.index)
+    assert (stored >= 0).all() and float(np.mean(stored == nearest)) >= 0.9
+    assert recall(vi, Xu, Qu, "cosine") >= 0.9
+    vi.write_snapshot(tmp_path / "snap", 1)
+    loaded, _ = VectorIndex.read_snapshot(tmp_path / "snap", vi.spec)
+    more = unit(np.random.default_rng(1).standard_normal((500, D)).astype(np.float32))
+    loaded.add(np.arange(N, N + 500, dtype=np.int64), more)  # a new graph for the loaded index
+    assert coarse.assignment_graph(loaded.index) is not graph and loaded.index.ntotal == N + 500
+    loaded.remove(np.arange(0, N, 2, dtype=np.int64))
+    assert loaded.index.ntotal == N // 2 + 500
+    few = trained("ivf_sq", "cosine", 64, Xu)  # fewer lists: FAISS's exact assignment, no graph
+    assert few.index not in coarse._graphs
+    assert np.array_equal(list_of(few.index), few.index.quantizer.assign(Xu, 1).ravel())
