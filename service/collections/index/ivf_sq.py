@@ -8,9 +8,9 @@ nearest the query, scoring their ``d``-byte codes (each vector's residual to its
 default, with ``oversampling`` candidates per result). A write costs one assignment (from 1,024 lists a search of
 an HNSW graph over the centroids, :mod:`.coarse`: ~0.04 ms a vector on one core at nlist 4096, against 0.19 ms for
 ``nlist`` inner products), and a search reads about ``nprobe / nlist`` of the codes. Ids are stored natively and
-removed in place. Until the collection holds ``min_train_points`` vectors the index is an exact flat one; training (k-means over ``train_sample`` stored vectors,
-two-level from 1,024 lists: :mod:`.coarse`; ~45 s for 4,096 lists on 200,000 vectors) is maintenance, built beside
-while writes go on, as IVF-PQ's is.
+removed in place. Until the collection holds ``min_train_points`` vectors the index is an exact flat one; training
+(k-means over ``train_sample`` stored vectors, two-level from 1,024 lists: :mod:`.coarse`; ~45 s for 4,096 lists on
+200,000 vectors) is maintenance, built beside while writes go on, as IVF-PQ's is.
 """
 
 from __future__ import annotations
