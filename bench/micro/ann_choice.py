@@ -154,13 +154,29 @@ def main() -> None:
         )
 
 
-def training(X: np.ndarray, Q: np.ndarray, nlist: int, how: str, score) -> None:
-    """One ``train`` row (module docstring); ``score(I)``: the recall@10 of the candidates ``I`` re-scored."""
+def _untrained(X: np.ndarray, nlist: int) -> tuple[IndexSpec, faiss.IndexIVF, np.ndarray]:
+    """``(spec, empty ivf_sq index as the service makes it, the service's default training sample)``."""
     faiss.omp_set_num_threads(1)
     n = min(64 * nlist, 200_000, len(X))
     sample = np.ascontiguousarray(X[np.sort(np.random.default_rng(0).choice(len(X), n, replace=False))])
     spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": nlist, "nprobe": 256}, 384), 384)
     idx = ivf_index(spec, lambda q, m: faiss.IndexIVFScalarQuantizer(q, 384, nlist, faiss.ScalarQuantizer.QT_8bit, m))
+    return spec, idx, sample
+
+
+def _recalls(idx: faiss.IndexIVF, Q: np.ndarray, score) -> str:
+    """Recall@10 of 20 candidates re-scored (``score``) at nprobe 128 / 256 / 512."""
+    probes = []
+    for nprobe in (128, 256, 512):
+        sp = faiss.SearchParametersIVF()
+        sp.nprobe = nprobe
+        probes.append(f"{score(idx.search(Q, 2 * K, params=sp)[1]):.3f}")
+    return " / ".join(probes)
+
+
+def training(X: np.ndarray, Q: np.ndarray, nlist: int, how: str, score) -> None:
+    """One ``train`` row (module docstring); ``score(I)``: the recall@10 of the candidates ``I`` re-scored."""
+    spec, idx, sample = _untrained(X, nlist)
     t = time.time()
     if how == "two-level":
         assert train_coarse(spec, idx, sample)
@@ -179,14 +195,9 @@ def training(X: np.ndarray, Q: np.ndarray, nlist: int, how: str, score) -> None:
     t = time.time()
     idx.add(X)
     add = time.time() - t
-    probes = []
-    for nprobe in (128, 256, 512):
-        sp = faiss.SearchParametersIVF()
-        sp.nprobe = nprobe
-        probes.append(f"{score(idx.search(Q, 2 * K, params=sp)[1]):.3f}")
-    r = " / ".join(probes)
+    r = _recalls(idx, Q, score)
     print(
-        f"{how}: {n:,} training vectors, lists {lists if how != 'one k-means' else train:.0f} s, all training "
+        f"{how}: {len(sample):,} training vectors, lists {lists if how != 'one k-means' else train:.0f} s, all training "
         f"{train:.0f} s, add {len(X):,} {add:.0f} s, imbalance {idx.invlists.imbalance_factor():.2f}, recall@10 "
         f"(20 re-scored) at nprobe 128 / 256 / 512: {r}",
         flush=True,
@@ -195,11 +206,7 @@ def training(X: np.ndarray, Q: np.ndarray, nlist: int, how: str, score) -> None:
 
 def assigned(X: np.ndarray, Q: np.ndarray, nlist: int, score) -> None:
     """The ``assign`` rows (module docstring); ``score(I)``: the recall@10 of the candidates ``I`` re-scored."""
-    faiss.omp_set_num_threads(1)
-    n = min(64 * nlist, 200_000, len(X))
-    sample = np.ascontiguousarray(X[np.sort(np.random.default_rng(0).choice(len(X), n, replace=False))])
-    spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": nlist, "nprobe": 256}, 384), 384)
-    idx = ivf_index(spec, lambda q, m: faiss.IndexIVFScalarQuantizer(q, 384, nlist, faiss.ScalarQuantizer.QT_8bit, m))
+    spec, idx, sample = _untrained(X, nlist)
     assert train_coarse(spec, idx, sample)
     idx.train(sample)
     exact = idx.quantizer.assign(X, 1).ravel()
@@ -217,15 +224,10 @@ def assigned(X: np.ndarray, Q: np.ndarray, nlist: int, score) -> None:
             lists = graph.assign(X, 1).ravel()
             add_preassigned(ivf, X, lists)
         secs = time.time() - t
-        probes = []
-        for nprobe in (128, 256, 512):
-            sp = faiss.SearchParametersIVF()
-            sp.nprobe = nprobe
-            probes.append(f"{score(ivf.search(Q, 2 * K, params=sp)[1]):.3f}")
         how = "exact quantizer" if ef is None else f"HNSW graph, efSearch {ef}"
         print(
             f"lists by {how}: add {len(X):,} in {secs:.0f} s, {np.mean(lists == exact):.3f} in their nearest list, "
-            f"recall@10 (20 re-scored) at nprobe 128 / 256 / 512: {' / '.join(probes)}",
+            f"recall@10 (20 re-scored) at nprobe 128 / 256 / 512: {_recalls(ivf, Q, score)}",
             flush=True,
         )
 
