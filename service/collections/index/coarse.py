@@ -9,10 +9,11 @@ instead of by ``nlist`` inner products, and the vectors added with ``faiss.contr
 vectors and 4,096 lists, 42 s instead of 186 s on one thread, 96.9 % of the vectors in their nearest list (the rest
 in a near one, which a search probes too), recall@10 0.966 against 0.965 at nprobe 256 (docs/performance.md). The
 graph is derived from the centroids (never saved; built again, in well under a second, after a snapshot is loaded).
-Training (:func:`train_coarse`): for many
-lists, FAISS's two-level k-means (``faiss.contrib.clustering.two_level_clustering``: ``sqrt(nlist)`` clusters, then
-each split in proportion to its size) instead of one k-means over every list: each training vector is compared with
-about ``2 * sqrt(nlist)`` centroids per iteration instead of ``nlist``. At 1M random-projection vectors, nlist 4096,
+
+Training (:func:`train_coarse`): for many lists, FAISS's two-level k-means
+(``faiss.contrib.clustering.two_level_clustering``: ``sqrt(nlist)`` clusters, then each split in proportion to its
+size) instead of one k-means over every list: each training vector is compared with about ``2 * sqrt(nlist)``
+centroids per iteration instead of ``nlist``. At 1M random-projection vectors, nlist 4096,
 200,000 training vectors, one thread (docs/performance.md, "Training an IVF index's lists"): the lists in 27 s
 instead of 308 s, recall@10 0.965 against 0.969 at nprobe 256, and better-balanced lists. For the
 inner-product metrics (``cosine``, ``dot``) the centroids are spherical (unit norm), as FAISS's own IVF training

@@ -3,6 +3,7 @@ that arrive while it runs share the result (or the error); nothing is kept after
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,7 @@ from service.collections.embedded.inflight import InFlight
 from service.collections.filters import parse_filter
 from service.collections.index import IndexSpec, normalize_params
 from service.collections.schema import VectorsConfig
+from service.collections.stopping import WorkStopped, run_stoppable
 
 D = 8
 
@@ -40,24 +42,54 @@ def test_concurrent_callers_share_one_computation_and_nothing_is_kept():
     assert flight.get("k", lambda: 7) == 7  # done calls are forgotten: computed again
 
 
-def test_an_error_reaches_every_waiting_caller_and_is_not_kept():
+def test_a_failed_computation_is_not_shared_the_waiting_caller_computes_its_own():
+    """The owner's error may be its own (its request stopped at its deadline): a caller that waited computes for
+    itself, and the error reaches only the owner."""
     flight: InFlight[int] = InFlight()
     started, release = threading.Event(), threading.Event()
 
-    def failing() -> int:
+    def stopped() -> int:
         started.set()
         release.wait(5)
-        raise ValueError("boom")
+        raise WorkStopped("the request's time budget ran out")
 
     with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(flight.get, "k", failing)
+        first = pool.submit(flight.get, "k", stopped)
         assert started.wait(5)
         second = pool.submit(flight.get, "k", lambda: 1)
         release.set()
-        for f in (first, second):
-            with pytest.raises(ValueError, match="boom"):
-                f.result(5)
+        with pytest.raises(WorkStopped):
+            first.result(5)
+        assert second.result(5) == 1
     assert flight.get("k", lambda: 2) == 2
+
+
+def test_a_waiting_caller_stops_with_its_own_request():
+    """A caller waiting on another's computation gives up when its own work is stopped, not when that one ends."""
+    flight: InFlight[int] = InFlight()
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(5)
+        return 1
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(2) as pool:
+            first = loop.run_in_executor(pool, flight.get, "k", slow)
+            assert await asyncio.to_thread(started.wait, 5)
+            waiter = asyncio.ensure_future(run_stoppable(pool, flight.get, "k", lambda: 2))
+            await asyncio.sleep(0.2)
+            waiter.cancel()  # its request stopped: the thread sees the flag within a wait slice
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            # the waiter's thread is free again while the first computation still runs (2 threads in the pool)
+            assert await asyncio.wait_for(loop.run_in_executor(pool, lambda: 3), 2) == 3
+            release.set()
+            assert await first == 1
+
+    asyncio.run(main())
 
 
 def test_concurrent_filtered_searches_answer_as_one_at_a_time(tmp_path):

@@ -277,8 +277,8 @@ class Store:
         rows = self.reader().execute("SELECT iid FROM removed WHERE seq > ?", (seq,)).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
-    def matching_iids(self, where: Filter, limit: int | None = None) -> np.ndarray:
-        """Internal ids of points satisfying the filter ``where`` (at most ``limit``), int64: read from the payload
+    def matching_iids(self, where: Filter) -> np.ndarray:
+        """Internal ids of points satisfying the filter ``where``, int64: read from the payload
         indexes alone where they cover the whole filter (:func:`.payload_index.exact_set`); sorted, each once.
 
         The ids come back as one ``group_concat`` string parsed by NumPy: SQLite makes no Python row per id (10,000
@@ -288,8 +288,6 @@ class Store:
         else:
             sql, params = to_sql(where, indexes=self.payload_indexes)
             q = f"SELECT iid FROM points WHERE {sql}"
-        if limit is not None:
-            q = f"SELECT DISTINCT iid FROM ({q}) LIMIT {int(limit)}"
         (text,) = self.reader().execute(f"SELECT group_concat(iid) FROM ({q})", params).fetchone()
         return np.unique(np.fromstring(text, dtype=np.int64, sep=",")) if text else np.empty(0, np.int64)
 
