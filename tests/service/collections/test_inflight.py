@@ -30,7 +30,7 @@ def test_concurrent_callers_share_one_computation_and_nothing_is_kept():
         release.wait(5)
         return len(calls)
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(5) as pool:  # the owner, 3 waiters and the other key each hold a thread
         first = pool.submit(flight.get, "k", slow)
         assert started.wait(5)
         joined = [pool.submit(flight.get, "k", slow) for _ in range(3)]
