@@ -24,12 +24,12 @@ from typing import Any, BinaryIO
 from service.collections.embedded.store.files import DB_FILE, vectors_from_meta
 from service.collections.errors import InvalidCollectionRequest
 from service.collections.index.faiss_claims import UnknownIndexFormat, check_claims
+from service.collections.index.snapshot_file import SNAP_MAGIC
 from service.collections.schema import index_spec
 
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_INDEX_HEADER_BYTES = 1 << 16
 MAX_DIMENSION = 65536  # as a new collection's vectors (Qdrant's limit)
-_SNAP_MAGIC = b"EMBSNAP1"  # the FAISS snapshot's magic (service.collections.index.vector_index)
 
 
 def invalid(message: str, code: str = "invalid_snapshot") -> InvalidCollectionRequest:
@@ -127,7 +127,7 @@ def check_index_file(path: Path) -> None:
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(16)
-        if len(head) < 16 or head[:8] != _SNAP_MAGIC:
+        if len(head) < 16 or head[:8] != SNAP_MAGIC:
             raise invalid(f"{path.name} is not a FAISS snapshot")
         (hlen,) = struct.unpack("<Q", head[8:])
         if hlen > min(MAX_INDEX_HEADER_BYTES, size - 16):

@@ -15,7 +15,7 @@ import numpy as np
 from service.collections.embedded.named import prepared
 from service.collections.embedded.snapshots import build_index, load_index, remove_snapshots, snapshot_path
 from service.collections.embedded.store import Store
-from service.collections.index import IndexSpec, VectorIndex
+from service.collections.index import IndexSpec, VectorIndex, write_snapshot
 
 log = logging.getLogger("service.collections")
 
@@ -111,7 +111,7 @@ class BoundIndex:
         and the older snapshots. ``write`` false: no index file (the index no longer has the collection's config:
         an open rebuilds it)."""
         if self.index is not None and write:
-            self.index.write_snapshot(snapshot_path(self.path, seq), seq)
+            write_snapshot(self.index, snapshot_path(self.path, seq), seq)
         self.store.prune_removed(seq if prune is None else min(seq, prune))
         remove_snapshots(self.path, below=seq)
         self.snapshot_seq, self.snapshot_time = seq, time.monotonic()

@@ -32,6 +32,7 @@ from service.collections.embedded.ordering import ordered_rows
 from service.collections.embedded.payload_indexing import PayloadIndexing
 from service.collections.embedded.reembedding import Reembedding
 from service.collections.embedded.search import assemble_hits, budgeted_page, left_out, nearest, points_of
+from service.collections.embedded.staged_write import StagedWrite
 from service.collections.embedded.store import Store
 from service.collections.embedded.store.files import create_directory, vectors_from_meta, vectors_meta
 from service.collections.embedded.target import EmbeddedTarget
@@ -137,6 +138,10 @@ class Collection(PayloadIndexing, Maintenance):
         keys, order = last_occurrences(ids)
         texts_ = [texts[i] for i in order]
         payloads_ = [json.dumps(payloads[i] or {}, ensure_ascii=False, allow_nan=False) for i in order]
+        try:  # before the write mutex: concurrent writes prepare their vectors and IVF lists side by side
+            early = StagedWrite.of(self.vectors, self.bound, self.named, vectors, named, order)
+        except Exception:  # staged again under the mutex, where a model switch is told apart from a bad vector
+            early = None
         with self._locks.writing():
             if model is not None and not same_model(model, self.model):
                 if not same_model(shadow_model, self.model):
@@ -145,17 +150,21 @@ class Collection(PayloadIndexing, Maintenance):
             shadow = self.reembedding.target
             if shadow is not None and (shadow_vectors is None or not same_model(shadow_model, shadow.model)):
                 raise ModelChanged(f"collection {self.name} is being re-embedded with {shadow.model}")
-            vecs = self.bound.prepare(vectors)[order] if self.spec is not None else None
-            extra = self.named.prepare([named[i] for i in order]) if named else None
+            staged = early
+            if staged is None or not staged.holds_for(self.vectors, self.bound, self.named, vectors):
+                staged = StagedWrite.of(self.vectors, self.bound, self.named, vectors, named, order, plan=False)
+            vecs, extra = staged.vecs, staged.extra
             with self._locks.swapping():
                 seq, new_iids, old_iids, lost = self.store.upsert(
                     keys, texts_, payloads_, vecs, extra, self.named.fields
                 )
                 self._seq = seq
                 self._count += len(new_iids) - len(old_iids)
-                self.bound.apply(lambda index: (index.remove(old_iids), index.add(new_iids, vecs)), self._count)
+                self.bound.apply(
+                    lambda index: (index.remove(old_iids), index.add(new_iids, vecs, staged.bound_plan)), self._count
+                )
                 self.named.removed(old_iids, lost)
-                self.named.added(new_iids, extra or [])
+                self.named.added(new_iids, extra or [], staged.named_plans)
             if shadow is not None:
                 shadow.write(new_iids, np.asarray(shadow_vectors, dtype=np.float32)[order])
         return seq

@@ -4,7 +4,7 @@ takes tens of minutes to build on 2 cores, a 1M-point IVF index minutes: k-means
 model-bound vector's snapshots do (:mod:`.snapshots`) and the sparse vectors' (:mod:`.sparse_snapshots`).
 
 Layout, per dense vector, in ``<collection dir>/dense-<hex of the vector's name>/``: ``snap-<seq>-<last>.faiss``, the
-index (:meth:`~..index.VectorIndex.write_snapshot`: FAISS's serialisation, tombstones, a CRC) covering every write up
+index (:func:`~..index.write_snapshot`: FAISS's serialisation, tombstones, a CRC) covering every write up
 to sequence number ``seq``, ``last`` the highest internal id stored then. Written durably (temporary name, fsync,
 rename, fsync of the directory), the older ones deleted after. The collection writes these before it prunes the
 ``removed`` table (:meth:`~.maintenance.Maintenance.snapshot`), and never for an index whose config is not the vector's
@@ -28,7 +28,7 @@ from artifact_contract.fsio import fsync_dir
 from service.collections.embedded.replay import replay
 from service.collections.embedded.store import Store
 from service.collections.embedded.store import named as tables
-from service.collections.index import IndexSpec, VectorIndex
+from service.collections.index import IndexSpec, VectorIndex, read_snapshot, write_snapshot
 
 log = logging.getLogger("service.collections")
 
@@ -53,7 +53,7 @@ def save(index: VectorIndex, collection: Path, name: str, seq: int, last: int) -
     d = directory(collection, name)
     d.mkdir(exist_ok=True)
     path = d / f"snap-{seq:020d}-{max(last, 0):020d}.faiss"
-    size = index.write_snapshot(path, seq)
+    size = write_snapshot(index, path, seq)
     for p in d.iterdir():
         if p != path:
             p.unlink(missing_ok=True)
@@ -82,7 +82,7 @@ def load(
     try:
         if seq > store.seq():
             raise ValueError(f"snapshot seq {seq} is ahead of the store ({store.seq()})")
-        index, got = VectorIndex.read_snapshot(path, spec)
+        index, got = read_snapshot(path, spec)
         if got != seq:
             raise ValueError(f"the file says seq {got}, its name {seq}")
         removed = store.removed_after(seq)

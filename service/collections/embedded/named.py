@@ -171,12 +171,24 @@ class NamedIndexes:
         for name, n in had.items():
             self.counts[name] -= n
 
-    def added(self, iids: np.ndarray, named: list[dict[str, Any]]) -> None:
-        """Index the prepared named vectors of the points just stored as ``iids``."""
+    def plans(self, named: list[dict[str, Any]]) -> dict[str, object]:
+        """Per indexed dense vector, its index's :meth:`~..index.VectorIndex.plan_add` for the prepared ``named``
+        vectors (those holding it, in order) where there is one: what :meth:`added` can take, made ahead."""
+        out = {}
+        for name, index in self.indexes.items():
+            rows = [v[name] for v in named if name in v]
+            if rows and (plan := index.plan_add(np.stack(rows))) is not None:
+                out[name] = plan
+        return out
+
+    def added(self, iids: np.ndarray, named: list[dict[str, Any]], plans: dict[str, object] | None = None) -> None:
+        """Index the prepared named vectors of the points just stored as ``iids`` (``plans``: :meth:`plans`' for
+        them)."""
         for name, index in self.indexes.items():
             rows = [(int(i), v[name]) for i, v in zip(iids, named) if name in v]
             if rows:
-                index.add(np.array([r[0] for r in rows], np.int64), np.stack([r[1] for r in rows]))
+                vecs = np.stack([r[1] for r in rows])
+                index.add(np.array([r[0] for r in rows], np.int64), vecs, (plans or {}).get(name))
         for name, sparse in self.sparse.items():
             rows = [(int(i), v[name]) for i, v in zip(iids, named) if name in v]
             if rows:

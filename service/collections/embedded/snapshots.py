@@ -11,7 +11,7 @@ from pathlib import Path
 
 from artifact_contract.fsio import fsync_dir
 from service.collections.embedded.store import Store
-from service.collections.index import IndexSpec, VectorIndex, get_type
+from service.collections.index import IndexSpec, VectorIndex, get_type, read_snapshot
 
 log = logging.getLogger("service.collections")
 
@@ -66,7 +66,7 @@ def load_index(name: str, directory: Path, store: Store, spec: IndexSpec) -> tup
         try:
             if snap_seq > seq:
                 raise ValueError(f"snapshot seq {snap_seq} is ahead of the store ({seq})")
-            index, snap_seq = VectorIndex.read_snapshot(snap_path, spec)
+            index, snap_seq = read_snapshot(snap_path, spec)
             removed = store.removed_after(snap_seq)
             index.remove(removed, may_be_absent=True)
             n_new = 0

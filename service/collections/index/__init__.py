@@ -17,6 +17,7 @@ from service.collections.index.base import (
 from service.collections.index.exact import exact_search
 from service.collections.index.hnsw import MAX_EF as MAX_HNSW_EF
 from service.collections.index.registry import get_type, index_kinds, normalize_params, register
+from service.collections.index.snapshot_file import read_snapshot, write_snapshot
 from service.collections.index.vector_index import VectorIndex
 
 __all__ = [
@@ -32,5 +33,7 @@ __all__ = [
     "get_type",
     "index_kinds",
     "normalize_params",
+    "read_snapshot",
     "register",
+    "write_snapshot",
 ]

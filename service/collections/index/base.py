@@ -114,9 +114,18 @@ class IndexType(ABC):
     def create(self, spec: IndexSpec) -> faiss.Index:
         """An empty FAISS index that accepts ``add_with_ids`` at once (no training)."""
 
-    def add(self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
+    def plan_add(self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray) -> object | None:
+        """The part of adding ``vectors`` (float32 ``(n, dimension)``, contiguous) to ``index`` that only reads it,
+        done before the write takes the collection's write mutex and handed to :meth:`add` (None: nothing to do
+        ahead; the base type's case)."""
+        return None
+
+    def add(
+        self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, plan: object | None = None
+    ) -> None:
         """Add ``vectors`` (float32 ``(n, dimension)``, contiguous) under ``ids`` (int64 ``(n,)``) to ``index``:
-        FAISS's ``add_with_ids``."""
+        FAISS's ``add_with_ids``. ``plan``: :meth:`plan_add`'s result for these vectors (possibly made for another
+        index object, when the index was replaced meanwhile: then ignored)."""
         index.add_with_ids(vectors, ids)
 
     def train_sample_size(self, spec: IndexSpec, live_count: int) -> int | None:

@@ -5,10 +5,11 @@ TPAMI 2011, section IV.A).
 Construction (:func:`ivf_index`): a flat quantizer owned by the index; searches ask it for their ``nprobe`` lists
 (exact). Adding (:func:`add_to_lists`): from :data:`TWO_LEVEL_MIN_NLIST` lists, each vector's list is found in an
 HNSW graph over the centroids (FAISS's ``IndexHNSWFlat``, M 32, ``efSearch`` 16; Malkov & Yashunin, arXiv:1603.09320)
-instead of by ``nlist`` inner products, and the vectors added with ``faiss.contrib.ivf_tools.add_preassigned``: at 1M
-vectors and 4,096 lists, 42 s instead of 186 s on one thread, 96.9 % of the vectors in their nearest list (the rest
-in a near one, which a search probes too), recall@10 0.966 against 0.965 at nprobe 256 (docs/performance.md). The
-graph is derived from the centroids (never saved; built again, in well under a second, after a snapshot is loaded).
+instead of by ``nlist`` inner products (:func:`assign`, done before a write takes the collection's write mutex), and
+the vectors added with ``faiss.contrib.ivf_tools.add_preassigned``: at 1M vectors and 4,096 lists, 42 s instead of
+186 s on one thread, 96.9 % of the vectors in their nearest list (the rest in a near one, which a search probes too),
+recall@10 0.966 against 0.965 at nprobe 256 (docs/performance.md). The graph is derived from the centroids (never
+saved; built again, in well under a second, after a snapshot is loaded).
 
 Training (:func:`train_coarse`): for many lists, FAISS's two-level k-means
 (``faiss.contrib.clustering.two_level_clustering``: ``sqrt(nlist)`` clusters, then each split in proportion to its
@@ -27,6 +28,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -99,14 +101,39 @@ def assignment_graph(index: faiss.IndexIVF) -> faiss.IndexHNSWFlat:
     return graph
 
 
-def add_to_lists(index: faiss.IndexIVF, vectors: np.ndarray, ids: np.ndarray) -> None:
-    """Add ``vectors`` (float32 ``(n, d)``, contiguous) under ``ids`` (int64 ``(n,)``) to the trained ``index``, each
-    into the list :func:`assignment_graph` finds (from :data:`TWO_LEVEL_MIN_NLIST` lists; below, FAISS's exact
-    assignment, ``add_with_ids``)."""
+@dataclass(frozen=True)
+class Assignment:
+    """Each vector's list as :func:`assign` found it in ``index``'s graph: valid for that index object only (a trained
+    index's centroids never change; one trained or loaded again is another object)."""
+
+    index: faiss.IndexIVF
+    #: int64 ``(n,)``: the list of each vector, in the order given
+    lists: np.ndarray
+
+
+def assign(index: faiss.IndexIVF, vectors: np.ndarray) -> Assignment | None:
+    """The lists that :func:`add_to_lists` would put ``vectors`` (float32 ``(n, d)``, contiguous) in, found without
+    changing ``index`` (its centroids and graph are only read): a write computes it before taking the collection's
+    write mutex, so that concurrent writes search the graph side by side. None below :data:`TWO_LEVEL_MIN_NLIST`
+    lists (FAISS assigns exactly as it adds)."""
     if index.nlist < TWO_LEVEL_MIN_NLIST or len(vectors) == 0:
-        index.add_with_ids(vectors, ids)
-        return
+        return None
     lists = np.ascontiguousarray(assignment_graph(index).search(vectors, 1)[1].ravel())
     if (missed := lists < 0).any():  # none found (FAISS's IVF would skip the vector): the exact list
         lists[missed] = index.quantizer.assign(vectors[missed], 1).ravel()
-    add_preassigned(index, vectors, lists, ids)
+    return Assignment(index, lists)
+
+
+def add_to_lists(
+    index: faiss.IndexIVF, vectors: np.ndarray, ids: np.ndarray, assigned: Assignment | None = None
+) -> None:
+    """Add ``vectors`` (float32 ``(n, d)``, contiguous) under ``ids`` (int64 ``(n,)``) to the trained ``index``, each
+    into the list :func:`assignment_graph` finds (from :data:`TWO_LEVEL_MIN_NLIST` lists; below, FAISS's exact
+    assignment, ``add_with_ids``). ``assigned``: :func:`assign`'s result for these vectors, used when it was made
+    for this ``index`` (else found again here)."""
+    if index.nlist < TWO_LEVEL_MIN_NLIST or len(vectors) == 0:
+        index.add_with_ids(vectors, ids)
+        return
+    if assigned is None or assigned.index is not index or len(assigned.lists) != len(vectors):
+        assigned = assign(index, vectors)
+    add_preassigned(index, vectors, assigned.lists, ids)

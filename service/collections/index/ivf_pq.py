@@ -20,7 +20,7 @@ from service.collections.index.base import (
     int_param,
     reject_unknown,
 )
-from service.collections.index.coarse import add_to_lists, ivf_index, train_coarse
+from service.collections.index.coarse import Assignment, add_to_lists, assign, ivf_index, train_coarse
 from service.collections.index.flat import flat_index
 
 IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
@@ -84,10 +84,17 @@ class IVFPQType(IndexType):
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
         return index
 
-    def add(self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
-        """IVF: each vector into its list as :func:`.coarse.add_to_lists` finds it (the flat fallback: as added)."""
+    def plan_add(self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray) -> object | None:
+        """IVF: each vector's list (:func:`.coarse.assign`); None for the flat fallback."""
+        return assign(index, vectors) if isinstance(index, faiss.IndexIVF) else None
+
+    def add(
+        self, spec: IndexSpec, index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, plan: object | None = None
+    ) -> None:
+        """IVF: each vector into its list as :func:`.coarse.add_to_lists` finds it, or as ``plan`` found it for this
+        index (the flat fallback: as added)."""
         if isinstance(index, faiss.IndexIVF):
-            add_to_lists(index, vectors, ids)
+            add_to_lists(index, vectors, ids, plan if isinstance(plan, Assignment) else None)
         else:
             index.add_with_ids(vectors, ids)
 

@@ -8,25 +8,18 @@ differs between types (params, construction, training, search parameters, rebuil
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import struct
-import zlib
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
 
-from artifact_contract.fsio import fsync_dir
 from service.collections.index.base import IndexSpec, QuantizationSearch
 from service.collections.index.registry import get_type
 from service.collections.index.scan import ScanState, rows_top_k, scan_top_k
 from service.collections.metric import is_distance
 
-_SNAP_MAGIC = b"EMBSNAP1"
 #: a flat index answers every search over an allowed set, and every search over at least this many held floats
 #: (rows x dimension, 32 MiB), by the NumPy scan (:mod:`.scan`), whatever the batch: FAISS's own answer to a batch
 #: under its ``distance_compute_blas_threshold`` (128,000 query floats), and the same answer to larger batches, for
@@ -145,14 +138,23 @@ class VectorIndex:
             self._tomb_arr, self._tomb_sel = None, None
 
     # --- writes --------------------------------------------------------------------------------
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Add ``vectors`` (float32 ``(n, dimension)``) under fresh ``ids`` (int64 ``(n,)``)."""
+    def plan_add(self, vectors: np.ndarray) -> object | None:
+        """What :meth:`add` of ``vectors`` (float32 ``(n, dimension)``) can do ahead without changing the index
+        (:meth:`~.base.IndexType.plan_add`: an IVF index's list assignment): safe beside searches and writes, so a
+        write runs it before taking the collection's write mutex and passes the result to :meth:`add`."""
+        v = np.ascontiguousarray(vectors, dtype=np.float32)
+        ok = v.ndim == 2 and v.shape[1] == self.spec.dimension and len(v) > 0
+        return self.type.plan_add(self.spec, self.index, v) if ok else None
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, plan: object | None = None) -> None:
+        """Add ``vectors`` (float32 ``(n, dimension)``) under fresh ``ids`` (int64 ``(n,)``); ``plan``:
+        :meth:`plan_add`'s result for these vectors (ignored where the index was replaced since)."""
         if len(ids) == 0:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.spec.dimension or len(ids) != len(vectors):
             raise ValueError(f"expected ({len(ids)}, {self.spec.dimension}) vectors, got {vectors.shape}")
-        self.type.add(self.spec, self.index, vectors, np.ascontiguousarray(ids, dtype=np.int64))
+        self.type.add(self.spec, self.index, vectors, np.ascontiguousarray(ids, dtype=np.int64), plan)
         self._scan.added(vectors)
         if self.type.trains_on_add and not self.trained and (n := self.type.train_sample_size(self.spec, self.live)):
             self._train_in_place(n)
@@ -330,70 +332,6 @@ class VectorIndex:
         for ids, vecs in chunks:
             vi.add(ids, vecs)
         return vi
-
-    # --- snapshots ---------------------------------------------------------------------------------
-    def write_snapshot(self, path: Path, seq: int) -> int:
-        """Write this index, its tombstones and ``seq`` (the last write it covers) to ``path`` atomically.
-
-        Temporary file in the same directory, fsync, rename over ``path``, fsync the directory.
-
-        Returns:
-            bytes written.
-        """
-        body = faiss.serialize_index(self.index)
-        tomb = self.tombstones()
-        header = json.dumps(
-            {
-                "seq": int(seq),
-                "kind": self.spec.kind,
-                "metric": self.spec.metric,
-                "dimension": self.spec.dimension,
-                "trained": self.trained,
-                "n_tombstones": int(len(tomb)),
-                "index_bytes": int(len(body)),
-                "crc32": zlib.crc32(memoryview(body), zlib.crc32(tomb.tobytes())),
-            }
-        ).encode()
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        with open(tmp, "wb") as f:
-            f.write(_SNAP_MAGIC + struct.pack("<Q", len(header)) + header)
-            f.write(tomb.tobytes())
-            f.write(memoryview(body))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-        return len(header) + len(tomb) * 8 + len(body) + 16
-
-    @classmethod
-    def read_snapshot(cls, path: Path, spec: IndexSpec) -> tuple[VectorIndex, int]:
-        """Load a snapshot written by :meth:`write_snapshot`.
-
-        Returns:
-            ``(index, seq)``.
-
-        Raises:
-            ValueError: bad magic, checksum, or a kind/metric/dimension that differs from ``spec``.
-        """
-        with open(path, "rb") as f:
-            if f.read(8) != _SNAP_MAGIC:
-                raise ValueError(f"{path}: not a snapshot")
-            (hlen,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(hlen))
-            tomb = np.frombuffer(f.read(8 * header["n_tombstones"]), dtype=np.int64)
-            body = np.frombuffer(f.read(), dtype=np.uint8)
-        if (
-            len(body) != header["index_bytes"]
-            or zlib.crc32(memoryview(body), zlib.crc32(tomb.tobytes())) != header["crc32"]
-        ):
-            raise ValueError(f"{path}: truncated or corrupt (checksum mismatch)")
-        for key in ("kind", "metric", "dimension"):
-            if header[key] != getattr(spec, key):
-                raise ValueError(
-                    f"{path}: snapshot {key} {header[key]!r} differs from the collection's {getattr(spec, key)!r}"
-                )
-        index = get_type(spec.kind).loaded(spec, faiss.deserialize_index(body))
-        return cls(spec, index, tomb), int(header["seq"])
 
     def memory_bytes(self) -> int:
         """Serialized size of the FAISS index in bytes (a close proxy of its memory)."""

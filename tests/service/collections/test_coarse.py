@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 import pytest
 
-from service.collections.index import IndexSpec, VectorIndex, coarse, normalize_params
+from service.collections.index import IndexSpec, VectorIndex, coarse, normalize_params, read_snapshot, write_snapshot
 
 D = 16
 N = 12_000
@@ -117,8 +117,8 @@ def test_writes_find_their_list_in_a_graph_over_the_centroids(data, tmp_path):
     stored = list_of(vi.index)
     assert (stored >= 0).all() and float(np.mean(stored == nearest)) >= 0.9
     assert recall(vi, Xu, Qu, "cosine") >= 0.9
-    vi.write_snapshot(tmp_path / "snap", 1)
-    loaded, _ = VectorIndex.read_snapshot(tmp_path / "snap", vi.spec)
+    write_snapshot(vi, tmp_path / "snap", 1)
+    loaded, _ = read_snapshot(tmp_path / "snap", vi.spec)
     more = unit(np.random.default_rng(1).standard_normal((500, D)).astype(np.float32))
     loaded.add(np.arange(N, N + 500, dtype=np.int64), more)  # a new graph for the loaded index
     assert coarse.assignment_graph(loaded.index) is not graph and loaded.index.ntotal == N + 500
@@ -127,3 +127,27 @@ def test_writes_find_their_list_in_a_graph_over_the_centroids(data, tmp_path):
     few = trained("ivf_sq", "cosine", 64, Xu)  # fewer lists: FAISS's exact assignment, no graph
     assert few.index not in coarse._graphs
     assert np.array_equal(list_of(few.index), few.index.quantizer.assign(Xu, 1).ravel())
+
+
+def test_a_write_planned_ahead_uses_its_lists_only_in_the_index_it_was_planned_for(data):
+    """A write finds its IVF lists before taking the collection's write mutex (``plan_add``: the graph's lists, made
+    without changing the index); ``add`` then stores each vector in the planned list, unless the plan was made for
+    another index object (one trained or loaded meanwhile), whose lists it finds again. Fewer lists or the untrained
+    fallback plan nothing."""
+    X, _ = data
+    Xu = unit(X)
+    vi, other = trained("ivf_sq", "cosine", 1024, Xu[:-500]), trained("ivf_sq", "cosine", 1024, Xu[:-500])
+    more = Xu[-500:]
+    plan = vi.plan_add(more)
+    graph_lists = coarse.assignment_graph(vi.index).search(more, 1)[1].ravel()
+    assert isinstance(plan, coarse.Assignment) and plan.index is vi.index
+    assert np.array_equal(plan.lists, graph_lists) and vi.index.ntotal == N - 500  # planning added nothing
+    vi.add(np.arange(N - 500, N, dtype=np.int64), more, coarse.Assignment(vi.index, np.full(500, 7)))
+    assert (list_of(vi.index)[N - 500 :] == 7).all()  # the planned lists, as given
+    other.add(np.arange(N - 500, N, dtype=np.int64), more, coarse.Assignment(vi.index, np.full(500, 7)))
+    assert np.array_equal(
+        list_of(other.index)[N - 500 :], coarse.assignment_graph(other.index).search(more, 1)[1].ravel()
+    )
+    assert trained("ivf_sq", "cosine", 64, Xu).plan_add(more) is None
+    spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": 1024}, D), D)
+    assert VectorIndex(spec).plan_add(more) is None  # the exact fallback until trained
