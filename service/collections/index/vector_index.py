@@ -30,6 +30,24 @@ SCAN_MIN_FLOATS = 1 << 23
 #: an allowed set of at most 1/ROWS_RATIO of the held rows is scored row by row, in place; a larger one by the scan
 #: with the others masked
 ROWS_RATIO = 2
+#: an allowed set is given to FAISS as a bitmap while its largest id is under this many (a 512 KiB bitmap), or under
+#: BITMAP_IDS_PER_ALLOWED times the number of allowed ids (64 bytes of bitmap each, about what a hash set spends)
+BITMAP_MIN_IDS, BITMAP_IDS_PER_ALLOWED = 1 << 22, 512
+
+
+def allowed_selector(allowed: np.ndarray) -> tuple[faiss.IDSelector, np.ndarray | None]:
+    """A FAISS ``IDSelector`` admitting the int64 ids ``allowed`` (>= 0), and the array it reads (keep both alive while
+    it is used): an ``IDSelectorBitmap`` (one bit per id up to the largest: a search tests a bit per scanned vector)
+    while that bitmap is small (ids up to :data:`BITMAP_MIN_IDS`, or up to :data:`BITMAP_IDS_PER_ALLOWED` per allowed
+    id), else FAISS's hash set ``IDSelectorBatch``. Every list of a 1M-vector IVF index scanned for 10,000 admitted
+    ids: 20.7 ms with the bitmap against 35.3 with the hash set (docs/performance.md)."""
+    top = int(allowed.max()) + 1 if len(allowed) else 0
+    if not len(allowed) or allowed.min() < 0 or top > max(BITMAP_MIN_IDS, BITMAP_IDS_PER_ALLOWED * len(allowed)):
+        return faiss.IDSelectorBatch(np.ascontiguousarray(allowed)), None
+    bits = np.zeros(top, bool)
+    bits[allowed] = True
+    bitmap = np.packbits(bits, bitorder="little")
+    return faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap)), bitmap
 
 
 def _ids_at(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -202,7 +220,7 @@ class VectorIndex:
         Args:
             queries: float32 ``(nq, dimension)``.
             k: neighbours per query (>= 1).
-            allowed: if given, int64 ids outside it are never returned (FAISS ``IDSelectorBatch``).
+            allowed: if given, int64 ids outside it are never returned (:func:`allowed_selector`).
             ef: an HNSW graph's search breadth (None: the index's ``ef_search``; other types ignore it).
             every: score every admitted vector's code (:attr:`scores_every_code` must be true).
 
@@ -219,9 +237,8 @@ class VectorIndex:
         keep: list[Any] = []
         sel = None
         if allowed is not None:
-            batch = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
-            keep.append(batch)
-            sel = batch
+            sel, bitmap = allowed_selector(np.asarray(allowed, dtype=np.int64))
+            keep += [sel, bitmap]
         if self._tomb_sel is not None:
             tomb = self._tomb_sel  # snapshot the reference: writers replace, never mutate
             keep.append(tomb)
