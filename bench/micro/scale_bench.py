@@ -79,14 +79,17 @@ FILTERS = {
 }
 
 
-def exact_truth(X: np.ndarray, Q: np.ndarray, n: int, seed: int) -> dict[str, np.ndarray]:
+def exact_truth(X: np.ndarray, Q: np.ndarray, n: int, seed: int, each=None) -> dict[str, np.ndarray]:
     """Ids of the exact top-``K`` points (inner product = cosine) for each query over all ``n`` points (``"all"``)
-    and over those each of ``FILTERS`` keeps (its name): one pass, each chunk generated once."""
+    and over those each of ``FILTERS`` keeps (its name): one pass, each chunk generated once (and handed to
+    ``each(ids, vectors)`` when given)."""
     names = ["all", *FILTERS]
     best = [(np.full((len(Q), K), -np.inf, np.float32), np.zeros((len(Q), K), np.int64)) for _ in names]
     for s in range(0, n, CHUNK):
         e = min(n, s + CHUNK)
         V, ids = generate(X, s, e, seed), np.arange(s, e)
+        if each is not None:
+            each(ids, V)
         keeps = [np.ones(len(ids), bool)] + [f(ids) for _, f in FILTERS.values()]
         for b, (Vb, idb) in enumerate((V[k], ids[k]) for k in keeps):
             S = Q @ Vb.T

@@ -1,0 +1,114 @@
+"""The 10M dense scale bench's ``ivf_sq`` index built by FAISS alone, the service's way, and searched at several
+``nprobe``: which setting the service run (:mod:`bench.micro.scale_bench`) should use, and what it can reach (not in
+CI; run alone; ~15 minutes and ~5 GB of RAM for 10M points).
+
+The points are :mod:`bench.micro.scale_bench`'s (the same ``generate``, seed and queries); the index is what the
+service makes of them: ``IVFSQType.create_trained`` (two-level k-means, int8 code ranges) on the first
+``min_train_points`` points (the service trains on the points it holds when it reaches that many, written in id order
+by the bench), every point then added through ``IVFSQType.add`` (lists found in the centroids' HNSW graph). One
+OpenMP thread (the service's ``collections_faiss_threads`` default). The exact top 10 of each truth query is computed
+in the same pass and saved as ``truth.npz`` in ``--work`` (the file the service run reads, if it is not there yet).
+
+Prints, per ``nprobe``: recall@10 after the service's exact re-scoring of ``ceil(oversampling x 10)`` candidates (a
+true top-10 point among the candidates is always kept by it: recall is the share of the truth among the candidates)
+and the p50/p99 of single-query searches; then the filters (0.1 / 1 / 10 %): each scored over every list with the
+service's selector (its path for a filter admitting at most ``exact_filter_threshold`` points) and at each ``nprobe``.
+
+    python -m bench.micro.scale_sweep --points 10000000 --nlist 16384 --work ~/.cache/redundancy-embed/scale_bench/10m-ivf_sq
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from bench.lib import REPO
+from bench.lib.corpus import corpus_embeddings
+from bench.lib.machine import cpu_model
+from bench.micro.scale_bench import FILTERS, K, exact_truth, generate
+from service.collections.index import IndexSpec, get_type, normalize_params
+from service.collections.index.vector_index import allowed_selector
+
+
+def timed(idx: faiss.Index, Q: np.ndarray, k: int, params: faiss.SearchParameters, allowed=None) -> tuple:
+    """``(p50 ms, p99 ms, candidates (nq, k))`` of single-query searches (a selector for ``allowed`` built in each)."""
+    ts, out = [], []
+    for q in Q:
+        t0 = time.perf_counter()
+        if allowed is not None:
+            params.sel, keep = allowed_selector(allowed)
+        out.append(idx.search(q[None], k, params=params)[1][0])
+        ts.append(time.perf_counter() - t0)
+        if allowed is not None:
+            del keep
+    ms = np.asarray(ts) * 1000
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), np.asarray(out)
+
+
+def recall(cand: np.ndarray, truth: np.ndarray) -> float:
+    """Recall@10 after exact re-scoring of the candidates: the share of each truth row among its candidates."""
+    return float(np.mean([len(set(c.tolist()) & set(t.tolist())) / K for c, t in zip(cand, truth)]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--points", type=int, default=10_000_000)
+    ap.add_argument("--nlist", type=int, default=16384)
+    ap.add_argument("--nprobe", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    ap.add_argument("--oversampling", type=float, default=2.0)
+    ap.add_argument("--truth", type=int, default=200, help="queries with an exact ground truth (the first ones)")
+    ap.add_argument("--timed", type=int, default=100, help="of those, searched one at a time and timed")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache-dir", type=Path, default=REPO / "data" / "bench")
+    ap.add_argument("--models-dir", type=Path, default=REPO / "models")
+    ap.add_argument("--model", default="all-minilm-l6-v2")
+    ap.add_argument("--work", type=Path, required=True, help="where truth.npz is kept (the service run's --work)")
+    a = ap.parse_args()
+    faiss.omp_set_num_threads(1)
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} load average before: {os.getloadavg()}  cpu: {cpu_model()}", flush=True
+    )
+    C, _ = corpus_embeddings(a.cache_dir, None, a.models_dir / a.model)
+    X, Q = C[:-1000], C[-1000:][: a.truth]
+    kind = get_type("ivf_sq")
+    spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": a.nlist}, 384), 384)
+    t0 = time.perf_counter()
+    idx = kind.create_trained(spec, generate(X, 0, spec.params["min_train_points"], a.seed))
+    print(f"trained on {spec.params['min_train_points']:,} points in {time.perf_counter() - t0:.0f} s", flush=True)
+    t0 = time.perf_counter()
+    truth = exact_truth(X, Q, a.points, a.seed, each=lambda ids, V: kind.add(spec, idx, V, ids.astype(np.int64)))
+    print(f"{a.points:,} points generated, added and their truth found in {time.perf_counter() - t0:.0f} s", flush=True)
+    a.work.mkdir(parents=True, exist_ok=True)
+    if not (a.work / "truth.npz").exists():
+        np.savez(a.work / "truth.npz", **truth)
+    k = max(K, math.ceil(a.oversampling * K - 1e-9))
+    qt = Q[: a.timed]
+    print(f"\n{a.points:,} points, ivf_sq nlist {a.nlist}, {k} candidates re-scored; one thread\n")
+    print("| search | recall@10 | p50 ms | p99 ms |\n|---|---:|---:|---:|")
+    for nprobe in a.nprobe:
+        params = faiss.SearchParametersIVF()
+        params.nprobe = nprobe
+        p50, p99, cand = timed(idx, qt, k, params)
+        print(f"| unfiltered, nprobe {nprobe} | {recall(cand, truth['all'][: a.timed]):.4f} | {p50:.1f} | {p99:.1f} |")
+    ids = np.arange(a.points, dtype=np.int64)
+    for name, (_, keep) in FILTERS.items():
+        allowed = ids[keep(ids)]
+        for nprobe in [a.nlist, *a.nprobe]:
+            params = faiss.SearchParametersIVF()
+            params.nprobe = nprobe
+            p50, p99, cand = timed(idx, qt[:20], k, params, allowed)
+            how = "every list" if nprobe == a.nlist else f"nprobe {nprobe}"
+            print(
+                f"| {name} filter, {how} | {recall(cand, truth[name][:20]):.4f} | {p50:.1f} | {p99:.1f} |", flush=True
+            )
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M:%S')} load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
