@@ -93,6 +93,26 @@ def collection_spec(body: CreateCollection, dimension: int) -> tuple[dict[str, A
     return dense, sparse
 
 
+#: index types that search by a full scan (of floats or of int8 codes): Qdrant's "plain" index, not counted as indexed
+FULL_SCAN_KINDS = ("flat", "flat_sq")
+
+
+def indexed_vectors(info: dict[str, Any]) -> int:
+    """Qdrant's ``indexed_vectors_count`` ("vectors stored in a specialized vector index") of a collection's native
+    info: summed over its vectors, the live vectors in a trained ANN index (HNSW, IVF; not a flat index, a multivector
+    scan, or an IVF index still on its exact fallback), plus the sparse vectors held (each in an inverted index)."""
+    vectors = info.get("vectors") or {"dense": {"": {"index": info["index"]["type"]}}}
+    n = 0
+    for v in (vectors.get("dense") or {}).values():
+        if v.get("multivector") or v.get("index") in FULL_SCAN_KINDS:
+            continue
+        if "trained" in v:  # a client-supplied vector's index
+            n += v.get("vectors", 0) if v["trained"] else 0
+        elif (idx := info["index"]).get("trained"):  # the model-bound one
+            n += idx.get("vectors", 0) - idx.get("tombstones", 0)
+    return n + sum(v.get("points", 0) for v in (vectors.get("sparse") or {}).values())
+
+
 def collection_info(info: dict[str, Any]) -> dict[str, Any]:
     """Qdrant's ``CollectionInfo`` of a collection's native info (``GET /collections/{name}``)."""
     dense = (info.get("vectors") or {}).get("dense") or {}
@@ -103,7 +123,7 @@ def collection_info(info: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": "yellow" if running else "green",  # yellow: re-embedded, or an index trained or rebuilt (optimised)
         "optimizer_status": "ok",
-        "indexed_vectors_count": n,
+        "indexed_vectors_count": indexed_vectors(info),
         "points_count": n,
         "segments_count": 1,
         "config": {

@@ -18,6 +18,7 @@ from service.collections.index import IndexSpec
 from service.collections.schema import MAX_VECTORS, DenseVector, SparseVec, SparseVector, VectorsConfig
 from service.collections.vector_backend import CollectionSettings
 from service.collections.vector_names import with_vector, without_vector
+from service.http.qdrant.collections import collection_info
 from service.settings import Settings
 
 MODEL = {"name": "test", "version": "1", "sha256": "0" * 64}
@@ -91,6 +92,11 @@ def test_an_added_or_deleted_vector_is_durable_with_its_values(tmp_path):
         return [(h.id, round(h.score, 4)) for h in img], [h.id for h in kw], [h.id for h in multi]
 
     assert answers(c) == ([(2, 1.0), (3, 0.5)], [2], [2])
+    c.update_vectors(lambda cfg: with_vector(cfg, "graph", dense={**IMG, "index": "hnsw"}))
+    c.upsert([3], ["c"], [None], base[2:], model=MODEL, named=[{**named[1], "graph": np.ones(3, np.float32)}])
+    # Qdrant's indexed_vectors_count: the graph's 1 and the sparse vector's 1 (flat indexes and multivectors: scans)
+    assert collection_info(c.info())["indexed_vectors_count"] == 2
+    c.update_vectors(lambda cfg: without_vector(cfg, "graph"))
     again = Collection.open(tmp_path / "c")
     assert set(again.vectors.dense) == {"", "img", "multi"} and again.vectors.sparse["kw"].modifier == "idf"
     assert again.vectors.dense["multi"].multivector and again.vectors.bound.model == MODEL
