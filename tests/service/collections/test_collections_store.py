@@ -270,6 +270,32 @@ def test_store_counts_and_sequence(tmp_path):
     c.close()
 
 
+def test_a_new_file_has_pages_that_fit_vector_rows_and_an_older_file_keeps_its_own(tmp_path, monkeypatch):
+    """New collection files use ``files.PAGE_SIZE`` (16 KiB: rows of 384 floats fill the pages, not 2 of 4 KiB);
+    a file created with SQLite's default 4 KiB pages (as every collection before) opens, writes and searches as
+    before, and keeps its page size."""
+    from service.collections.embedded.store import files
+
+    def pages(c: Collection) -> int:
+        return c.store._w.execute("PRAGMA page_size").fetchone()[0]
+
+    X = unit(np.random.default_rng(3), 20)
+    new = make(tmp_path, "flat")
+    monkeypatch.setattr(files, "PAGE_SIZE", 4096)
+    old = make(tmp_path, "flat", "dot")
+    assert (pages(new), pages(old)) == (16384, 4096)
+    old.upsert(list(range(10)), ["t"] * 10, [None] * 10, X[:10])
+    path = old.path
+    old.close()
+    monkeypatch.undo()
+    again = Collection.open(path)
+    again.upsert(list(range(10, 20)), ["t"] * 10, [None] * 10, X[10:])
+    assert pages(again) == 4096 and again.count == 20
+    assert [h.id for h in again.search(X[15:16], 1)[0]] == [15]
+    again.close()
+    new.close()
+
+
 def reopened_without(c: Collection, index: str) -> Path:
     """Close ``c`` and drop one of its store's indexes, as a collection written before that index existed; returns
     its path (the next ``Store`` opened there builds the index again)."""
