@@ -40,7 +40,7 @@ def allowed_selector(allowed: np.ndarray) -> tuple[faiss.IDSelector, np.ndarray 
     it is used): an ``IDSelectorBitmap`` (one bit per id up to the largest: a search tests a bit per scanned vector)
     while that bitmap is small (ids up to :data:`BITMAP_MIN_IDS`, or up to :data:`BITMAP_IDS_PER_ALLOWED` per allowed
     id), else FAISS's hash set ``IDSelectorBatch``. Every list of a 1M-vector IVF index scanned for 10,000 admitted
-    ids: 20.7 ms with the bitmap against 35.3 with the hash set (docs/performance.md)."""
+    ids: 16.6 ms with the bitmap against 22.1 with the hash set, one thread (docs/performance.md)."""
     top = int(allowed.max()) + 1 if len(allowed) else 0
     if not len(allowed) or allowed.min() < 0 or top > max(BITMAP_MIN_IDS, BITMAP_IDS_PER_ALLOWED * len(allowed)):
         return faiss.IDSelectorBatch(np.ascontiguousarray(allowed)), None
