@@ -85,16 +85,8 @@ class BoundIndex:
         idx = self.index
         return idx is not None and (idx.needs_rebuild() or idx.needs_training(count))
 
-    def rebuilt(self, count: int, spec: IndexSpec | None = None) -> tuple[str, VectorIndex]:
-        """``(what was done, a new index)``: the due maintenance (:meth:`needs_maintenance`) done beside the live
-        index, or an index of another ``spec`` (the same vectors: a changed index config) built from the stored
-        vectors, to be swapped in with :meth:`use`."""
-        spec = spec or self.spec
-        what = f"{'trained' if self.index.needs_training(count) else 'rebuilt'} {spec.kind}"
-        return what, build_index(self.store, spec, count)
-
     def use(self, index: VectorIndex) -> None:
-        """Search ``index`` (built by :meth:`rebuilt`, or for a re-embedding's target vectors) from now on."""
+        """Search ``index`` (rebuilt beside by maintenance, or for a re-embedding's target vectors) from now on."""
         self.index = index
 
     def changes_since_snapshot(self, seq: int) -> int:

@@ -6,8 +6,9 @@ vector (:class:`~.bound_index.BoundIndex`) and :class:`~.named.NamedIndexes` of 
 Concurrency: searches hold the read side of a readers-writer lock for the FAISS search *and* the SQLite row
 lookups; a write holds a write mutex (one write at a time) and, for its SQLite commit plus the FAISS update, the
 write side — so a search sees the collection either before or after a write, never half of it. Index maintenance
-(HNSW rebuild, IVF-PQ training) and the switch at the end of a re-embedding build the new index beside the old one
-under the write mutex only (searches continue on the old one) and swap it in under the write side. Every method
+(HNSW rebuild, IVF training, a changed index config) builds the new index beside the old one while writes and
+searches go on, catches up with the writes made meanwhile, and swaps it in under the write side
+(:mod:`.maintenance`); the switch at the end of a re-embedding builds beside under the write mutex. Every method
 here blocks: call it from a worker thread.
 """
 

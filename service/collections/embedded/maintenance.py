@@ -1,5 +1,5 @@
 """Index maintenance and snapshots of an embedded collection (a part of :class:`~.collection.Collection`): an HNSW
-rebuild or IVF-PQ training when due, the rebuild of an index whose configuration changed (Qdrant's ``PATCH
+rebuild or IVF training when due (built beside while writes go on, then caught up and swapped in), the rebuild of an index whose configuration changed (Qdrant's ``PATCH
 /collections/{name}`` with another ``quantization_config``: the new config is recorded at once, the index is rebuilt
 from the stored vectors by the backend's upkeep, and searches go on over the old one until the new one is swapped
 in), and the snapshots that let an open skip rebuilding (FAISS's, :mod:`.snapshots`; the sparse indexes',
@@ -71,48 +71,36 @@ class Maintenance:
             out.append(b.name)
         return sorted(out)
 
-    def _named_due(self) -> list[str]:
-        """The client-supplied dense vectors whose index needs its due upkeep: IVF-PQ training (enough points) or an
-        HNSW rebuild (too many tombstones); done beside, as a config change's (:meth:`_rebuild_beside`)."""
+    def _due(self) -> list[str]:
+        """The dense vectors whose index needs its due upkeep: IVF training (enough points) or an HNSW rebuild (too
+        many tombstones), the model-bound vector's as a client-supplied one's; done beside, as a config change's
+        (:meth:`_rebuild_beside`)."""
         counts = self.named.counts
-        return sorted(
-            n for n, i in self.named.indexes.items() if i.needs_rebuild() or i.needs_training(counts.get(n, 0))
-        )
+        due = [n for n, i in self.named.indexes.items() if i.needs_rebuild() or i.needs_training(counts.get(n, 0))]
+        b = self.vectors.bound
+        if b is not None and not self._locks.closed and self.bound.needs_maintenance(self._count):
+            due.append(b.name)
+        return sorted(due)
 
     def indexing(self) -> list[str]:
         """The dense vectors whose index upkeep is due or under way (:meth:`needs_maintenance`, by vector): an IVF
         index to train, an HNSW graph to rebuild, an index of a changed config; Qdrant reports a collection with
         any as ``status: yellow`` (optimizations in progress)."""
-        due = {*self.rebuilding(), *self._named_due()}
-        b = self.vectors.bound
-        if b is not None and not self._locks.closed and self.bound.needs_maintenance(self._count):
-            due.add(b.name)
-        return sorted(due)
+        return sorted({*self.rebuilding(), *self._due()})
 
     def needs_maintenance(self) -> bool:
         """An HNSW rebuild (too many tombstones), IVF-PQ training (enough points) or the rebuild of an index whose
         config changed is due, for the model-bound vector or a client-supplied one."""
         if self._locks.closed:
             return False
-        return self.bound.needs_maintenance(self._count) or bool(self.rebuilding()) or bool(self._named_due())
+        return bool(self.rebuilding()) or bool(self._due())
 
     def maintain(self) -> str | None:
-        """Do the due maintenance (:meth:`needs_maintenance`): the new indexes are built beside the live ones, then
-        swapped in; searches continue on the old ones meanwhile. An index whose config changed is built while writes
-        go on too (:meth:`_rebuild_beside`), and so is a client-supplied vector's due training or rebuild; the
-        model-bound vector's HNSW rebuild or IVF-PQ training holds the write mutex (writes wait). Returns what was
-        done."""
-        if (what := self._rebuild_beside()) is not None:
-            return what
-        with self._locks.mutex:
-            if self._locks.closed or not self.bound.needs_maintenance(self._count):
-                return None
-            t0 = time.monotonic()
-            what, new = self.bound.rebuilt(self._count)
-            with self._locks.swapping():
-                self.bound.use(new)
-            log.info("collection %s: %s over %d points in %.2fs", self.name, what, self._count, time.monotonic() - t0)
-            return what
+        """Do the due maintenance (:meth:`needs_maintenance`): every new index (a changed config's, an IVF index's
+        training, an HNSW graph's rebuild; the model-bound vector's as a client-supplied one's) is built beside the
+        live one while writes and searches go on (:meth:`_rebuild_beside`), then swapped in. Returns what was done
+        (None: nothing was due)."""
+        return self._rebuild_beside()
 
     def _live(self, name: str) -> tuple[IndexSpec, VectorIndex | None, int]:
         """``(configured spec, index in use, points holding it)`` of the dense vector ``name`` (under the mutex)."""
@@ -134,15 +122,15 @@ class Maintenance:
             yield ids[keep], vecs[keep]
 
     def _rebuild_beside(self) -> str | None:
-        """Rebuild the indexes whose config changed (:meth:`rebuilding`), and the client-supplied vectors' whose
-        training or rebuild is due (:meth:`_named_due`), without holding the write mutex: the points
+        """Rebuild the indexes whose config changed (:meth:`rebuilding`), and those whose training or rebuild is due
+        (:meth:`_due`), without holding the write mutex: the points
         stored up to the write ``seq0`` (internal ids up to ``last``) are indexed while writes and searches go on,
         then, under the mutex, the points removed after ``seq0`` are dropped and those stored after it added (the
         ``removed`` table is not pruned past ``seq0`` meanwhile: :meth:`snapshot`), and the index is swapped in when
         its vector still has that config and that old index. Returns what was done (None: nothing to rebuild)."""
         with self._locks.mutex:
             changed = [] if self._locks.closed else self.rebuilding()
-            names = changed + [n for n in ([] if self._locks.closed else self._named_due()) if n not in changed]
+            names = changed + [n for n in ([] if self._locks.closed else self._due()) if n not in changed]
             if not names:
                 return None
             seq0, last = self._seq, int(self.store.meta()["next_iid"]) - 1
@@ -185,7 +173,7 @@ class Maintenance:
                             self.bound.use(index)
                         else:
                             self.named.indexes[n] = index
-                    done.append(f"rebuilt {n!r} as {spec.kind} ({why[n]})")
+                    done.append(f"rebuilt {repr(n) if n else 'the unnamed vector'} as {spec.kind} ({why[n]})")
             what = ", ".join(done) or "index rebuilds dropped (the config changed meanwhile)"
             log.info("collection %s: %s in %.2fs", self.name, what, time.monotonic() - t0)
             return what

@@ -49,7 +49,7 @@ def test_upsert_replace_delete_filter(tmp_path, kind, params):
     c.upsert(ids, [f"text {i}" for i in range(n)], [{"g": i % 4, "odd": bool(i % 2)} for i in range(n)], X)
     if kind == "ivf_pq":
         assert c.needs_maintenance() and not c.index.trained
-        assert c.maintain() == "trained ivf_pq" and c.index.trained
+        assert c.maintain() == "rebuilt the unnamed vector as ivf_pq (trained)" and c.index.trained
     assert c.count == n
     # every point finds itself first
     for i in range(0, n, 37):
@@ -156,7 +156,7 @@ def test_hnsw_tombstones_then_rebuild(tmp_path):
     assert all(h.id >= 20 for q in c.search(X[:20], 10) for h in q)
     c.delete(ids=list(range(20, 40)))
     assert c.needs_maintenance()
-    assert c.maintain() == "rebuilt hnsw"
+    assert c.maintain() == "rebuilt the unnamed vector as hnsw (tombstones)"
     assert c.index.n_tombstones == 0 and c.index.ntotal == 260 == c.count
     assert c.search(X[50:51], 1)[0][0].id == 50
     c.close()
@@ -585,4 +585,34 @@ def test_a_client_supplied_vector_is_trained_and_rebuilt_beside_writes(tmp_path,
     ]
     assert got == want and all(100 not in g for g in got)
     again.close()
+    c.close()
+
+
+def test_the_model_bound_index_is_trained_beside_writes(tmp_path, monkeypatch):
+    """The model-bound vector's IVF training is built beside as a client-supplied vector's is: a write made while the
+    k-means runs does not wait for it (the write mutex is free), and the index swapped in holds it."""
+    from service.collections.embedded import maintenance
+
+    monkeypatch.setattr(maintenance, "CATCH_UP_ROWS", 5)
+    rng = np.random.default_rng(11)
+    c = make(tmp_path, "ivf_pq", nlist=8, m=8, min_train_points=300)
+    X = unit(rng, 400)
+    c.upsert(list(range(350)), ["t"] * 350, [None] * 350, X[:350])
+    assert c.needs_maintenance() and not c.index.trained and c.info()["indexing"] == [""]
+    rows = c._rows
+
+    def rows_then_write(name, dim, upto_iid=None, after=(-1, 0)):
+        yield from rows(name, dim, upto_iid, after)
+        if after == (-1, 0):  # the build has read the stored points: a write lands before the swap
+            t = threading.Thread(target=c.upsert, args=(list(range(350, 380)), ["t"] * 30, [None] * 30, X[350:380]))
+            t.start()
+            t.join(timeout=30)
+            assert not t.is_alive()  # it did not wait for the k-means
+
+    c._rows = rows_then_write
+    assert c.maintain() == "rebuilt the unnamed vector as ivf_pq (trained)"
+    c._rows = rows
+    c.upsert(list(range(380, 400)), ["t"] * 20, [None] * 20, X[380:])
+    assert c.index.trained and c.index.live == 400 == c.count and not c.needs_maintenance()
+    assert all(c.search(X[i : i + 1], 1)[0][0].id == i for i in (3, 351, 379, 399))
     c.close()

@@ -73,7 +73,7 @@ def col(request, sts, tmp_path_factory):
         assert not c.index.quantized and c.needs_maintenance() and c.info()["indexing"] == [""]
         assert collection_info(c.info())["status"] == "yellow"  # Qdrant: optimizations in progress
         assert collection_info(c.info())["indexed_vectors_count"] == 0  # the exact fallback: nothing indexed yet
-        assert c.maintain() == "trained ivf_sq"
+        assert c.maintain() == "rebuilt the unnamed vector as ivf_sq (trained)"
     assert c.info()["indexing"] == [] and collection_info(c.info())["status"] == "green"
     assert collection_info(c.info())["indexed_vectors_count"] == (0 if kind == "flat_sq" else N)  # a full scan: none
     assert c.index.quantized and c.info()["index"]["in_use"] == kind  # the write past min_train_points trained it
