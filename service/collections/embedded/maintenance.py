@@ -1,8 +1,8 @@
 """Index maintenance and snapshots of an embedded collection (a part of :class:`~.collection.Collection`): an HNSW
-rebuild or IVF training when due (built beside while writes go on, then caught up and swapped in), the rebuild of an index whose configuration changed (Qdrant's ``PATCH
-/collections/{name}`` with another ``quantization_config``: the new config is recorded at once, the index is rebuilt
-from the stored vectors by the backend's upkeep, and searches go on over the old one until the new one is swapped
-in), and the snapshots that let an open skip rebuilding (FAISS's, :mod:`.snapshots`; the sparse indexes',
+rebuild or IVF training when due, and the rebuild of an index whose configuration changed (Qdrant's ``PATCH
+/collections/{name}`` with another ``quantization_config``: the new config is recorded at once), each built from the
+stored vectors beside the live index while writes and searches go on, caught up with the writes made meanwhile and
+swapped in; and the snapshots that let an open skip rebuilding (FAISS's, :mod:`.snapshots`; the sparse indexes',
 :mod:`.sparse_snapshots`).
 """
 
