@@ -17,7 +17,8 @@ once; the collection trains IVF-PQ once it holds ``min_train_points``), disk (``
 (now and peak, ``VmHWM``), start-up after a clean stop (snapshot load + replay) and after SIGKILL, search p50/p99 at
 1 and 4 clients (top_k 10, vector queries, over HTTP), recall@10 against exact search on ``--truth`` queries (ground
 truth computed by regenerating every chunk), and filtered search at 0.1, 1 and 10 % (p50/p99 at 1 client) with
-its recall against exact filtered search. Prints a markdown table (date, CPU, load average before and after).
+its recall against exact filtered search, with integer payload indexes on ``g`` and ``h`` (built after the ingest,
+timed). Prints a markdown table (date, CPU, load average before and after).
 
 Resumable: the server's data lives in ``--work`` (default ``~/.cache/redundancy-embed/scale_bench/<points>``);
 a rerun continues the ingest from the collection's count (ids are deterministic; upserts are idempotent) and
@@ -48,6 +49,7 @@ from bench.lib import REPO
 from bench.lib.corpus import corpus_embeddings
 from bench.lib.machine import cpu_model
 from bench.lib.server import free_port, service_command, wait_ready
+from bench.micro.scale_report import dense_table
 
 NAME = "scale"
 K = 10
@@ -201,6 +203,20 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
     ing["points_per_s"] = round(ing["points"] / ing["seconds"])
 
 
+def payload_indexes(c) -> dict[str, float]:
+    """Index the payload keys ``g`` and ``h`` (integer) unless indexed already, as a user with filters would (a
+    filter on an unindexed key reads every payload: seconds at 10M); returns the seconds each build took."""
+    have = c.get(f"/collections/{NAME}").json().get("payload_indexes", {})
+    took = {}
+    for key in ("g", "h"):
+        if key not in have:
+            t0 = time.perf_counter()
+            c.put(f"/collections/{NAME}/payload-indexes/{key}", json={"schema": "integer"}).raise_for_status()
+            took[key] = round(time.perf_counter() - t0, 1)
+            print(f"payload index {key}: {took[key]} s", flush=True)
+    return took
+
+
 def _wait_trained(c, timeout: float = 7200) -> None:
     deadline = time.monotonic() + timeout
     while not (info := c.get(f"/collections/{NAME}").json())["trained"]:
@@ -253,37 +269,6 @@ def searches(srv: Server, Q: np.ndarray, truth: dict[str, np.ndarray], a: argpar
             "only_matching": bool(all(keep(np.asarray(g)).all() for _, g in res if g)),
         }
     return out
-
-
-def dense_table(res: dict) -> str:
-    """The markdown table of a finished (or partial) run's ``results.json``."""
-    s, r2 = res.get("search", {}), res.get("search_after_restart", {})
-
-    def cell(d: dict, *keys: str) -> str:
-        return " / ".join(str(d[k]) if d and d.get(k) is not None else "—" for k in keys)
-
-    load = [", ".join(f"{x:.2f}" for x in res.get(k) or []) for k in ("load_before", "load_after")]
-    head = [
-        f"{res.get('date')}, {res.get('cpu')}, load average before {load[0]}, after {load[1]}",
-        "",
-        "| N points | ingest points/s | disk MiB (x float32 vectors) | RSS / peak MiB | recall@10 | 1 client p50 / p99 ms | 4 clients p50 / p99 ms, queries/s "
-        "| 0.1 % filter p50 / p99 ms, recall | 1 % | 10 % | start after clean stop s | after SIGKILL s | recall@10 after restart |",
-        "|" + "---|" * 13,
-    ]
-    flt = [
-        f"{cell(s.get(f'filtered_{n}'), 'p50_ms', 'p99_ms')}, {cell(s.get(f'filtered_{n}'), 'recall_at_10')}"
-        for n in FILTERS
-    ]
-    f32 = res.get("points", 0) * 384 * 4 / 2**20
-    ratio = f"{res['disk_mb'] / f32:.2f}x" if res.get("disk_mb") and f32 else "—"
-    row = (
-        f"| {res.get('points', 0):,} | {cell(res.get('ingest'), 'points_per_s')} | {res.get('disk_mb', '—')} ({ratio}) "
-        f"| {cell(res.get('after_ingest'), 'rss_mb', 'peak_rss_mb')} | {s.get('recall_at_10', '—')} "
-        f"| {cell(s.get('search_1'), 'p50_ms', 'p99_ms')} | {cell(s.get('search_4'), 'p50_ms', 'p99_ms', 'queries_per_s')} "
-        f"| {' | '.join(flt)} | {res.get('start_s_after_clean_stop', '—')} | {res.get('start_s_after_sigkill', '—')} "
-        f"| {r2.get('recall_at_10', '—')} |"
-    )
-    return "\n".join([*head, row])
 
 
 def main() -> None:
@@ -352,11 +337,12 @@ def dense_main(argv: list[str]) -> None:
         import httpx
 
         c = httpx.Client(base_url=srv.url, timeout=600)
-        if res.get("payload_keys") != ["g", "h"]:
+        if "h" not in c.get(f"/collections/{NAME}/points/0").json().get("payload", {}):
             print(
                 "warning: these points were loaded without the payload key h: the 0.1 % filter matches none (--fresh)"
             )
         _wait_trained(c)
+        res["payload_index_s"] = payload_indexes(c)
         info = c.get(f"/collections/{NAME}").json()
         res["collection"] = {k: info[k] for k in ("count", "trained", "index", "sequence", "snapshot_sequence")}
         res["after_ingest"] = _rss(srv.proc.pid)
@@ -380,7 +366,7 @@ def dense_main(argv: list[str]) -> None:
     print(f"load average after: {os.getloadavg()}")
     print(json.dumps(res, indent=1))
     print(f"\n`python -m bench.micro.scale_bench {' '.join(argv)}`\n")
-    print(dense_table(res))
+    print(dense_table(res, list(FILTERS)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The records of ``scale_bench --mode hybrid`` and their tables: ``results.jsonl`` (one line per finished
+"""The records of ``scale_bench`` and their tables: ``--mode dense``'s from its ``results.json``
+(:func:`dense_table`); ``--mode hybrid``'s: ``results.jsonl`` (one line per finished
 measurement), the ingest rate from ``ingest.jsonl`` (one line per acknowledged upsert) and the markdown tables
 printed at the end (:mod:`bench.micro.scale_hybrid` says what each measurement is)."""
 
@@ -110,3 +111,35 @@ def table(works: list[Path]) -> str:
         "| N documents | query | payload index | p50 / p95 ms, no filter | 1 % filter | 0.1 % filter |\n|" + "---|" * 6
     )
     return "\n".join([*out, "", head1, *sizes, "", head2, *lat])
+
+
+def dense_table(res: dict, filters: list[str]) -> str:
+    """The markdown table of a finished (or partial) ``scale_bench --mode dense`` run's ``results.json`` (its
+    filtered searches named ``filters``)."""
+    s, r2 = res.get("search", {}), res.get("search_after_restart", {})
+
+    def cell(d: dict, *keys: str) -> str:
+        return " / ".join(str(d[k]) if d and d.get(k) is not None else "—" for k in keys)
+
+    load = [", ".join(f"{x:.2f}" for x in res.get(k) or []) for k in ("load_before", "load_after")]
+    head = [
+        f"{res.get('date')}, {res.get('cpu')}, load average before {load[0]}, after {load[1]}",
+        "",
+        "| N points | ingest points/s | disk MiB (x float32 vectors) | RSS / peak MiB | recall@10 | 1 client p50 / p99 ms | 4 clients p50 / p99 ms, queries/s "
+        "| 0.1 % filter p50 / p99 ms, recall | 1 % | 10 % | start after clean stop s | after SIGKILL s | recall@10 after restart |",
+        "|" + "---|" * 13,
+    ]
+    flt = [
+        f"{cell(s.get(f'filtered_{n}'), 'p50_ms', 'p99_ms')}, {cell(s.get(f'filtered_{n}'), 'recall_at_10')}"
+        for n in filters
+    ]
+    f32 = res.get("points", 0) * 384 * 4 / 2**20
+    ratio = f"{res['disk_mb'] / f32:.2f}x" if res.get("disk_mb") and f32 else "—"
+    row = (
+        f"| {res.get('points', 0):,} | {cell(res.get('ingest'), 'points_per_s')} | {res.get('disk_mb', '—')} ({ratio}) "
+        f"| {cell(res.get('after_ingest'), 'rss_mb', 'peak_rss_mb')} | {s.get('recall_at_10', '—')} "
+        f"| {cell(s.get('search_1'), 'p50_ms', 'p99_ms')} | {cell(s.get('search_4'), 'p50_ms', 'p99_ms', 'queries_per_s')} "
+        f"| {' | '.join(flt)} | {res.get('start_s_after_clean_stop', '—')} | {res.get('start_s_after_sigkill', '—')} "
+        f"| {r2.get('recall_at_10', '—')} |"
+    )
+    return "\n".join([*head, row])

@@ -351,5 +351,13 @@ class VectorIndex:
         return vi
 
     def memory_bytes(self) -> int:
-        """Serialized size of the FAISS index in bytes (a close proxy of its memory)."""
-        return int(len(faiss.serialize_index(self.index)))
+        """Serialized size of the FAISS index in bytes (a close proxy of its memory), counted as FAISS writes it
+        (nothing is copied)."""
+        size = 0
+
+        def count(chunk: bytes) -> None:
+            nonlocal size
+            size += len(chunk)
+
+        faiss.write_index(self.index, faiss.PyCallbackIOWriter(count, 1 << 20))
+        return size
