@@ -145,10 +145,12 @@ class IndexType(ABC):
         return True
 
     def search_params(
-        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None
+        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None, admitted: float = 1.0
     ) -> faiss.SearchParameters:
         """Per-search FAISS parameters for ``k`` results (an ``IDSelector`` is added by the caller); ``ef``: an HNSW
-        graph's search breadth asked for by the search (None: the index's), ignored by types without a graph."""
+        graph's search breadth asked for by the search (None: the index's), ignored by types without a graph;
+        ``admitted``: the share of the index's live vectors the search's filter admits (1.0: unfiltered), for types
+        that search wider as a filter narrows."""
         return faiss.SearchParameters()
 
     def every_code_params(self, spec: IndexSpec, index: faiss.Index) -> faiss.SearchParameters | None:

@@ -62,10 +62,11 @@ class HNSWType(IndexType):
         return id_map(spec, inner)
 
     def search_params(
-        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None
+        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None, admitted: float = 1.0
     ) -> faiss.SearchParameters:
         """HNSW: ``SearchParametersHNSW`` with ``efSearch = max(ef, k)``, ``ef`` the search's (Qdrant's
-        ``hnsw_ef``) or else ``params["ef_search"]``."""
+        ``hnsw_ef``) or else ``params["ef_search"]``; ``admitted`` is not used (FAISS's filtered HNSW search walks
+        the graph until it holds ``efSearch`` admitted candidates)."""
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(ef if ef is not None else spec.params["ef_search"], k)
         return params

@@ -20,7 +20,15 @@ from service.collections.index.base import (
     int_param,
     reject_unknown,
 )
-from service.collections.index.coarse import Assignment, add_to_lists, assign, ivf_index, train_coarse
+from service.collections.index.coarse import (
+    PARALLEL_MODE,
+    Assignment,
+    add_to_lists,
+    assign,
+    filtered_nprobe,
+    ivf_index,
+    train_coarse,
+)
 from service.collections.index.flat import flat_index
 
 IVF_PQ_DEFAULTS = {"nlist": 1024, "nprobe": 16, "m": 48, "nbits": 8, "rerank": 4}
@@ -103,13 +111,14 @@ class IVFPQType(IndexType):
         return isinstance(index, faiss.IndexIVF)
 
     def search_params(
-        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None
+        self, spec: IndexSpec, index: faiss.Index, k: int, ef: int | None = None, admitted: float = 1.0
     ) -> faiss.SearchParameters:
-        """IVF-PQ: ``SearchParametersIVF`` with ``nprobe`` from params (plain parameters for the flat fallback)."""
+        """IVF: ``SearchParametersIVF`` with ``nprobe`` from params, widened for a filter admitting the share
+        ``admitted`` of the vectors (:func:`.coarse.filtered_nprobe`); plain parameters for the flat fallback."""
         if not isinstance(index, faiss.IndexIVF):
             return faiss.SearchParameters()
         params = faiss.SearchParametersIVF()
-        params.nprobe = spec.params["nprobe"]
+        params.nprobe = filtered_nprobe(spec.params["nprobe"], int(index.nlist), admitted)
         return params
 
     def rescore_defaults(self, spec: IndexSpec, index: faiss.Index) -> tuple[bool, float] | None:
@@ -125,7 +134,9 @@ class IVFPQType(IndexType):
         return None if self.is_trained(spec, index) else flat_vectors(index.index, spec.dimension)
 
     def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
-        """IVF-PQ: ``nprobe`` set from params on a trained index read from a snapshot."""
+        """IVF-PQ: ``nprobe`` (from params) and ``parallel_mode`` (:func:`.coarse.ivf_index`) set on a trained index
+        read from a snapshot."""
         if isinstance(index, faiss.IndexIVF):
             index.nprobe = spec.params["nprobe"]
+            index.parallel_mode = PARALLEL_MODE
         return index

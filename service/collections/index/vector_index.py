@@ -220,7 +220,9 @@ class VectorIndex:
         Args:
             queries: float32 ``(nq, dimension)``.
             k: neighbours per query (>= 1).
-            allowed: if given, int64 ids outside it are never returned (:func:`allowed_selector`).
+            allowed: if given, int64 ids outside it are never returned (:func:`allowed_selector`); the type's
+                search widens with the share of live vectors it admits (an IVF index's ``nprobe``:
+                :func:`.coarse.filtered_nprobe`).
             ef: an HNSW graph's search breadth (None: the index's ``ef_search``; other types ignore it).
             every: score every admitted vector's code (:attr:`scores_every_code` must be true).
 
@@ -250,7 +252,8 @@ class VectorIndex:
         if self.ntotal == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         params = self.type.every_code_params(self.spec, self.index) if every else None
-        params = params or self.type.search_params(self.spec, self.index, k, ef)
+        admitted = min(1.0, len(allowed) / max(self.live, 1)) if allowed is not None else 1.0
+        params = params or self.type.search_params(self.spec, self.index, k, ef, admitted)
         if sel is not None:
             params.sel = sel
         D, I = self.index.search(q, k, params=params)

@@ -151,3 +151,41 @@ def test_a_write_planned_ahead_uses_its_lists_only_in_the_index_it_was_planned_f
     assert trained("ivf_sq", "cosine", 64, Xu).plan_add(more) is None
     spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": 1024}, D), D)
     assert VectorIndex(spec).plan_add(more) is None  # the exact fallback until trained
+
+
+def test_a_filter_probes_more_lists_the_fewer_it_admits():
+    assert coarse.filtered_nprobe(512, 16384, 1.0) == 512
+    assert coarse.filtered_nprobe(512, 16384, 0.1) == 1022  # 512 * 0.1 ** -0.3
+    assert coarse.filtered_nprobe(512, 16384, 0.01) == 2039
+    assert coarse.filtered_nprobe(512, 16384, 1e-6) == 16384  # at most every list
+    assert coarse.filtered_nprobe(512, 256, 1.0) == 256
+
+
+def _recall(got: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(g) & set(t)) / truth.shape[1] for g, t in zip(got, truth)]))
+
+
+def test_a_filtered_search_keeps_its_recall_by_probing_wider(data, tmp_path):
+    X, Q = data
+    X, Q = unit(X), unit(Q)
+    vi = trained("ivf_sq", "cosine", 1024, X)
+    vi.spec.params["nprobe"] = 64
+    allowed = np.arange(0, N, 100, dtype=np.int64)  # 1 %
+    truth = np.argsort(-(Q @ X[allowed].T), axis=1)[:, :10]
+    truth = allowed[truth]
+    widened = _recall(vi.search(Q, 10, allowed)[1], truth)
+    plain = faiss.SearchParametersIVF()
+    plain.nprobe, plain.sel = 64, faiss.IDSelectorBatch(allowed)
+    narrow = _recall(vi.index.search(Q, 10, params=plain)[1], truth)
+    assert widened >= 0.95 and widened > narrow + 0.2, (widened, narrow)
+    # one query's lists split over two threads (parallel_mode 1, kept by a snapshot) answer as one thread does
+    write_snapshot(vi, tmp_path / "s", 1)
+    loaded, _ = read_snapshot(tmp_path / "s", vi.spec)
+    assert vi.index.parallel_mode == loaded.index.parallel_mode == coarse.PARALLEL_MODE
+    one = loaded.search(Q[:1], 10, allowed)[1]
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    try:
+        assert np.array_equal(loaded.search(Q[:1], 10, allowed)[1], one)
+    finally:
+        faiss.omp_set_num_threads(before)
