@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.arrays import sorted_unique
 from service.collections.embedded.bound_index import BoundIndex
 from service.collections.embedded.named import NamedIndexes, prepared
 from service.collections.embedded.store import Store
@@ -59,7 +60,7 @@ def rerank(
         ``(scores, iids)``, each ``(nq, top_k)`` (NaN / -1 where fewer candidates exist).
     """
     _, cand = index.search(q, n, allowed, ef, every)
-    ids, vecs = fetch(np.unique(cand[cand >= 0]))
+    ids, vecs = fetch(sorted_unique(cand[cand >= 0]))
     pos = {int(i): j for j, i in enumerate(ids)}
     D = np.full((len(q), top_k), np.nan, np.float32)
     I = np.full((len(q), top_k), -1, np.int64)

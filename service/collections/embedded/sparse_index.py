@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from service.collections.arrays import sorted_unique
 from service.collections.schema import SparseVec, idf
 
 #: a new segment is merged into the previous one while that one holds at most this many times its postings
@@ -266,7 +267,7 @@ class SparseIndex:
         pos = np.searchsorted(slot_iid, iids)
         found = pos < st.n
         found[found] = slot_iid[pos[found]] == iids[found]
-        slots = np.unique(pos[found])
+        slots = sorted_unique(pos[found])
         slots = slots[~st.dead[slots]]
         if not len(slots):
             return
@@ -308,7 +309,7 @@ def _allowed_slots(st: _State, allowed: np.ndarray) -> np.ndarray:
     pos = np.searchsorted(st.slot_iid[: st.n], allowed)
     found = pos < st.n
     found[found] = st.slot_iid[pos[found]] == allowed[found]
-    slots = np.unique(pos[found])
+    slots = sorted_unique(pos[found])
     return slots[~st.dead[slots]]
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.arrays import sorted_unique
 from service.collections.embedded.store import named, payload_index
 from service.collections.embedded.store.files import DB_FILE, FILTER_INDEX, connect
 from service.collections.embedded.store.named import chunks, marks
@@ -289,7 +290,7 @@ class Store:
             sql, params = to_sql(where, indexes=self.payload_indexes)
             q = f"SELECT iid FROM points WHERE {sql}"
         (text,) = self.reader().execute(f"SELECT group_concat(iid) FROM ({q})", params).fetchone()
-        return np.unique(np.fromstring(text, dtype=np.int64, sep=",")) if text else np.empty(0, np.int64)
+        return sorted_unique(np.fromstring(text, dtype=np.int64, sep=",")) if text else np.empty(0, np.int64)
 
     def vectors_for(self, iids: np.ndarray, dimension: int) -> tuple[np.ndarray, np.ndarray]:
         """``(iids, vectors)`` of the live rows among ``iids`` (order not kept)."""
