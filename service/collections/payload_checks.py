@@ -7,8 +7,20 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 
 from service.collections.errors import InvalidCollectionRequest
+
+
+def _json_bytes(payload: dict[str, Any]) -> int:
+    """The bytes of ``payload`` as compact UTF-8 JSON: by orjson (C, ~10x faster than ``json.dumps(...,
+    ensure_ascii=False, separators=(",", ":"))``, which writes the same but for a float's exponent: ``1e-07``, one
+    byte more), by ``json`` for what orjson refuses (integers past 64 bits: the value check that follows names
+    them)."""
+    try:
+        return len(orjson.dumps(payload))
+    except TypeError:
+        return len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: list[str] | None = None) -> None:
@@ -19,7 +31,7 @@ def check_payload_sizes(payloads: list[dict[str, Any] | None], cap: int, what: l
         InvalidCollectionRequest: naming the first one too large.
     """
     for i, p in enumerate(payloads):
-        if p and (n := len(json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode())) > cap:
+        if p and (n := _json_bytes(p)) > cap:
             field = what[i] if what else f"points[{i}].payload"
             raise InvalidCollectionRequest(
                 f"{field} is {n} bytes as JSON; the maximum is {cap} (collections_max_payload_bytes)",

@@ -60,6 +60,8 @@ WRITE_MAY_HAVE_APPLIED = (
 
 # a JSON string escape: an escaped backslash (skipped, so "\\\\ud800" is text, not an escape) or \uXXXX
 _ESCAPE = re.compile(rb"\\\\|\\u([0-9a-fA-F]{4})")
+# what every surrogate escape (\uD800-\uDFFF) holds: a body without it has none to check
+_SURROGATE_LIKE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def unpaired_surrogate(body: bytes) -> str | None:
@@ -68,7 +70,7 @@ def unpaired_surrogate(body: bytes) -> str | None:
     ``json.loads`` accepts ``"\\udcff"`` and yields a ``str`` that cannot be encoded as UTF-8; every text the
     service passes on (tokenizer, SQLite, responses) must be encodable, so such bodies are refused up front.
     """
-    if b"\\u" not in body:
+    if _SURROGATE_LIKE.search(body) is None:  # one scan in C; the loop below only for bodies that may hold one
         return None
     pending_high: str | None = None
     last_end = -1

@@ -136,8 +136,9 @@ async def upsert(svc: CollectionService, collection_name: str, body: UpsertPoint
     vectors: list[list[float] | None] = []
     named: list[dict[str, Any]] = []
     field = "points[{}].vector" if body.points is not None else "batch.vectors[{}]"  # the request's own field
+    cfg, model = c.vectors, c.model  # once, not per point
     for i, (_, v, _) in enumerate(rows):
-        text, vec, other = point_parts(v, c.vectors, c.model, check_model, collection_name, field.format(i))
+        text, vec, other = point_parts(v, cfg, model, check_model, collection_name, field.format(i))
         texts.append(text)
         vectors.append(vec)
         named.append(other)
