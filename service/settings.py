@@ -321,7 +321,10 @@ class Settings(BaseSettings):
     collections_worker_threads: int = Field(8, ge=2, description="threads for SQLite/FAISS work")
     collections_embed_chunk: int = Field(256, ge=1, description="texts per embedder call during an upsert")
     collections_faiss_threads: int = Field(
-        1, ge=1, description="OpenMP threads per FAISS call (searches already run in parallel threads)"
+        1,
+        ge=1,
+        description="OpenMP threads per FAISS call (searches already run in parallel threads); an IVF search splits "
+        "its lists over them (fewer concurrent searches: set it to the cores)",
     )
     collections_reembed_rate: float = Field(
         0.0,
