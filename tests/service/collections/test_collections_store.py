@@ -146,6 +146,21 @@ def test_corrupt_snapshot_rebuilds_from_sqlite(tmp_path):
     c2.close()
 
 
+def test_rows_written_after_a_snapshot_are_found_by_their_write_sequence(tmp_path):
+    rng = np.random.default_rng(6)
+    c = make(tmp_path, "hnsw")
+    c.upsert(list(range(200)), ["t"] * 200, [None] * 200, unit(rng, 200))
+    seq = c.snapshot()
+    c.upsert(list(range(150, 260)), ["t"] * 110, [None] * 110, unit(rng, 110))  # 50 replaced, 60 new
+    got = list(c.store.iter_vectors(D, after_seq=seq, chunk=16))
+    ids, vecs = np.concatenate([i for i, _ in got]), np.concatenate([v for _, v in got])
+    rows = c.store.reader().execute("SELECT iid, vector FROM points WHERE seq > ? ORDER BY iid", (seq,)).fetchall()
+    assert len(got) == 7 and len(ids) == len(rows) == 110 and np.all(np.diff(ids) > 0)
+    assert ids.tolist() == [r[0] for r in rows]
+    assert np.array_equal(vecs, np.frombuffer(b"".join(r[1] for r in rows), np.float32).reshape(-1, D))
+    c.close()
+
+
 def test_hnsw_tombstones_then_rebuild(tmp_path):
     rng = np.random.default_rng(5)
     c = make(tmp_path, "hnsw", rebuild_fraction=0.1)

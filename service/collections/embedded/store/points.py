@@ -253,18 +253,31 @@ class Store:
     def iter_vectors(
         self, dimension: int, after_seq: int = 0, chunk: int = 20000
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of rows with ``seq > after_seq``."""
+        """``(iids, vectors)`` chunks (int64 ``(c,)``, float32 ``(c, d)``) of rows with ``seq > after_seq``, in iid
+        order.
+
+        With ``after_seq`` (a replay after a snapshot, a rebuild's catch-up): the rows' iids are found in the
+        ``points_seq`` index first, then read by iid. One query ordered by iid let SQLite walk the whole table by
+        its primary key instead (12 s of a 20 s restart at 10M points, for no row to replay).
+        """
         conn = self.reader()
+        if after_seq > 0:
+            q = "SELECT iid FROM points INDEXED BY points_seq WHERE seq > ?"
+            iids = sorted(r[0] for r in conn.execute(q, (after_seq,)))
+            for s in range(0, len(iids), chunk):
+                q = "SELECT iid, vector FROM points WHERE iid IN ({}) ORDER BY iid"
+                rows = [r for part in chunks(iids[s : s + chunk]) for r in conn.execute(q.format(marks(part)), part)]
+                if rows:
+                    yield _vector_rows(rows, dimension)
+            return
         last = 0
         while True:
             rows = conn.execute(
-                "SELECT iid, vector FROM points WHERE seq > ? AND iid > ? ORDER BY iid LIMIT ?",
-                (after_seq, last, chunk),
+                "SELECT iid, vector FROM points WHERE seq > 0 AND iid > ? ORDER BY iid LIMIT ?", (last, chunk)
             ).fetchall()
             if not rows:
                 return
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dimension)
+            ids, vecs = _vector_rows(rows, dimension)
             yield ids, vecs
             last = int(ids[-1])
 
@@ -377,3 +390,9 @@ class Store:
     def get(self, key: str) -> tuple[int, str, str, bytes] | None:
         """``(iid, text, payload_json, vector_bytes)`` of the point with encoded ``key``, or None."""
         return self.reader().execute("SELECT iid, text, payload, vector FROM points WHERE key=?", (key,)).fetchone()
+
+
+def _vector_rows(rows: list[tuple[int, bytes]], dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(iids, vectors)`` (int64 ``(c,)``, float32 ``(c, d)``) of ``(iid, vector blob)`` rows."""
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    return ids, np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dimension)
