@@ -263,10 +263,11 @@ class Store:
         conn = self.reader()
         if after_seq > 0:
             q = "SELECT iid FROM points INDEXED BY points_seq WHERE seq > ?"
-            iids = sorted(r[0] for r in conn.execute(q, (after_seq,)))
+            iids = np.sort(np.fromiter((r[0] for r in conn.execute(q, (after_seq,))), dtype=np.int64))
             for s in range(0, len(iids), chunk):
                 q = "SELECT iid, vector FROM points WHERE iid IN ({}) ORDER BY iid"
-                rows = [r for part in chunks(iids[s : s + chunk]) for r in conn.execute(q.format(marks(part)), part)]
+                part_ids = iids[s : s + chunk].tolist()
+                rows = [r for part in chunks(part_ids) for r in conn.execute(q.format(marks(part)), part)]
                 if rows:
                     yield _vector_rows(rows, dimension)
             return
