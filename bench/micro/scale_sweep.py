@@ -56,9 +56,10 @@ def timed(idx: faiss.Index, Q: np.ndarray, k: int, params: faiss.SearchParameter
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), np.asarray(out)
 
 
-def service_index(a: argparse.Namespace, spec: IndexSpec) -> tuple[faiss.Index, dict[str, np.ndarray]]:
+def service_index(a: argparse.Namespace, spec: IndexSpec) -> tuple[faiss.Index, dict[str, np.ndarray], np.ndarray]:
     """The FAISS index of the service run in ``--work`` (its newest snapshot) and ``truth.npz`` in its internal ids
-    (``points.iid`` for each point id ``points.key``), so that candidates compare with the truth as they are."""
+    (``points.iid`` for each point id ``points.key``), so that candidates compare with the truth as they are, and
+    that map (``iid_of[point id]``)."""
     col = a.work / "data" / "collections" / "scale"
     index, _ = read_snapshot(sorted(col.glob("index-*.snap"))[-1], spec)
     if index.n_tombstones:
@@ -68,9 +69,7 @@ def service_index(a: argparse.Namespace, spec: IndexSpec) -> tuple[faiss.Index, 
     iid_of = np.full(pairs[:, 0].max() + 1, -1, np.int64)
     iid_of[pairs[:, 0]] = pairs[:, 1]
     t = np.load(a.work / "truth.npz")
-    a.points = len(pairs)
-    a.iid_of = iid_of
-    return index.index, {k: iid_of[t[k]] for k in t.files}
+    return index.index, {k: iid_of[t[k]] for k in t.files}, iid_of
 
 
 def recall(cand: np.ndarray, truth: np.ndarray) -> float:
@@ -111,7 +110,8 @@ def main() -> None:
     spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": a.nlist}, 384), 384)
     t0 = time.perf_counter()
     if a.snapshot:
-        idx, truth = service_index(a, spec)
+        idx, truth, iid_of = service_index(a, spec)
+        a.points = len(iid_of)
         print(f"the service's index and its ids read in {time.perf_counter() - t0:.0f} s", flush=True)
     else:
         idx = kind.create_trained(spec, generate(X, 0, spec.params["min_train_points"], a.seed))
@@ -136,7 +136,7 @@ def main() -> None:
         print(f"| unfiltered, nprobe {nprobe} | {recall(cand, truth['all'][: a.timed]):.4f} | {p50:.1f} | {p99:.1f} |")
     ids = np.arange(a.points, dtype=np.int64)
     for name, (_, keep) in FILTERS.items():
-        allowed = ids[keep(ids)] if not a.snapshot else np.sort(a.iid_of[ids[keep(ids)]])
+        allowed = ids[keep(ids)] if not a.snapshot else np.sort(iid_of[ids[keep(ids)]])
         for nprobe in [a.nlist, *a.nprobe, *a.nprobe_filtered]:
             params = faiss.SearchParametersIVF()
             params.nprobe = nprobe

@@ -262,12 +262,12 @@ class Store:
         """
         conn = self.reader()
         if after_seq > 0:
-            q = "SELECT iid FROM points INDEXED BY points_seq WHERE seq > ?"
-            iids = np.sort(np.fromiter((r[0] for r in conn.execute(q, (after_seq,))), dtype=np.int64))
+            listed = conn.execute("SELECT iid FROM points INDEXED BY points_seq WHERE seq > ?", (after_seq,))
+            iids = np.sort(np.fromiter((r[0] for r in listed), dtype=np.int64))
+            read = "SELECT iid, vector FROM points WHERE iid IN ({}) ORDER BY iid"
             for s in range(0, len(iids), chunk):
-                q = "SELECT iid, vector FROM points WHERE iid IN ({}) ORDER BY iid"
                 part_ids = iids[s : s + chunk].tolist()
-                rows = [r for part in chunks(part_ids) for r in conn.execute(q.format(marks(part)), part)]
+                rows = [r for part in chunks(part_ids) for r in conn.execute(read.format(marks(part)), part)]
                 if rows:
                     yield _vector_rows(rows, dimension)
             return
