@@ -163,7 +163,7 @@ def test_no_host_passed_untyped():
 
 
 def test_no_index_type_branches_outside_the_registry():
-    kinds = {"flat", "hnsw", "ivf_pq", "flat_sq", "hnsw_sq", "ivf_sq"}
+    kinds = {"flat", "hnsw", "ivf_pq", "flat_sq", "hnsw_sq", "ivf_sq", "ivf_pq_fs"}
     bad = []
     for mod, path in MODULES.items():
         if mod.startswith("service.collections.index"):

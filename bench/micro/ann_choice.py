@@ -12,7 +12,9 @@ and the first 200 held-out query sentences, generated in seconds. Indexes (``--w
   re-scored exactly;
 * ``pq:nlist:m``: ``IndexIVFPQ`` 8 bits (the ``ivf_pq`` index), ``nprobe`` 64-512, 40 or 100 candidates re-scored;
 * ``fs:nlist:m``: ``IndexIVFPQFastScan`` 4 bits (``m / 2`` bytes a vector, scored by SIMD table lookups; no index
-  type of the service yet), ``nprobe`` 64-512, 40 / 100 / 200 / 500 / 1,000 candidates re-scored;
+  type of the service before 2026-11-28, then ``ivf_pq_fs``), ``nprobe`` 64-512, 40 / 100 / 200 / 500 / 1,000
+  candidates re-scored; ``fsr:nlist:m`` the same with codes of each vector's residual to its list's centroid
+  (``by_residual``, FAISS's ``PQ<m>x4fsr``) instead of the vector itself;
 * ``sel:nlist``: the service's ``ivf_sq`` (as ``assign`` below builds it) searched as the service searches a
   selective filter: every list probed (``nprobe = nlist``), a random 0.1 / 1 / 10 % of the ids admitted by FAISS's
   ``IDSelectorBatch`` and by the service's selector (``allowed_selector``: a bitmap while small), each timed with
@@ -69,7 +71,7 @@ def main() -> None:
     ap.add_argument(
         "--which",
         required=True,
-        help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m | fs:nlist:m | sel:nlist | train:nlist | assign:nlist",
+        help="sq8 | hnsw:M:efC | ivf:nlist | pq:nlist:m | fs:nlist:m | fsr:nlist:m | sel:nlist | train:nlist | assign:nlist",
     )
     ap.add_argument("--n", type=int, default=1_000_000)
     a = ap.parse_args()
@@ -139,8 +141,9 @@ def main() -> None:
             quantizer, 384, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
         )
         probes, cands = (16, 32, 64, 128, 256), (4,)
-    elif kind == "fs":
+    elif kind in ("fs", "fsr"):
         idx = faiss.IndexIVFPQFastScan(quantizer, 384, nlist, int(p[1]), 4, faiss.METRIC_INNER_PRODUCT)
+        idx.by_residual = kind == "fsr"
         probes, cands = (64, 128, 256, 512), (4, 10, 20, 50, 100)
     else:
         idx = faiss.IndexIVFPQ(quantizer, 384, nlist, int(p[1]), 8, faiss.METRIC_INNER_PRODUCT)

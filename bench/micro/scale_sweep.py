@@ -1,19 +1,19 @@
-"""The 10M dense scale bench's ``ivf_sq`` index built by FAISS alone, the service's way, and searched at several
-``nprobe``: which setting the service run (:mod:`bench.micro.scale_bench`) should use, and what it can reach (not in
-CI; run alone; ~15 minutes and ~5 GB of RAM for 10M points).
+"""The 10M dense scale bench's ``ivf_sq`` (or ``--kind ivf_pq_fs``) index built by FAISS alone, the service's way, and
+searched at several ``nprobe``: which setting the service run (:mod:`bench.micro.scale_bench`) should use, and what it
+can reach (not in CI; run alone; ~15 minutes and ~5 GB of RAM for 10M points).
 
 The points are :mod:`bench.micro.scale_bench`'s (the same ``generate``, seed and queries); the index is what the
-service makes of them: ``IVFSQType.create_trained`` (two-level k-means, int8 code ranges) on the first
-``min_train_points`` points (the service trains on the points it holds when it reaches that many, written in id order
-by the bench), every point then added through ``IVFSQType.add`` (lists found in the centroids' HNSW graph). ``--threads``
+service makes of them: the type's ``create_trained`` (two-level k-means, then int8 code ranges or 4-bit codebooks) on
+the first ``min_train_points`` points (the service trains on the points it holds when it reaches that many, written in
+id order by the bench), every point then added through the type's ``add`` (lists found in the centroids' HNSW graph). ``--threads``
 OpenMP threads (default 1, the service's ``collections_faiss_threads`` default; above 1, FAISS's
 ``parallel_mode = 1`` splits one query's lists over them). The exact top 10 of each truth query is computed
 in the same pass and saved as ``truth.npz`` in ``--work`` (the file the service run reads, if it is not there yet).
 
-Prints, per ``nprobe``: recall@10 after the service's exact re-scoring of ``ceil(oversampling x 10)`` candidates (a
-true top-10 point among the candidates is always kept by it: recall is the share of the truth among the candidates)
-and the p50/p99 of single-query searches; then the filters (0.1 / 1 / 10 %): each scored over every list with the
-service's selector (its path for a filter admitting at most ``exact_filter_threshold`` points) and at each ``nprobe``.
+Prints, per ``nprobe`` and per number of candidates (``--candidates``; default ``ceil(oversampling x 10)``): recall@10
+after the service's exact re-scoring of the candidates (a true top-10 point among the candidates is always kept by it:
+recall is the share of the truth among the candidates) and the p50/p99 of single-query searches (re-scoring not
+timed); then the filters (0.1 / 1 / 10 %, the most candidates): each scored over every list with the service's selector (its path for a filter admitting at most ``exact_filter_threshold`` points) and at each ``nprobe``.
 
     python -m bench.micro.scale_sweep --points 10000000 --nlist 16384 --work ~/.cache/redundancy-embed/scale_bench/10m-ivf_sq
 
@@ -86,7 +86,10 @@ def main() -> None:
         "--threads", type=int, default=1, help="OpenMP threads (above 1: one query's lists split over them)"
     )
     ap.add_argument("--nprobe-filtered", type=int, nargs="*", default=[], help="more nprobe values for the filters")
+    ap.add_argument("--kind", default="ivf_sq", choices=["ivf_sq", "ivf_pq_fs"], help="the service's index type")
+    ap.add_argument("--m", type=int, help="ivf_pq_fs: 4-bit sub-quantizers (default: the type's, dimension / 2)")
     ap.add_argument("--oversampling", type=float, default=2.0)
+    ap.add_argument("--candidates", type=int, nargs="*", default=[], help="candidates re-scored (several: a row each)")
     ap.add_argument("--truth", type=int, default=200, help="queries with an exact ground truth (the first ones)")
     ap.add_argument("--timed", type=int, default=100, help="of those, searched one at a time and timed")
     ap.add_argument("--seed", type=int, default=0)
@@ -106,8 +109,9 @@ def main() -> None:
     )
     C, _ = corpus_embeddings(a.cache_dir, None, a.models_dir / a.model)
     X, Q = C[:-1000], C[-1000:][: a.truth]
-    kind = get_type("ivf_sq")
-    spec = IndexSpec("ivf_sq", "cosine", normalize_params("ivf_sq", {"nlist": a.nlist}, 384), 384)
+    kind = get_type(a.kind)
+    given = {"nlist": a.nlist, **({"m": a.m} if a.m else {})}
+    spec = IndexSpec(a.kind, "cosine", normalize_params(a.kind, given, 384), 384)
     t0 = time.perf_counter()
     if a.snapshot:
         idx, truth, iid_of = service_index(a, spec)
@@ -125,15 +129,19 @@ def main() -> None:
         if not (a.work / "truth.npz").exists():
             np.savez(a.work / "truth.npz", **truth)
     idx.parallel_mode = 1 if a.threads > 1 else 0  # FAISS's IndexIVF: 1 splits one query's probed lists
-    k = max(K, math.ceil(a.oversampling * K - 1e-9))
+    ks = a.candidates or [max(K, math.ceil(a.oversampling * K - 1e-9))]
     qt = Q[: a.timed]
-    print(f"\n{a.points:,} points, ivf_sq nlist {a.nlist}, {k} candidates re-scored; {a.threads} thread(s)\n")
-    print("| search | recall@10 | p50 ms | p99 ms |\n|---|---:|---:|---:|")
+    what = f"{a.kind} nlist {a.nlist}" + (f" m {spec.params['m']}" if "m" in spec.params else "")
+    print(f"\n{a.points:,} points, {what}; {a.threads} thread(s)\n")
+    print("| search | candidates | recall@10 | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|")
     for nprobe in a.nprobe:
         params = faiss.SearchParametersIVF()
         params.nprobe = nprobe
-        p50, p99, cand = timed(idx, qt, k, params)
-        print(f"| unfiltered, nprobe {nprobe} | {recall(cand, truth['all'][: a.timed]):.4f} | {p50:.1f} | {p99:.1f} |")
+        for k in ks:
+            p50, p99, cand = timed(idx, qt, k, params)
+            r = recall(cand, truth["all"][: a.timed])
+            print(f"| unfiltered, nprobe {nprobe} | {k} | {r:.4f} | {p50:.1f} | {p99:.1f} |", flush=True)
+    k = max(ks)
     ids = np.arange(a.points, dtype=np.int64)
     for name, (_, keep) in FILTERS.items():
         allowed = ids[keep(ids)] if not a.snapshot else np.sort(iid_of[ids[keep(ids)]])
@@ -142,9 +150,8 @@ def main() -> None:
             params.nprobe = nprobe
             p50, p99, cand = timed(idx, qt[:20], k, params, allowed)
             how = "every list" if nprobe == a.nlist else f"nprobe {nprobe}"
-            print(
-                f"| {name} filter, {how} | {recall(cand, truth[name][:20]):.4f} | {p50:.1f} | {p99:.1f} |", flush=True
-            )
+            r = recall(cand, truth[name][:20])
+            print(f"| {name} filter, {how} | {k} | {r:.4f} | {p50:.1f} | {p99:.1f} |", flush=True)
     print(f"\n{time.strftime('%Y-%m-%d %H:%M:%S')} load average after: {os.getloadavg()}")
 
 

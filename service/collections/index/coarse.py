@@ -148,6 +148,25 @@ def assign(index: faiss.IndexIVF, vectors: np.ndarray) -> Assignment | None:
     return Assignment(index, lists)
 
 
+def add_through_graph(index: faiss.IndexIVF, vectors: np.ndarray, ids: np.ndarray) -> None:
+    """Add ``vectors`` (float32 ``(n, d)``, contiguous) under ``ids`` (int64 ``(n,)``) to the trained ``index`` through
+    FAISS's own ``add_with_ids``, each vector's list found in :func:`assignment_graph` (from
+    :data:`TWO_LEVEL_MIN_NLIST` lists) by giving the index that graph as its quantizer for the call: for an index whose
+    lists hold codes in blocks (FAISS's fast-scan ``IndexIVFPQFastScan``), which only its own ``add_with_ids`` packs
+    (``add_preassigned`` writes unpacked codes into the blocks). The graph holds the same centroids in the same order,
+    so a vector's residual is the same. Searches must not run meanwhile (the caller holds the collection's write
+    lock); searches then use the exact flat quantizer again."""
+    if index.nlist < TWO_LEVEL_MIN_NLIST or len(vectors) == 0:
+        index.add_with_ids(vectors, ids)
+        return
+    flat = index.quantizer
+    index.quantizer = assignment_graph(index)
+    try:
+        index.add_with_ids(vectors, ids)
+    finally:
+        index.quantizer = flat
+
+
 def add_to_lists(
     index: faiss.IndexIVF, vectors: np.ndarray, ids: np.ndarray, assigned: Assignment | None = None
 ) -> None:

@@ -15,10 +15,12 @@ from service.collections.index.flat_sq import FlatSQType
 from service.collections.index.hnsw import HNSWType
 from service.collections.index.hnsw_sq import HNSWSQType
 from service.collections.index.ivf_pq import IVFPQType
+from service.collections.index.ivf_pq_fs import IVFPQFastScanType
 from service.collections.index.ivf_sq import IVFSQType
 
 _TYPES: dict[str, IndexType] = {
-    t.name: t for t in (FlatType(), HNSWType(), IVFPQType(), FlatSQType(), HNSWSQType(), IVFSQType())
+    t.name: t
+    for t in (FlatType(), HNSWType(), IVFPQType(), FlatSQType(), HNSWSQType(), IVFSQType(), IVFPQFastScanType())
 }
 
 
