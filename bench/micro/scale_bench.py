@@ -235,7 +235,7 @@ def searches(srv: Server, Q: np.ndarray, truth: dict[str, np.ndarray], a: argpar
         if not hasattr(local, "c"):
             local.c = httpx.Client(base_url=srv.url, timeout=120)
         body = {"query": Q[i].tolist(), "top_k": K, "with_payload": False, "with_text": False}
-        if a.index == "ivf_sq":
+        if a.index in ("ivf_sq", "ivf_pq_fs"):
             body["quantization"] = {"oversampling": a.oversampling}
         if flt:
             body["filter"] = flt
@@ -292,8 +292,13 @@ def dense_main(argv: list[str]) -> None:
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=1024, help="points per upsert request")
     ap.add_argument("--writers", type=int, default=2)
-    ap.add_argument("--index", choices=("ivf_pq", "ivf_sq"), default="ivf_pq")
-    ap.add_argument("--oversampling", type=float, default=2.0, help="ivf_sq: int8 candidates per hit re-scored")
+    ap.add_argument("--index", choices=("ivf_pq", "ivf_sq", "ivf_pq_fs"), default="ivf_pq")
+    ap.add_argument(
+        "--oversampling",
+        type=float,
+        default=2.0,
+        help="ivf_sq, ivf_pq_fs: candidates per hit re-scored (a search param)",
+    )
     ap.add_argument("--nlist", type=int, default=4096)
     ap.add_argument("--nprobe", type=int, default=64)
     ap.add_argument("--rerank", type=int, default=10, help="ivf_pq: PQ candidates per hit re-scored exactly")

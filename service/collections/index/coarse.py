@@ -63,6 +63,12 @@ def ivf_index(spec: IndexSpec, make: Callable[[faiss.Index, int], faiss.IndexIVF
     index = make(quantizer, metric)
     index.own_fields = True
     quantizer.this.disown()
+    return with_search_settings(spec, index)
+
+
+def with_search_settings(spec: IndexSpec, index: faiss.IndexIVF) -> faiss.IndexIVF:
+    """``index`` with the search settings FAISS does not serialise set: ``nprobe`` from ``spec.params`` and
+    ``parallel_mode`` :data:`PARALLEL_MODE` (on a new index, and on one read from a snapshot)."""
     index.nprobe = spec.params["nprobe"]
     index.parallel_mode = PARALLEL_MODE
     return index

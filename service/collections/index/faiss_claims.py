@@ -4,7 +4,7 @@ FAISS's reader (``faiss/impl/index_read.cpp``) allocates what each count in the 
 (``READVECTOR``: up to 2^40 items), so a snapshot of a few KB could make it allocate gigabytes. :func:`check_claims`
 walks the structures this service writes (``IndexIDMap2`` over ``IndexFlat``, ``IndexScalarQuantizer``,
 ``IndexHNSWFlat`` or ``IndexHNSWSQ``; ``IndexIVFPQ`` and ``IndexIVFScalarQuantizer`` with a flat quantizer and array
-inverted lists) and checks every count against the bytes left; any other structure
+inverted lists; ``IndexIVFPQFastScan`` with a flat quantizer and block inverted lists) and checks every count against the bytes left; any other structure
 is :class:`UnknownIndexFormat` (left unchecked: the caller does not give it to FAISS).
 """
 
@@ -103,12 +103,21 @@ class _Claims:
             n, nlist = self.ivf_header()
             self.read("<B")  # by_residual
             code_size = self.read("<Q")
-            d, m, nbits = self.read("<Q"), self.read("<Q"), self.read("<Q")
-            if d != self.d or not (1 <= m <= d and 1 <= nbits <= _MAX_NBITS) or code_size > m * 2:
-                raise ValueError(f"the FAISS product quantizer claims d={d}, M={m}, nbits={nbits}")
-            if self.vector(4, "centroids") != d << nbits:
-                raise ValueError("the FAISS product quantizer holds other than its centroids")
+            if code_size > self.product_quantizer(_MAX_NBITS) * 2:
+                raise ValueError(f"the FAISS IVF-PQ index claims codes of {code_size} bytes")
             if self.lists(nlist, code_size) != n:
+                raise ValueError(f"the FAISS inverted lists hold other than their {n} vectors")
+        elif fourcc == b"IwPf":  # IndexIVFPQFastScan: IVF header, fast-scan fields, product quantizer, block lists
+            n, nlist = self.ivf_header()
+            self.read("<B")  # by_residual
+            self.read("<Q")  # code_size
+            bbs, m2 = self.read("<i"), self.read("<Q")
+            self.read("<i")  # implem
+            self.read("<Q")  # qbs2
+            m = self.product_quantizer()
+            if not (bbs > 0 and bbs % 32 == 0 and m2 in (m, m + 1) and m2 % 2 == 0):
+                raise ValueError(f"the FAISS fast-scan index claims blocks of {bbs}, M2={m2} for M={m}")
+            if self.blocks(nlist, bbs, bbs * m2 // 2) != n:
                 raise ValueError(f"the FAISS inverted lists hold other than their {n} vectors")
         else:
             raise UnknownIndexFormat(f"a FAISS index of type {fourcc!r}")
@@ -127,6 +136,36 @@ class _Claims:
         else:
             self.vector(8, "direct map entries")
         return n, nlist
+
+    def product_quantizer(self, max_nbits: int = 4) -> int:
+        """``write_ProductQuantizer``: dimension, sub-quantizers ``M`` and bits (at most ``max_nbits``: fast scan's
+        4), then ``d * 2**nbits`` centroid floats; its ``M``."""
+        d, m, nbits = self.read("<Q"), self.read("<Q"), self.read("<Q")
+        if d != self.d or not (1 <= m <= d and d % m == 0 and 1 <= nbits <= max_nbits):
+            raise ValueError(f"the FAISS product quantizer claims d={d}, M={m}, nbits={nbits}")
+        if self.vector(4, "centroids") != d << nbits:
+            raise ValueError("the FAISS product quantizer holds other than its centroids")
+        return m
+
+    def blocks(self, nlist: int, n_per_block: int, block_size: int) -> int:
+        """``BlockInvertedListsIOHook::write``: ``nlist`` lists, each its int64 ids then its codes packed in blocks of
+        ``n_per_block`` vectors of ``block_size`` bytes (as the index's fields say); their total size."""
+        fourcc = bytes(self.buf[self.at : self.at + 4])
+        self.skip(4, "fourcc")
+        if fourcc != b"ilbl":
+            raise UnknownIndexFormat(f"FAISS fast-scan inverted lists of type {fourcc!r}")
+        if self.read("<Q") != nlist:
+            raise ValueError("the FAISS block inverted lists are not one per list")
+        self.read("<Q")  # code_size (unused by blocks)
+        if self.read("<Q") != n_per_block or self.read("<Q") != block_size:
+            raise ValueError("the FAISS block inverted lists' blocks are not the index's")
+        total = 0
+        for _ in range(nlist):
+            n = self.vector(8, "ids")
+            if self.vector(1, "codes") != -(-n // n_per_block) * block_size:
+                raise ValueError(f"a FAISS block inverted list holds other than the blocks of its {n} ids")
+            total += n
+        return total
 
     def scalar_quantizer(self) -> int:
         """``write_ScalarQuantizer``: its type, range statistic and argument, dimension, code size and trained

@@ -21,13 +21,13 @@ from service.collections.index.base import (
     reject_unknown,
 )
 from service.collections.index.coarse import (
-    PARALLEL_MODE,
     Assignment,
     add_to_lists,
     assign,
     filtered_nprobe,
     ivf_index,
     train_coarse,
+    with_search_settings,
 )
 from service.collections.index.flat import flat_index
 
@@ -134,9 +134,6 @@ class IVFPQType(IndexType):
         return None if self.is_trained(spec, index) else flat_vectors(index.index, spec.dimension)
 
     def loaded(self, spec: IndexSpec, index: faiss.Index) -> faiss.Index:
-        """IVF-PQ: ``nprobe`` (from params) and ``parallel_mode`` (:func:`.coarse.ivf_index`) set on a trained index
+        """IVF-PQ: ``nprobe`` (from params) and ``parallel_mode`` (:func:`.coarse.with_search_settings`) set on a trained index
         read from a snapshot."""
-        if isinstance(index, faiss.IndexIVF):
-            index.nprobe = spec.params["nprobe"]
-            index.parallel_mode = PARALLEL_MODE
-        return index
+        return with_search_settings(spec, index) if isinstance(index, faiss.IndexIVF) else index

@@ -21,7 +21,7 @@ import faiss
 import numpy as np
 
 from artifact_contract.fsio import fsync_dir
-from service.collections.index.base import IndexSpec
+from service.collections.index.base import CHUNK_BYTES, IndexSpec, stream_index
 from service.collections.index.registry import get_type
 from service.collections.index.vector_index import VectorIndex
 
@@ -31,8 +31,6 @@ SNAP_MAGIC = b"EMBSNAP1"
 
 #: bytes reserved for the JSON header, written (space-padded) once the index's size and CRC are known
 HEADER_BYTES = 512
-#: bytes FAISS's writer and reader pass through Python at a time
-CHUNK_BYTES = 1 << 20
 
 
 def write_snapshot(index: VectorIndex, path: Path, seq: int) -> int:
@@ -44,17 +42,17 @@ def write_snapshot(index: VectorIndex, path: Path, seq: int) -> int:
         bytes written.
     """
     tomb = index.tombstones().tobytes()
-    crc, size = zlib.crc32(tomb), 0
+    crc = zlib.crc32(tomb)
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
 
         def put(chunk: bytes) -> None:
-            nonlocal crc, size
+            nonlocal crc
             f.write(chunk)
-            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+            crc = zlib.crc32(chunk, crc)
 
         f.write(b" " * (16 + HEADER_BYTES) + tomb)
-        faiss.write_index(index.index, faiss.PyCallbackIOWriter(put, CHUNK_BYTES))
+        size = stream_index(index.index, put)
         header = json.dumps(
             {
                 "seq": int(seq),

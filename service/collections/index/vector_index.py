@@ -15,7 +15,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from service.collections.index.base import IndexSpec, QuantizationSearch
+from service.collections.index.base import IndexSpec, QuantizationSearch, stream_index
 from service.collections.index.registry import get_type
 from service.collections.index.scan import ScanState, rows_top_k, scan_top_k
 from service.collections.metric import is_distance
@@ -356,11 +356,4 @@ class VectorIndex:
     def memory_bytes(self) -> int:
         """Serialized size of the FAISS index in bytes (a close proxy of its memory), counted as FAISS writes it
         (nothing is copied)."""
-        size = 0
-
-        def count(chunk: bytes) -> None:
-            nonlocal size
-            size += len(chunk)
-
-        faiss.write_index(self.index, faiss.PyCallbackIOWriter(count, 1 << 20))
-        return size
+        return stream_index(self.index, lambda chunk: None)

@@ -90,7 +90,11 @@ def test_trusted_recovery_refuses_faiss_claims_the_file_cannot_hold(tmp_path):
 
 
 #: params that train each kind on the 2,000 points below (small lists, few sub-quantizers)
-_SMALL = {"ivf_pq": {"nlist": 4, "m": 2, "nbits": 4, "min_train_points": 100}, "ivf_sq": {"nlist": 4}}
+_SMALL = {
+    "ivf_pq": {"nlist": 4, "m": 2, "nbits": 4, "min_train_points": 100},
+    "ivf_sq": {"nlist": 4},
+    "ivf_pq_fs": {"nlist": 4, "min_train_points": 100},
+}
 
 
 @pytest.mark.parametrize("kind", index_kinds())
@@ -121,6 +125,23 @@ def test_a_scalar_quantizer_claiming_another_shape_is_refused():
     at = 4 + 4 + 8 + 16 + 1 + 4 + 4 + 4 + 4  # fourcc, header, qtype, rangestat, rangestat_arg: then d, code_size
     check_claims(bytes(body), D)
     for offset, value, message in ((0, D + 1, "d="), (8, 4 * D + 1, "code size"), (16, 2 * D + 1, "ranges")):
+        lie = body.copy()
+        lie[at + offset : at + offset + 8] = struct.pack("<Q", value)
+        with pytest.raises(ValueError, match=message):
+            check_claims(bytes(lie), D)
+
+
+def test_fast_scan_block_lists_claiming_other_blocks_are_refused():
+    """A fast-scan index's block lists are checked as FAISS lays them out: blocks of 32 vectors of ``16 * M2`` bytes
+    a list, each list's codes exactly the blocks of its ids; a list claiming more codes than the file holds, or
+    blocks of another size, is refused before FAISS reads it."""
+    x = np.random.default_rng(0).normal(size=(2000, D)).astype(np.float32)
+    spec = IndexSpec("ivf_pq_fs", "cosine", normalize_params("ivf_pq_fs", _SMALL["ivf_pq_fs"], D), D)
+    built = VectorIndex.build(spec, [(np.arange(2000, dtype=np.int64), x)], train_sample=x)
+    body = bytearray(faiss.serialize_index(built.index).tobytes())
+    check_claims(bytes(body), D)
+    at = body.index(b"ilbl") + 4  # nlist, code_size, n_per_block, block_size, then the first list's ids
+    for offset, value, message in ((16, 64, "blocks"), (24, 1 << 20, "blocks"), (32, 1 << 40, "ids")):
         lie = body.copy()
         lie[at + offset : at + offset + 8] = struct.pack("<Q", value)
         with pytest.raises(ValueError, match=message):
