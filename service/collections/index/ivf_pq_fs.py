@@ -31,14 +31,15 @@ from service.collections.index.coarse import add_through_graph, ivf_index, train
 from service.collections.index.ivf_pq import IVFPQType
 
 #: ``m`` defaults to half the dimension (two dimensions a 4-bit sub-quantizer); ``rerank`` candidates per result
-IVF_PQ_FS_DEFAULTS = {"nlist": 1024, "nprobe": 16, "rerank": 20}
+IVF_PQ_FS_DEFAULTS = {"nlist": 1024, "nprobe": 16, "rerank": 20, "by_residual": True}
 _DERIVED = ("min_train_points", "train_sample")
 
 
 class IVFPQFastScanType(IVFPQType):
     """Params: ``nlist`` (1..65536), ``nprobe`` (1..nlist), ``m`` (4-bit sub-quantizers: even, dividing the dimension;
     default ``dimension / 2`` rounded down to such a divisor), ``rerank`` (1..1000 candidates re-scored per result,
-    default 20; 1 returns the 4-bit scores), ``min_train_points`` (default ``39 * nlist``, at least ``nlist``) and
+    default 20; 1 returns the 4-bit scores), ``by_residual`` (default true: each vector's code encodes its residual to
+    its list's centroid, FAISS's ``PQ<m>x4fsr``; false: the vector itself), ``min_train_points`` (default ``39 * nlist``, at least ``nlist``) and
     ``train_sample`` (default ``64 * nlist`` capped at 200k, never below ``min_train_points``)."""
 
     name = "ivf_pq_fs"
@@ -57,6 +58,8 @@ class IVFPQFastScanType(IVFPQType):
             out["nprobe"] = min(IVF_PQ_FS_DEFAULTS["nprobe"], nlist)
         int_param(out, "nprobe", 1, nlist)
         int_param(out, "rerank", 1, 1000)
+        if not isinstance(out["by_residual"], bool):
+            raise IndexConfigError(f"params.by_residual must be a boolean, got {out['by_residual']!r}")
         if "m" not in params:
             even = [m for m in range(2, dimension // 2 + 1, 2) if dimension % m == 0]
             if not even:
@@ -72,13 +75,14 @@ class IVFPQFastScanType(IVFPQType):
         return out
 
     def create_trained(self, spec: IndexSpec, sample: np.ndarray) -> faiss.Index:
-        """IVF-PQ fast scan: an ``IndexIVFPQFastScan`` (``nlist`` lists, ``m`` 4-bit sub-quantizers of the vectors
-        themselves, blocks of 32; flat coarse quantizer, ``nprobe`` from params) with its lists
+        """IVF-PQ fast scan: an ``IndexIVFPQFastScan`` (``nlist`` lists, ``m`` 4-bit sub-quantizers of the residuals or
+        the vectors, ``by_residual``, blocks of 32; flat coarse quantizer, ``nprobe`` from params) with its lists
         (:func:`.coarse.train_coarse`) and codebooks trained on ``sample``, float32 ``(s, dimension)``."""
         p = spec.params
         index = ivf_index(
             spec, lambda q, metric: faiss.IndexIVFPQFastScan(q, spec.dimension, p["nlist"], p["m"], 4, metric)
         )
+        index.by_residual = p["by_residual"]
         train_coarse(spec, index, sample)
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
         return index

@@ -40,7 +40,8 @@ def test_params_default_to_half_the_dimension_and_twenty_candidates_a_result():
     p = normalize_params("ivf_pq_fs", {}, D)
     assert (p["m"], p["rerank"], p["nlist"], p["nprobe"], p["min_train_points"]) == (192, 20, 1024, 16, 39 * 1024)
     assert normalize_params("ivf_pq_fs", {}, 100)["m"] == 50
-    for bad in ({"m": 7}, {"m": 10}, {"rerank": 0}, {"nbits": 4}, {"nlist": 8, "nprobe": 9}, {"min_train_points": 1}):
+    bad_params = ({"m": 7}, {"m": 10}, {"rerank": 0}, {"nbits": 4}, {"by_residual": 1}, {"min_train_points": 1})
+    for bad in bad_params:
         with pytest.raises(IndexConfigError):
             normalize_params("ivf_pq_fs", bad, D)
 
@@ -96,11 +97,13 @@ def test_snapshot_and_reopen_keep_the_trained_codes(col, sts):  # noqa: F811
 def test_writes_through_the_graph_pack_the_same_codes_as_faiss_own_add():
     """From 1,024 lists a write's lists come from the centroids' HNSW graph while FAISS packs the blocks: scored over
     every list, the index answers exactly as one filled by FAISS's exact ``add_with_ids`` (a vector's 4-bit code does
-    not depend on its list), and the flat quantizer is back for searches."""
+    not depend on its list when codes are not residuals), and the flat quantizer is back for searches."""
     rng = np.random.default_rng(0)
     d, n = 16, 12_000
     X = rng.standard_normal((n, d)).astype(np.float32)
-    params = normalize_params("ivf_pq_fs", {"nlist": 1024, "nprobe": 1024, "m": 8, "min_train_points": 1024}, d)
+    params = normalize_params(
+        "ivf_pq_fs", {"nlist": 1024, "nprobe": 1024, "m": 8, "min_train_points": 1024, "by_residual": False}, d
+    )
     spec = IndexSpec("ivf_pq_fs", "l2", params, d)
     kind = VectorIndex(spec).type
     ids = np.arange(n, dtype=np.int64) * 3
