@@ -25,6 +25,7 @@ import numpy as np
 
 from service.collections.conditions import parse_path
 from service.collections.embedded.bound_index import BoundIndex
+from service.collections.embedded.held_payload import HeldPayloadIndexes
 from service.collections.embedded.inflight import InFlight
 from service.collections.embedded.locks import CollectionLocks
 from service.collections.embedded.maintenance import Maintenance
@@ -76,6 +77,7 @@ class Collection(PayloadIndexing, Maintenance):
         self._count = 0
         self._locks = CollectionLocks(self.name)
         self._admitted: InFlight[np.ndarray] = InFlight()  # a filter's ids, shared by concurrent searches (.inflight)
+        self.held_payload = HeldPayloadIndexes(store)  # numeric payload indexes in memory, for searches' allowed ids
         # the last re-embedding's status (kept after it ends; the re-embedder sets it too)
         self.reembed_status: dict[str, Any] | None = None
 
@@ -291,7 +293,7 @@ class Collection(PayloadIndexing, Maintenance):
             (where, dropped), nq = left_out(self.store, where), len(queries)
             allowed, k = None, top_k + len(dropped)
             if where is not None:
-                allowed = self._admitted.get(repr(where), lambda: self.store.matching_iids(where))
+                allowed = self._admitted.get(repr(where), lambda: self._allowed(where))
                 if len(allowed) == 0:
                     return [[] for _ in range(nq)]
             args = (queries, top_k, k, allowed, self.exact_filter_threshold, exact, quantization, hnsw_ef)
@@ -303,6 +305,12 @@ class Collection(PayloadIndexing, Maintenance):
             hits_per_row = dict(zip(wanted, (int(n) for n in counts)))
             rows = self.store.rows_for(wanted, with_text, with_payload, budget, hits_per_row) if wanted else {}
         return assemble_hits(D, I, rows, top_k, score_threshold, metric)
+
+    def _allowed(self, where: Filter) -> np.ndarray:
+        """The internal ids a search's filter admits: from the payload indexes held in memory where they answer it
+        (:mod:`.held_payload`: dead points' ids included, which no index holds), else from SQLite."""
+        found = self.held_payload.allowed(where)
+        return found if found is not None else self.store.matching_iids(where)
 
     def get(self, point_id: int | str, with_vector: Any = False, consistency: Any = None) -> dict[str, Any] | None:
         """The stored point ``{id, text, payload[, vector][, vectors]}`` or None (always strong)."""

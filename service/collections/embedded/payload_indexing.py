@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.collections.embedded.held_payload import HeldPayloadIndexes
 from service.collections.embedded.locks import CollectionLocks
 from service.collections.embedded.store import Store
 from service.collections.embedded.store.payload_index import points_per_field
@@ -16,11 +17,13 @@ class PayloadIndexing:
 
     store: Store
     _locks: CollectionLocks
+    held_payload: HeldPayloadIndexes
 
     def create_payload_index(self, index: PayloadIndex) -> None:
         """Build ``index`` from the stored payloads and use it (replacing another index of its key); durable when it
         returns. Writes wait meanwhile; searches go on without it (a replaced one is dropped from their view first,
-        so no search reads a half-built index). The same index again changes nothing.
+        so no search reads a half-built index). A numeric index is then copied into memory in the background, for
+        searches (:mod:`.held_payload`). The same index again changes nothing.
 
         Raises:
             CollectionClosed: the collection was deleted.
@@ -32,6 +35,7 @@ class PayloadIndexing:
             new = self.store.write_payload_index(index, index.key)
             with self._locks.swapping():
                 self.store.payload_indexes = new
+        self.held_payload.prepare()  # a numeric index's copy in memory, read in the background
 
     def delete_payload_index(self, key: str) -> bool:
         """Drop the index of payload ``key``; False when there is none. Durable when it returns.
