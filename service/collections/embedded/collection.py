@@ -111,11 +111,13 @@ class Collection(PayloadIndexing, Maintenance):
 
     @classmethod
     def open(cls, path: Path, **kw: Any) -> Collection:
-        """Open an existing collection: load its newest snapshot, replay later writes, or rebuild."""
+        """Open an existing collection: load its newest snapshot, replay later writes, or rebuild; its numeric payload
+        indexes are copied into memory in the background (:mod:`.held_payload`)."""
         c = cls(path, Store(path), **kw)
         c._count, c._seq = c.bound.load()
         if c.named.dense or c.vectors.sparse:
             log.info("collection %s: named vectors loaded in %.2fs", c.name, c.named.load())
+        c.held_payload.prepare()
         return c
 
     def close(self) -> None:

@@ -119,3 +119,17 @@ def test_a_held_copy_is_dropped_with_its_index(tmp_path):
     assert len(c.held_payload.allowed(parse_filter({"g": 1}))) == 1
     assert isinstance(HeldPayloadIndexes(c.store).allowed(parse_filter({"g": 1})), type(None))  # a new one: not read
     c.close()
+
+
+def test_an_open_reads_the_copies(tmp_path):
+    c = make(tmp_path / "c")
+    c.upsert([1, 2], ["t", "t"], [{"g": 1}, {"g": 2}], np.eye(2, D))
+    c.create_payload_index(payload_index("g", "integer"))
+    c.close()
+    c = type(c).open(tmp_path / "c")
+    assert c.held_payload.prepare(wait=30) == []  # started by the open: nothing left to read
+    assert (
+        c.held_payload.allowed(parse_filter({"g": 2})).tolist()
+        == c.store.matching_iids(parse_filter({"g": 2})).tolist()
+    )
+    c.close()
