@@ -30,6 +30,7 @@ import numpy as np
 from service.collections.arrays import sorted_unique
 from service.collections.conditions import DateRange
 from service.collections.embedded.store import Store
+from service.collections.embedded.store.files import connect
 from service.collections.embedded.store.payload_index import micros
 from service.collections.filters import And, Match, Or, Range, value_kind
 from service.collections.payload_indexes import PayloadIndex
@@ -185,16 +186,20 @@ class HeldPayloadIndexes:
 
     def _read(self, key: str, index: PayloadIndex) -> None:
         """Read the copy of ``key``'s index (a background thread)."""
-        try:
-            conn = self.store.reader()
+        conn = None
+        try:  # a connection of its own: a close of the collection meanwhile does not close it under the read
+            conn = connect(self.store.db_path)
+            conn.execute("PRAGMA query_only=ON")
             upto = _top_iid(conn)
             found = read_entries(conn, key, upto)
             if found is not None:
                 with self._lock:
                     self._held[key] = Held(index, upto, *_forms(*found))
-        except sqlite3.Error as e:  # the collection closed meanwhile
+        except sqlite3.Error as e:  # the collection was deleted meanwhile
             log.info("payload index %s not held: %s", key, e)
         finally:
+            if conn is not None:
+                conn.close()
             with self._lock:
                 self._reading.discard(key)
 

@@ -133,3 +133,15 @@ def test_an_open_reads_the_copies(tmp_path):
         == c.store.matching_iids(parse_filter({"g": 2})).tolist()
     )
     c.close()
+
+
+def test_a_close_while_a_copy_is_read_is_safe(tmp_path):
+    """The copy is read on a connection of its own: closing the collection under it (which closes the store's
+    connections) neither crashes the process nor leaves a copy behind in use."""
+    n = 20_000
+    for i in range(3):
+        c = make(tmp_path / f"c{i}")
+        c.upsert(list(range(n)), [""] * n, [{"g": j % 100} for j in range(n)], np.ones((n, D), np.float32))
+        c.create_payload_index(payload_index("g", "integer"))  # its copy now read in the background
+        c.close()
+        c.held_payload.prepare(wait=30)  # whatever the read found, it ended without the store
