@@ -213,6 +213,8 @@ class HeldPayloadIndexes:
             if top > h.upto:
                 with self._lock:
                     h = self._held.get(key, h)
+                    if h.index != held[key].index:  # replaced meanwhile by the copy of another index of the key
+                        return None
                     if top > h.upto:
                         found = read_entries(conn, key, top, after=h.upto)
                         if found is None:
