@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,6 +79,7 @@ class Collection(PayloadIndexing, Maintenance):
         self._locks = CollectionLocks(self.name)
         self._admitted: InFlight[np.ndarray] = InFlight()  # a filter's ids, shared by concurrent searches (.inflight)
         self.held_payload = HeldPayloadIndexes(store)  # numeric payload indexes in memory, for searches' allowed ids
+        self._building = threading.Lock()  # payload index builds, one at a time (.payload_indexing)
         # the last re-embedding's status (kept after it ends; the re-embedder sets it too)
         self.reembed_status: dict[str, Any] | None = None
 

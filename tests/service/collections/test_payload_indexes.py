@@ -255,3 +255,45 @@ def test_selective_filters_search_exactly_from_memory_or_the_store(tmp_path, mon
     assert [h.id for h in c.search(q, 5, parse_filter({"g": 1}))[0]] == best and not read  # from memory
     assert [h.id for h in c.search(q, 5, parse_filter({"one": True}))[0]] == [7] and not read  # 1 of 1,000 too
     c.close()
+
+
+def test_writes_go_on_while_an_index_is_built_and_the_index_ends_exact(tmp_path, monkeypatch):
+    """An index is built in parts (20 points a part here), writes taking the mutex between them: upserts (new ids,
+    replaced ids, changed payloads) and deletions made during the build leave the index exactly what one built
+    after them holds (the same filters, the same admitted internal ids as a twin collection without the index)."""
+    import threading
+
+    from service.collections.embedded import payload_indexing
+
+    monkeypatch.setattr(payload_indexing, "BUILD_POINTS", 20)
+    plain, indexed = make(tmp_path / "plain"), make(tmp_path / "indexed")
+    r, rng = random.Random(3), np.random.default_rng(3)
+    n = 1500
+    X = rng.standard_normal((n, D)).astype(np.float32)
+    payloads = [payload(r) for _ in range(n)]
+    for c in (plain, indexed):
+        c.upsert(list(range(n)), ["t"] * n, payloads, X)
+    parts, during, started = [], [], threading.Event()
+    real = indexed.store.add_payload_entries
+    monkeypatch.setattr(indexed.store, "add_payload_entries", lambda *a: (parts.append(1), started.set(), real(*a))[2])
+    build = threading.Thread(target=indexed.create_payload_index, args=(payload_index("num", "integer"),))
+    build.start()
+    assert started.wait(30)
+    for _ in range(15):  # the same writes, in the same order, to both (so the same internal ids)
+        ids = r.sample(range(n + 200), 20)
+        batch = [payload(r) for _ in ids]
+        gone = r.sample(range(n + 200), 5)
+        for c in (plain, indexed):
+            c.upsert(ids, ["t"] * len(ids), batch, rng.standard_normal((len(ids), D)).astype(np.float32))
+            c.delete(gone)
+        during.append(build.is_alive())
+    build.join()
+    assert any(during) and len(parts) > 10  # writes were made while the build went on, between its parts
+    assert "num" in indexed.info()["payload_indexes"]
+    for flt in ({"num": 3}, {"num": {"$gte": 2, "$lt": 7}}, {"num": {"$in": [0, 9]}}, {"num": {"$gt": 5.5}}):
+        where = parse_filter(flt)
+        assert exact_set(where, indexed.store.payload_indexes) is not None
+        assert np.array_equal(indexed.store.matching_iids(where), plain.store.matching_iids(where)), flt
+        assert indexed.count_matching(where) == plain.count_matching(where), flt
+    plain.close()
+    indexed.close()

@@ -138,18 +138,6 @@ def remove(w: sqlite3.Connection, iids: list[int]) -> None:
         w.execute(f"DELETE FROM payload_index WHERE iid IN ({marks})", part)
 
 
-def build(w: sqlite3.Connection, index: PayloadIndex) -> None:
-    """Inside a write: (re)build ``index`` from every stored payload."""
-    drop(w, index.key)
-    last = 0
-    while True:
-        rows = w.execute("SELECT iid, payload FROM points WHERE iid > ? ORDER BY iid LIMIT 20000", (last,)).fetchall()
-        if not rows:
-            return
-        add(w, [index], rows)
-        last = rows[-1][0]
-
-
 def drop(w: sqlite3.Connection, key: str) -> None:
     """Inside a write: drop every entry of the index of ``key`` and its points count."""
     w.execute("DELETE FROM payload_index WHERE field = ?", (key,))
