@@ -15,7 +15,7 @@ from service.collections.filters import parse_filter
 from service.collections.index import IndexConfigError, IndexSpec, VectorIndex, coarse, normalize_params
 from service.collections.query_model import QuantizationSearch
 from service.collections.schema import VectorsConfig
-from tests.service.collections.test_quantization import MODEL, D, K, N, exact_top, recall, sts  # noqa: F401
+from tests.service.collections.test_quantization import MODEL, D, K, N, exact_top, recall, reopened, sts  # noqa: F401
 
 PARAMS = {"nlist": 16, "nprobe": 8, "min_train_points": 500}
 
@@ -83,15 +83,9 @@ def test_filters_and_deletes_reach_the_index(col, sts):  # noqa: F811
 
 
 def test_snapshot_and_reopen_keep_the_trained_codes(col, sts):  # noqa: F811
-    _, Q = sts
-    c = col["c"]
-    before = [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)]
-    assert c.snapshot() is not None
-    c.close()
-    col["c"] = c = Collection.open(col["path"])
-    info = c.info()["index"]
+    info, before, after = reopened(col, sts[1])
     assert (info["type"], info["in_use"], info["trained"], info["params"]["m"]) == ("ivf_pq_fs", "ivf_pq_fs", True, 192)
-    assert [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)] == before
+    assert after == before
 
 
 def test_writes_through_the_graph_pack_the_same_codes_as_faiss_own_add():

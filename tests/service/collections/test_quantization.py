@@ -167,17 +167,25 @@ def test_codes_in_ram_are_smaller_than_the_floats(col):
     assert c.index.memory_bytes() < floats * (0.4 if col["kind"] == "flat_sq" else 0.6)
 
 
+def reopened(col: dict, Q: np.ndarray) -> tuple[dict, list, list]:
+    """Snapshot, close and reopen the collection ``col["c"]`` (``col["path"]``): ``(its index info, its hits for
+    ``Q`` before, after)``, scores rounded."""
+
+    def hits(c: Collection) -> list:
+        return [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)]
+
+    before = hits(col["c"])
+    assert col["c"].snapshot() is not None
+    col["c"].close()
+    col["c"] = Collection.open(col["path"])
+    return col["c"].info()["index"], before, hits(col["c"])
+
+
 def test_snapshot_and_reopen_keep_the_trained_codes(col, sts):
-    X, Q = sts
-    c = col["c"]
-    before = [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)]
-    assert c.snapshot() is not None
-    c.close()
-    col["c"] = c = Collection.open(col["path"])
-    info = c.info()["index"]
+    info, before, after = reopened(col, sts[1])
     assert (info["type"], info["in_use"], info["trained"]) == (col["kind"], col["kind"], True)
     assert info["params"]["quantization"] == {"type": "int8", "quantile": None, "always_ram": None}
-    assert [[(h.id, round(h.score, 5)) for h in row] for row in c.search(Q, K)] == before
+    assert after == before
 
 
 @pytest.mark.parametrize(
