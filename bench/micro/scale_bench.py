@@ -49,6 +49,7 @@ from bench.lib import REPO
 from bench.lib.corpus import corpus_embeddings
 from bench.lib.machine import cpu_model
 from bench.lib.server import free_port, service_command, wait_ready
+from bench.micro.scale_payload import payload_indexes
 from bench.micro.scale_report import dense_table
 
 NAME = "scale"
@@ -203,20 +204,6 @@ def ingest(srv: Server, X: np.ndarray, a: argparse.Namespace, res: dict) -> None
     ing["points_per_s"] = round(ing["points"] / ing["seconds"])
 
 
-def payload_indexes(c) -> dict[str, float]:
-    """Index the payload keys ``g`` and ``h`` (integer) unless indexed already, as a user with filters would (a
-    filter on an unindexed key reads every payload: seconds at 10M); returns the seconds each build took."""
-    have = c.get(f"/collections/{NAME}").json().get("payload_indexes", {})
-    took = {}
-    for key in ("g", "h"):
-        if key not in have:
-            t0 = time.perf_counter()
-            c.put(f"/collections/{NAME}/payload-indexes/{key}", json={"schema": "integer"}).raise_for_status()
-            took[key] = round(time.perf_counter() - t0, 1)
-            print(f"payload index {key}: {took[key]} s", flush=True)
-    return took
-
-
 def _wait_trained(c, timeout: float = 7200) -> None:
     deadline = time.monotonic() + timeout
     while not (info := c.get(f"/collections/{NAME}").json())["trained"]:
@@ -310,6 +297,9 @@ def dense_main(argv: list[str]) -> None:
     ap.add_argument("--cache-dir", type=Path, default=REPO / "data" / "bench")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--fresh", action="store_true", help="delete the work directory first")
+    ap.add_argument(
+        "--rebuild-payload-indexes", action="store_true", help="drop g and h's indexes and build them again"
+    )
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = a.work or Path.home() / ".cache" / "redundancy-embed" / "scale_bench" / str(a.points)
@@ -347,7 +337,8 @@ def dense_main(argv: list[str]) -> None:
                 "warning: these points were loaded without the payload key h: the 0.1 % filter matches none (--fresh)"
             )
         _wait_trained(c)
-        res["payload_index_s"] = payload_indexes(c)
+        point0 = {"id": 0, "vector": generate(X, 0, 1, a.seed)[0].tolist(), "payload": {"g": 0, "h": 0}}
+        res["payload_index_s"] = payload_indexes(c, NAME, a.rebuild_payload_indexes, point0)
         info = c.get(f"/collections/{NAME}").json()
         res["collection"] = {k: info[k] for k in ("count", "trained", "index", "sequence", "snapshot_sequence")}
         res["after_ingest"] = _rss(srv.proc.pid)
