@@ -5,6 +5,7 @@ id."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,14 +25,8 @@ class PointRows:
     :attr:`payload_indexes`)."""
 
     payload_indexes: dict[str, PayloadIndex]
-
-    def reader(self) -> sqlite3.Connection:
-        """This thread's read connection (the store's)."""
-        raise NotImplementedError
-
-    def count(self, conn: sqlite3.Connection | None = None) -> int:
-        """Live points (the store's)."""
-        raise NotImplementedError
+    reader: Callable[[], sqlite3.Connection]
+    count: Callable[..., int]
 
     def matching_iids(self, where: Filter) -> np.ndarray:
         """Internal ids of points satisfying the filter ``where``, int64: read from the payload
