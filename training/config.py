@@ -146,6 +146,11 @@ class TrainSettings(YamlSettings):
     max_grad_norm: float | None = None
     seed: int = 42
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
+    cpu_bf16: bool = Field(
+        False,
+        description="bf16 autocast on CPU (the training steps; evaluation stays fp32): faster on CPUs with AMX or "
+        "AVX-512-BF16 (docs/results.md, 'WiSE-FT')",
+    )
     device: str | None = None
     threads: int | None = Field(None, description="torch.set_num_threads on CPU")
     # evaluation / checkpointing

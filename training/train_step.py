@@ -52,7 +52,7 @@ class StepRunner:
         objectives: named loss terms (:func:`training.objectives.build_objective`); ``weights`` their weights.
         three_r: the 3R module, or None (3R off). May be swapped between steps.
         optimizer, scheduler: stepped once per :meth:`step`.
-        bf16: bf16 autocast (CUDA only). ``max_grad_norm``: clip the global gradient norm (None/0: no clipping).
+        bf16: bf16 autocast on CUDA; ``cpu_bf16``: bf16 autocast on CPU. ``max_grad_norm``: clip the global gradient norm (None/0: no clipping).
 
     Attributes:
         train_seconds, three_r_seconds: wall time spent in steps, and in 3R's own work, since construction.
@@ -69,12 +69,14 @@ class StepRunner:
         *,
         device: torch.device,
         bf16: bool = False,
+        cpu_bf16: bool = False,
         max_grad_norm: float | None = None,
     ):
         self.encoder, self.objectives, self.weights, self.three_r = encoder, objectives, weights, three_r
         self.optimizer, self.scheduler = optimizer, scheduler
         self.device = device
         self.use_bf16 = bf16 and device.type == "cuda"
+        self.use_cpu_bf16 = cpu_bf16 and device.type == "cpu"
         self.max_grad_norm = max_grad_norm
         self.layers = sorted({l for o in objectives.values() for l in o.extra_layers})
         self.need_tokens = any(o.needs_token_states for o in objectives.values())
@@ -82,9 +84,11 @@ class StepRunner:
         self.three_r_seconds = 0.0
 
     def autocast(self):
-        """bf16 autocast on CUDA when asked for, else a no-op context."""
+        """bf16 autocast on CUDA or on the CPU when asked for, else a no-op context."""
         if self.use_bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.use_cpu_bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def encode(self, tok: Tokens, sl: slice) -> EncoderOutput:

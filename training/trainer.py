@@ -140,6 +140,7 @@ class Trainer:
             self.scheduler,
             device=self.device,
             bf16=cfg.bf16,
+            cpu_bf16=cfg.cpu_bf16,
             max_grad_norm=cfg.max_grad_norm,
         )
         parts = {"encoder": self.encoder, "objectives": self.objectives, "three_r": three_r}

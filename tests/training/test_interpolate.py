@@ -103,3 +103,15 @@ def test_chooser_reports_both_dev_scores_for_each_alpha(tmp_path, capsys):
     assert r["alpha"] == max(ok, key=lambda row: (row["scifact-dev-ndcg@10"], row["alpha"]))["alpha"]
     assert json.loads((out / "wise_ft.json").read_text())["alpha"] == r["alpha"]
     assert r["dev_queries"] == 1 and "STS-B dev" in r["rule"]
+    # run again: the rows recorded for the same inputs are reused (a marked score comes back), not re-encoded
+    r["rows"][1]["scifact-dev-ndcg@10"] = 99.5
+    (tmp_path / "r.json").write_text(json.dumps(r))
+    assert main(argv) == 0
+    again = json.loads((tmp_path / "r.json").read_text())
+    assert again["rows"][1]["scifact-dev-ndcg@10"] == 99.5
+    # another fine-tuned checkpoint under the same path: nothing is reused
+    (ft / "model.safetensors").write_bytes((start / "model.safetensors").read_bytes())
+    assert main(argv) == 0
+    fresh = json.loads((tmp_path / "r.json").read_text())
+    assert fresh["rows"][1]["scifact-dev-ndcg@10"] != 99.5
+    assert fresh["rows"][0]["scifact-dev-ndcg@10"] == fresh["rows"][2]["scifact-dev-ndcg@10"]  # ft's BERT = start's

@@ -94,6 +94,22 @@ def test_gradient_cache_equals_full_gradient_with_dropout(trainer):
     assert qs == sorted(qs) and qs[0] > 0 and qs[0] <= logs["sigma_mean"] <= qs[-1]
 
 
+def test_cpu_bf16_runs_the_steps_in_bf16(trainer):
+    """``cpu_bf16``: the encoder's matrix products in a training step run in bf16 on the CPU (fp32 otherwise); a step
+    still gives a finite loss."""
+    seen: list[torch.dtype] = []
+    linear = next(m for m in trainer.encoder.modules() if isinstance(m, torch.nn.Linear))
+    hook = linear.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    try:
+        trainer.train_step(0)
+        trainer.stepper.use_cpu_bf16 = True
+        loss = trainer.train_step(0)["loss"]
+    finally:
+        trainer.stepper.use_cpu_bf16 = False
+        hook.remove()
+    assert seen[0] == torch.float32 and seen[-1] == torch.bfloat16 and np.isfinite(loss)
+
+
 def test_three_r_prepare_uses_pool_mean_and_batch_sigma(trainer):
     anchor = torch.randn(8, trainer.encoder.hidden_size)
     st = trainer.three_r.prepare(trainer.encoder, anchor, step=2)

@@ -6,7 +6,8 @@ start's weights, 1: the fine-tuned ones); mismatched weight files, tensor names 
 With ``--grid``, scores each alpha on SciFact dev (the train qrels' dev split, ``--dev-fraction`` / ``--split-seed``
 as ``data.dev_fraction`` / ``data.split_seed`` of the retrieval configs) and STS-B dev, prints both for every alpha
 and the chosen one (best SciFact dev whose STS-B dev is at most ``--sts-tolerance`` below the start's), and writes the
-chosen model to ``--out`` when given. ``--max-queries`` / ``--max-corpus`` / ``--sts-limit``: a smoke run's slices.
+chosen model to ``--out`` when given; ``--json`` is rewritten after each alpha, and a grid run again with the same
+inputs reuses the alphas recorded there. ``--max-queries`` / ``--max-corpus`` / ``--sts-limit``: a smoke run's slices.
 
     python -m training interpolate --start DIR0 --finetuned DIR1 --alpha 0.5 --out runs/wise-ft-0.5
     python -m training interpolate --start DIR0 --finetuned DIR1 --grid 0,0.2,0.4,0.6,0.8,1 --json wise.json
@@ -39,7 +40,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-queries", type=int)
     p.add_argument("--max-corpus", type=int)
     p.add_argument("--sts-limit", type=int, help="STS-B dev pairs subsampled (quick checks only)")
-    p.add_argument("--json", help="also write the result here")
+    p.add_argument(
+        "--json", help="also write the result here; with --grid, rewritten after each alpha and resumed from"
+    )
     a = p.parse_args(argv)
     alphas = [a.alpha] if a.alpha is not None else [float(x) for x in a.grid.split(",") if x.strip()]
     if not alphas or any(not 0.0 <= x <= 1.0 for x in alphas):
@@ -64,6 +67,7 @@ def main(argv: list[str]) -> int:
                 max_queries=a.max_queries,
                 max_corpus=a.max_corpus,
                 sts_limit=a.sts_limit,
+                record=a.json,
             )
             if a.out:
                 result["out"] = interpolate_dirs(a.start, a.finetuned, result["alpha"], a.out)
