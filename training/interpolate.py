@@ -142,10 +142,10 @@ def choose(
     from training.retrieval import evaluate_retrieval
 
     inputs = {
-        "weights": {str(d): _stamp(Path(d)) for d in (start, finetuned)},
+        "weights": {str(d): weights_stamp(Path(d)) for d in (start, finetuned)},
         "settings": [dev_fraction, split_seed, max_seq_length, max_queries, max_corpus, sts_limit],
     }
-    done = _recorded_rows(record, inputs)
+    done = recorded_rows(record, inputs)
     data = load_scifact(max_queries, max_corpus, split_seed)
     dev_q = split_queries(list(data.qrels), dev_fraction, split_seed)[1]
     rows = []
@@ -162,19 +162,26 @@ def choose(
             shutil.rmtree(d)
             if record:
                 Path(record).write_text(json.dumps({"rows": rows, "inputs": inputs}, indent=2))
+    alpha, rule = pick(rows, sts_tolerance)
+    return {"rows": rows, "alpha": alpha, "rule": rule, "dev_queries": len(dev_q), "inputs": inputs}
+
+
+def pick(rows: Sequence[dict[str, Any]], sts_tolerance: float = 0.5) -> tuple[float, str]:
+    """The chooser's rule (module docstring) over rows ``{"alpha", "scifact-dev-ndcg@10", "stsb-dev"}`` sorted by
+    alpha, the first being alpha 0 (the start): ``(chosen alpha, the rule in words)``; ties go to the larger alpha.
+    Only the dev columns are read."""
     floor = rows[0]["stsb-dev"] - sts_tolerance
     ok = [r for r in rows if r["stsb-dev"] >= floor]
     best = max(ok, key=lambda r: (r["scifact-dev-ndcg@10"], r["alpha"]))
-    rule = f"best SciFact dev nDCG@10 with STS-B dev >= start's - {sts_tolerance:g} ({floor:.2f})"
-    return {"rows": rows, "alpha": best["alpha"], "rule": rule, "dev_queries": len(dev_q), "inputs": inputs}
+    return best["alpha"], f"best SciFact dev nDCG@10 with STS-B dev >= start's - {sts_tolerance:g} ({floor:.2f})"
 
 
-def _stamp(d: Path) -> dict[str, list[int]]:
+def weights_stamp(d: Path) -> dict[str, list[int]]:
     """``{weight file: [size in bytes, mtime in ns]}`` of a model directory: what identifies it for a resumed grid."""
     return {rel: [f.stat().st_size, f.stat().st_mtime_ns] for rel, f in sorted(_weight_files(d).items())}
 
 
-def _recorded_rows(record: str | Path | None, inputs: dict[str, Any]) -> dict[float, dict[str, Any]]:
+def recorded_rows(record: str | Path | None, inputs: dict[str, Any]) -> dict[float, dict[str, Any]]:
     """The rows of :func:`choose`'s ``record`` by alpha, when it exists and was made from the same ``inputs``."""
     if not record or not Path(record).is_file():
         return {}
