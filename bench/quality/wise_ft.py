@@ -8,11 +8,11 @@ query sets: nDCG@10 of the 81 dev claims carved from the train qrels (split seed
 them) and nDCG@10 / Recall@100 of the 300 test claims (BEIR's test qrels), exact cosine search; STS-B dev and test
 Spearman x100 at 128 tokens. The alpha is chosen by ``training.interpolate.pick`` (best SciFact dev among the alphas
 whose STS-B dev is at most ``--sts-tolerance`` below the start's), which reads only the dev columns: the test columns
-are reported, never used. ``--transfer``: SentEval's seven transfer tasks (``python -m training eval --tasks
-transfer``'s protocol) for alpha 0, the chosen alpha and 1. ``--out DIR``: the chosen model written there.
+are reported, never used. ``--transfer 0,chosen,1``: SentEval's seven transfer tasks (``python -m training eval --tasks
+transfer``'s protocol, ~16 min a model on a 2-core CPU) for those alphas. ``--out DIR``: the chosen model written there.
 
     python -m bench.quality.wise_ft --finetuned /work/runs/ft/best --grid 0.2,0.4,0.5,0.6,0.8,1 \\
-        --json /work/runs/wise.json --out /work/runs/wise-chosen [--transfer]
+        --json /work/runs/wise.json --out /work/runs/wise-chosen [--transfer chosen]
 
 Resumable: ``--json`` is rewritten after each alpha; a run with the same inputs (weight files by size and mtime)
 skips the alphas found there. Prints the CPU and the load average before and after.
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--grid", default="0.2,0.4,0.5,0.6,0.8,1")
     ap.add_argument("--sts-tolerance", type=float, default=0.5)
     ap.add_argument("--max-seq-length", type=int, default=256)
-    ap.add_argument("--transfer", action="store_true", help="SentEval transfer for alpha 0, the chosen one and 1")
+    ap.add_argument("--transfer", default="", help="alphas (or 'chosen') to run SentEval's transfer tasks for")
     ap.add_argument("--json", required=True, help="results, rewritten after each alpha (resumed from)")
     ap.add_argument("--out", help="write the chosen model here")
     a = ap.parse_args()
@@ -115,8 +115,8 @@ def main() -> None:
             print(row, flush=True)
             save(a.json, result)
         result["alpha"], result["rule"] = pick(result["rows"], a.sts_tolerance)
-        if a.transfer:
-            _transfer(result, start, a.finetuned, Path(tmp), a.json)
+        wanted = {result["alpha"] if x.strip() == "chosen" else float(x) for x in a.transfer.split(",") if x.strip()}
+        _transfer(result, wanted, start, a.finetuned, Path(tmp), a.json)
     if a.out:
         interpolate_dirs(start, a.finetuned, result["alpha"], a.out)
     load1 = os.getloadavg()
@@ -126,15 +126,15 @@ def main() -> None:
     print(f"load average after {load1[0]:.2f}", flush=True)
 
 
-def _transfer(result: dict[str, Any], start: str, finetuned: str, tmp: Path, out: str) -> None:
-    """SentEval transfer accuracy (``training.transfer``'s protocol) for alpha 0, the chosen alpha and 1, each
-    recorded in its row (skipped when already there)."""
+def _transfer(result: dict[str, Any], wanted: set[float], start: str, finetuned: str, tmp: Path, out: str) -> None:
+    """SentEval transfer accuracy (``training.transfer``'s protocol) for the ``wanted`` alphas, each recorded in its
+    row (skipped when already there)."""
     from training.evaluation import encode_fn_for
     from training.interpolate import interpolate_dirs
     from training.transfer import evaluate_transfer
 
     for row in result["rows"]:
-        if row["alpha"] not in (0.0, result["alpha"], 1.0) or "transfer" in row:
+        if row["alpha"] not in wanted or "transfer" in row:
             continue
         d = tmp / f"transfer-{row['alpha']:g}"
         interpolate_dirs(start, finetuned, row["alpha"], d)
