@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from training.data.sts import REPO_ROOT, default_corpus_file
@@ -165,6 +165,14 @@ class TrainSettings(YamlSettings):
         description="a fixed random subsample of N pairs per task "
         "(smoke tests, CPU benchmarks); scores are then recorded with an '@N' suffix",
     )
+    wise_ft: list[float] = Field(
+        [],
+        description="retrieval mode: WiSE-FT mixing weights (alpha in [0, 1], 1 = the fine-tuned weights) scored after "
+        "training on the dev queries and STS-B dev; the chosen mix (best dev nDCG@10 whose STS-B dev is at most "
+        "wise_ft_sts_tolerance below the starting model's) is reported and exported instead of the fine-tuned "
+        "checkpoint (training.interpolate); empty: off",
+    )
+    wise_ft_sts_tolerance: float = Field(0.5, ge=0, description="STS-B dev points (x100) a WiSE-FT mix may lose")
     save_every: int = Field(250, ge=0, description="resumable checkpoint every N steps (0: only at the end)")
     log_every: int = Field(1, ge=1)
     output_dir: str = str(REPO_ROOT / "runs" / "default")
@@ -183,6 +191,21 @@ class TrainSettings(YamlSettings):
     @classmethod
     def _expand_path(cls, v: str) -> str:
         return expand_path(v)
+
+    @field_validator("wise_ft")
+    @classmethod
+    def _alphas(cls, v: list[float]) -> list[float]:
+        if any(not 0.0 <= a <= 1.0 for a in v):
+            raise ValueError(f"wise_ft: mixing weights in [0, 1], got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _wise_ft_needs_retrieval(self) -> TrainSettings:
+        if self.wise_ft and self.data.mode != "retrieval":
+            raise ValueError(
+                f"wise_ft is chosen on retrieval dev queries: data.mode must be 'retrieval', not {self.data.mode!r}"
+            )
+        return self
 
     def recipe(self) -> dict[str, Any]:
         """The config as a JSON-able dict (the manifest's ``training`` recipe)."""

@@ -51,7 +51,9 @@ def _load(f: Path) -> dict:
 
 def interpolate_state(start: dict, finetuned: dict, alpha: float) -> dict:
     """``(1 - alpha) * start + alpha * finetuned`` of each floating tensor (computed in float32 or wider, cast back
-    to the fine-tuned tensor's dtype); a non-floating tensor must be equal in both and is copied.
+    to the fine-tuned tensor's dtype); a non-floating tensor must be equal in both and is copied. A non-floating
+    buffer only the start holds (``embeddings.position_ids``, which older transformers versions saved and newer ones
+    do not) is left out, as the fine-tuned checkpoint leaves it out.
 
     Raises:
         InterpolationError: different tensor names, shapes, or unequal non-floating tensors. ValueError: alpha
@@ -61,8 +63,8 @@ def interpolate_state(start: dict, finetuned: dict, alpha: float) -> dict:
 
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if set(start) != set(finetuned):
-        only_s, only_f = sorted(set(start) - set(finetuned)), sorted(set(finetuned) - set(start))
+    only_s, only_f = sorted(set(start) - set(finetuned)), sorted(set(finetuned) - set(start))
+    if any(start[k].is_floating_point() for k in only_s) or only_f:
         raise InterpolationError(f"different tensors: only in start {only_s[:5]}, only in fine-tuned {only_f[:5]}")
     out = {}
     for k, b in finetuned.items():
@@ -127,12 +129,13 @@ def choose(
     max_corpus: int | None = None,
     sts_limit: int | None = None,
     record: str | Path | None = None,
+    directory: str | Path | None = None,
 ) -> dict[str, Any]:
     """Score each alpha of ``alphas`` (alpha 0, the start, always) on SciFact dev and STS-B dev; choose (module
     docstring). Returns ``{"rows": [{"alpha", "scifact-dev-ndcg@10", "stsb-dev"}], "alpha", "rule", "inputs"}``.
 
     ``max_queries`` / ``max_corpus`` / ``sts_limit``: slices for a smoke run (not the datasets' numbers).
-    ``record``: a JSON file rewritten after each alpha (this function's result so far); the rows of an earlier call
+    ``directory``: the BEIR dataset folder (None: SciFact's). ``record``: a JSON file rewritten after each alpha (this function's result so far); the rows of an earlier call
     found there with the same ``inputs`` (both directories' weight files by size and mtime, and every setting) are
     reused, so an interrupted grid resumes. Each alpha takes one encoding of the corpus (about 2.5 min at 256 tokens
     on a 2-core CPU).
@@ -143,10 +146,10 @@ def choose(
 
     inputs = {
         "weights": {str(d): weights_stamp(Path(d)) for d in (start, finetuned)},
-        "settings": [dev_fraction, split_seed, max_seq_length, max_queries, max_corpus, sts_limit],
+        "settings": [dev_fraction, split_seed, max_seq_length, max_queries, max_corpus, sts_limit, str(directory)],
     }
     done = recorded_rows(record, inputs)
-    data = load_scifact(max_queries, max_corpus, split_seed)
+    data = load_scifact(max_queries, max_corpus, split_seed, directory=directory)
     dev_q = split_queries(list(data.qrels), dev_fraction, split_seed)[1]
     rows = []
     with tempfile.TemporaryDirectory(prefix="wise-ft-grid-") as tmp:

@@ -8,16 +8,19 @@
 * one step (3R, the weighted objectives, gradient caching): :class:`training.train_step.StepRunner`;
 * resumable state: :class:`training.checkpoint.Checkpointer`;
 * ``metrics.jsonl`` and ``metrics.png``: :class:`training.reporting.MetricsLog`;
-* the exported artifact: :func:`training.publishing.publish_best`.
+* the exported artifact: :func:`training.publishing.publish_best`;
+* with ``wise_ft`` (retrieval mode): WiSE-FT of the chosen checkpoint with the starting model
+  (:func:`training.interpolate.choose`), whose chosen mix is reported and exported.
 
 Outputs in ``output_dir``: ``metrics.jsonl``, ``metrics.png``, ``best/`` (sentence-transformers
 format), ``checkpoint/`` (resumable state), ``redundant_pool.txt`` / ``top_words.txt`` (3R),
-``results.json``; and the exported ONNX artifact in ``models_dir/<name>/<version>/``.
+``results.json``, ``wise_ft/`` + ``wise_ft.json`` (WiSE-FT's chosen mix and its grid); and the exported ONNX artifact in ``models_dir/<name>/<version>/``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 from pathlib import Path
@@ -43,6 +46,9 @@ from training.train_step import StepRunner
 
 #: ThreeRConfig fields passed to :class:`training.three_r.ThreeR` as they are
 _THREE_R_ARGS = {"k", "c_init", "learn_c", "surrogate_temperature", "c_estimator", "variant", "refresh_every"}
+
+
+log = logging.getLogger("training.trainer")
 
 
 class Trainer:
@@ -254,6 +260,9 @@ class Trainer:
             "c_final": float(self.three_r.c.detach()) if self.three_r is not None else None,
         }
         scores: dict[str, float] = {self.dev_metric: self.best_score}
+        if cfg.wise_ft and self.retrieval is not None:
+            best_dir, results["wise_ft"] = self._wise_ft(best_dir)
+            scores[self.dev_metric] = results[self.dev_metric] = results["wise_ft"]["dev"]
         if cfg.final_eval and self.retrieval is not None:  # the report: the chosen checkpoint, once
             enc = torch_encode_fn(str(best_dir), cfg.max_seq_length, cfg.eval_batch_size, device=self.device)
             scores.update(self.retrieval.report(enc, cfg.data.eval_split))
@@ -273,6 +282,34 @@ class Trainer:
             results["artifact"] = str(art)
             (self.out / "results.json").write_text(json.dumps(results, indent=2))
         return results
+
+    def _wise_ft(self, best_dir: Path) -> tuple[Path, dict[str, Any]]:
+        """WiSE-FT of the chosen checkpoint with the starting model (``training.interpolate.choose``, Wortsman et
+        al., CVPR 2022, arXiv:2109.01903): each ``wise_ft`` alpha scored on this run's dev queries and STS-B dev, the
+        chosen mix written to ``output_dir/wise_ft/`` (the grid's rows in ``wise_ft.json``, resumed from); returns
+        that folder and ``{"alpha", "dev", "rule", "rows"}`` (``dev``: the chosen mix's dev nDCG@10)."""
+        from training.interpolate import choose, interpolate_dirs
+
+        cfg, r = self.cfg, self.retrieval
+        got = choose(
+            self.encoder.source,
+            best_dir,
+            cfg.wise_ft,
+            dev_fraction=cfg.data.dev_fraction,
+            split_seed=cfg.data.split_seed,
+            sts_tolerance=cfg.wise_ft_sts_tolerance,
+            max_seq_length=cfg.max_seq_length,
+            max_queries=cfg.data.max_queries,
+            max_corpus=cfg.data.max_corpus,
+            sts_limit=cfg.eval_limit,
+            record=self.out / "wise_ft.json",
+            directory=r.directory,
+        )
+        out = self.out / "wise_ft"
+        interpolate_dirs(self.encoder.source, best_dir, got["alpha"], out)
+        dev = next(row["scifact-dev-ndcg@10"] for row in got["rows"] if row["alpha"] == got["alpha"])
+        log.info("WiSE-FT: alpha %g chosen (%s), dev nDCG@10 %.2f", got["alpha"], got["rule"], dev)
+        return out, {"alpha": got["alpha"], "dev": dev, "rule": got["rule"], "rows": got["rows"]}
 
 
 def train(cfg: TrainSettings) -> dict[str, Any]:

@@ -47,23 +47,35 @@ def test_triplets_train_on_train_queries_with_mined_negatives(task):
 
 
 def test_a_retrieval_run_chooses_by_dev_and_reports_test(tmp_path):
-    """Negatives mined by BM25 and the dense model (interleaved), 3R on, 2 steps, dev every step, test once."""
+    """Negatives mined by BM25 and the dense model (interleaved), 3R on, 2 steps, dev every step, WiSE-FT of the
+    chosen checkpoint (alphas 0 and 1) chosen on dev, test once for the chosen mix."""
+    from safetensors.torch import load_file
+
     from training.config import TrainSettings
+    from training.st_dir import default_model_dir
     from training.trainer import Trainer
 
     cfg = TrainSettings(
         data={"mode": "retrieval", "train_file": "beir/scifact", "hard_negatives": "bm25+dense", "negatives_depth": 2,
               "dev_fraction": 0.2, **SLICE},
         max_seq_length=32, batch_size=8, max_steps=2, eval_every=1, final_eval_tasks=[], export=False,
-        progress=False, output_dir=str(tmp_path), three_r={"enabled": True, "c_init": 0.16},
+        progress=False, output_dir=str(tmp_path), three_r={"enabled": True, "c_init": 0.16}, wise_ft=[1.0],
+        eval_limit=40,
     )  # fmt: skip
     res = Trainer(cfg).run()
     assert res["best_step"] in (1, 2) and (tmp_path / "best" / "model.safetensors").is_file()
-    assert set(res["scores"]) == {"scifact-dev-ndcg@10", "scifact-test-ndcg@10", "scifact-test-recall@100"}
+    scores = {k.removesuffix("@40"): v for k, v in res["scores"].items()}
+    assert set(scores) == {"scifact-dev-ndcg@10", "scifact-test-ndcg@10", "scifact-test-recall@100"}
     # two steps leave the default encoder nearly as it was: on 150 abstracts plus the test claims' positives a random
     # ranking scores ~2, the encoder far more
-    assert res["scores"]["scifact-test-ndcg@10"] > 50 and res["scores"]["scifact-test-recall@100"] > 80
+    assert scores["scifact-test-ndcg@10"] > 50 and scores["scifact-test-recall@100"] > 80
     assert res["c_final"] is not None
+    wise = res["wise_ft"]
+    assert [r["alpha"] for r in wise["rows"]] == [0.0, 1.0] and wise["alpha"] in (0.0, 1.0)
+    assert scores["scifact-dev-ndcg@10"] == wise["dev"] == wise["rows"][int(wise["alpha"])]["scifact-dev-ndcg@10"]
+    chosen = tmp_path / "best" if wise["alpha"] == 1.0 else default_model_dir()
+    want, got = load_file(str(chosen / "model.safetensors")), load_file(str(tmp_path / "wise_ft" / "model.safetensors"))
+    assert all((want[k] == got[k]).all() for k in got)  # the reported (and exported) model is the chosen mix
 
 
 @pytest.mark.parametrize("loss", ["bce", "mnrl", "lambda"])
