@@ -114,16 +114,12 @@ class Store(PointRows):
 
     def set_meta(self, **values: Any) -> None:
         """Set meta values in one durable transaction."""
-        self._w.execute("BEGIN IMMEDIATE")
-        try:
-            self._w.executemany(
+        self._write(
+            lambda w: w.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 [(k, json.dumps(v)) for k, v in values.items()],
             )
-            self._w.execute("COMMIT")
-        except BaseException:
-            self._w.execute("ROLLBACK")
-            raise
+        )
 
     # --- writes (caller serialises) -----------------------------------------------------------------
     def upsert(
@@ -152,9 +148,8 @@ class Store(PointRows):
         """
         n = len(keys)
         blobs = [b""] * n if vectors is None else [v.tobytes() for v in np.ascontiguousarray(vectors, np.float32)]
-        w = self._w
-        w.execute("BEGIN IMMEDIATE")
-        try:
+
+        def write(w: sqlite3.Connection) -> tuple[int, np.ndarray, np.ndarray, dict[str, int]]:
             seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
             next_iid = json.loads(w.execute("SELECT value FROM meta WHERE key='next_iid'").fetchone()[0])
             old: list[int] = []
@@ -170,11 +165,9 @@ class Store(PointRows):
             payload_index.add(w, self.payload_indexes.values(), zip(iids.tolist(), payloads))
             w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
             w.execute("UPDATE meta SET value=? WHERE key='next_iid'", (json.dumps(next_iid + n),))
-            w.execute("COMMIT")
-        except BaseException:
-            w.execute("ROLLBACK")
-            raise
-        return seq, iids, np.asarray(old, dtype=np.int64), lost
+            return seq, iids, np.asarray(old, dtype=np.int64), lost
+
+        return self._write(write)
 
     def _remove(self, old: list[int], seq: int, fields: tuple[list[str], list[str]]) -> dict[str, int]:
         """Inside a write: log the internal ids ``old`` as removed by ``seq`` and delete their rows and named vectors;
@@ -197,9 +190,8 @@ class Store(PointRows):
             ``(seq, removed_iids, lost)``; seq is the write's sequence number (a write that
             matched nothing still takes one); ``lost`` as :meth:`upsert`'s.
         """
-        w = self._w
-        w.execute("BEGIN IMMEDIATE")
-        try:
+
+        def write(w: sqlite3.Connection) -> tuple[int, np.ndarray, dict[str, int]]:
             seq = json.loads(w.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0]) + 1
             old: list[int] = []
             for part in chunks(keys or []):
@@ -210,11 +202,9 @@ class Store(PointRows):
             old = sorted(set(old))
             lost = self._remove(old, seq, fields)
             w.execute("UPDATE meta SET value=? WHERE key='seq'", (json.dumps(seq),))
-            w.execute("COMMIT")
-        except BaseException:
-            w.execute("ROLLBACK")
-            raise
-        return seq, np.asarray(old, dtype=np.int64), lost
+            return seq, np.asarray(old, dtype=np.int64), lost
+
+        return self._write(write)
 
     def drop_payload_index(self, key: str) -> dict[str, PayloadIndex]:
         """Drop the index of payload ``key`` (its entries and points count) and record the indexes left, as one
