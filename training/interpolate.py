@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from artifact_contract.fsio import atomic_write_json
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
@@ -135,10 +137,10 @@ def choose(
     docstring). Returns ``{"rows": [{"alpha", "scifact-dev-ndcg@10", "stsb-dev"}], "alpha", "rule", "inputs"}``.
 
     ``max_queries`` / ``max_corpus`` / ``sts_limit``: slices for a smoke run (not the datasets' numbers).
-    ``directory``: the BEIR dataset folder (None: SciFact's). ``record``: a JSON file rewritten after each alpha (this function's result so far); the rows of an earlier call
-    found there with the same ``inputs`` (both directories' weight files by size and mtime, and every setting) are
-    reused, so an interrupted grid resumes. Each alpha takes one encoding of the corpus (about 2.5 min at 256 tokens
-    on a 2-core CPU).
+    ``directory``: the BEIR dataset folder (None: SciFact's). ``record``: a JSON file rewritten (atomically) after
+    each alpha with this function's rows so far; the rows of an earlier call found there with the same ``inputs``
+    (both directories' weight files by size and mtime, and every setting) are reused, so an interrupted grid resumes.
+    Each alpha takes one encoding of the corpus (about 2.5 min at 256 tokens on a 2-core CPU).
     """
     from training.data.scifact import load_scifact, split_queries
     from training.evaluation import encode_fn_for, evaluate_sts
@@ -164,7 +166,7 @@ def choose(
             rows.append({"alpha": alpha, "scifact-dev-ndcg@10": retrieval, "stsb-dev": sts["STSBenchmark-dev"]})
             shutil.rmtree(d)
             if record:
-                Path(record).write_text(json.dumps({"rows": rows, "inputs": inputs}, indent=2))
+                atomic_write_json(record, {"rows": rows, "inputs": inputs})
     alpha, rule = pick(rows, sts_tolerance)
     return {"rows": rows, "alpha": alpha, "rule": rule, "dev_queries": len(dev_q), "inputs": inputs}
 

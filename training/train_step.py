@@ -52,7 +52,8 @@ class StepRunner:
         objectives: named loss terms (:func:`training.objectives.build_objective`); ``weights`` their weights.
         three_r: the 3R module, or None (3R off). May be swapped between steps.
         optimizer, scheduler: stepped once per :meth:`step`.
-        bf16: bf16 autocast on CUDA; ``cpu_bf16``: bf16 autocast on CPU. ``max_grad_norm``: clip the global gradient norm (None/0: no clipping).
+        bf16: bf16 autocast on CUDA; ``cpu_bf16``: bf16 autocast on CPU. ``max_grad_norm``: clip the global
+            gradient norm (None/0: no clipping).
 
     Attributes:
         train_seconds, three_r_seconds: wall time spent in steps, and in 3R's own work, since construction.

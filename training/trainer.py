@@ -14,7 +14,8 @@
 
 Outputs in ``output_dir``: ``metrics.jsonl``, ``metrics.png``, ``best/`` (sentence-transformers
 format), ``checkpoint/`` (resumable state), ``redundant_pool.txt`` / ``top_words.txt`` (3R),
-``results.json``, ``wise_ft/`` + ``wise_ft.json`` (WiSE-FT's chosen mix and its grid); and the exported ONNX artifact in ``models_dir/<name>/<version>/``.
+``results.json``, ``wise_ft/`` + ``wise_ft.json`` (WiSE-FT's chosen mix and its grid); and the exported ONNX
+artifact in ``models_dir/<name>/<version>/``.
 """
 
 from __future__ import annotations

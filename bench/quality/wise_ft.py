@@ -9,7 +9,8 @@ them) and nDCG@10 / Recall@100 of the 300 test claims (BEIR's test qrels), exact
 Spearman x100 at 128 tokens. The alpha is chosen by ``training.interpolate.pick`` (best SciFact dev among the alphas
 whose STS-B dev is at most ``--sts-tolerance`` below the start's), which reads only the dev columns: the test columns
 are reported, never used. ``--transfer 0,chosen,1``: SentEval's seven transfer tasks (``python -m training eval --tasks
-transfer``'s protocol, ~16 min a model on a 2-core CPU) for those alphas. ``--out DIR``: the chosen model written there.
+transfer``'s protocol: ~24 min a model in torch on a 2-core CPU) for those alphas. ``--out DIR``: the chosen model
+written there.
 
     python -m bench.quality.wise_ft --finetuned /work/runs/ft/best --grid 0.2,0.4,0.5,0.6,0.8,1 \\
         --json /work/runs/wise.json --out /work/runs/wise-chosen [--transfer chosen]
@@ -21,7 +22,6 @@ skips the alphas found there. Prints the CPU and the load average before and aft
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -29,18 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from artifact_contract.fsio import atomic_write_json
 from bench.lib.machine import cpu_model
 
 TRANSFER = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-
-
-def save(path: str, result: dict[str, Any]) -> None:
-    """Write ``result`` to ``path`` (its folder created) through a temporary file: never half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(p)
 
 
 def memo_encode(encode):
@@ -113,7 +105,7 @@ def main() -> None:
                 shutil.rmtree(d)
             result["rows"].append(row)
             print(row, flush=True)
-            save(a.json, result)
+            atomic_write_json(a.json, result)
         result["alpha"], result["rule"] = pick(result["rows"], a.sts_tolerance)
         wanted = {result["alpha"] if x.strip() == "chosen" else float(x) for x in a.transfer.split(",") if x.strip()}
         _transfer(result, wanted, start, a.finetuned, Path(tmp), a.json)
@@ -121,7 +113,7 @@ def main() -> None:
         interpolate_dirs(start, a.finetuned, result["alpha"], a.out)
     load1 = os.getloadavg()
     result["load"] = [round(load0[0], 2), round(load1[0], 2)]
-    save(a.json, result)
+    atomic_write_json(a.json, result)
     _print_table(result)
     print(f"load average after {load1[0]:.2f}", flush=True)
 
@@ -140,7 +132,7 @@ def _transfer(result: dict[str, Any], wanted: set[float], start: str, finetuned:
         interpolate_dirs(start, finetuned, row["alpha"], d)
         row["transfer"] = evaluate_transfer(encode_fn_for(str(d), 128), list(TRANSFER))
         shutil.rmtree(d)
-        save(out, result)
+        atomic_write_json(out, result)
 
 
 def _print_table(result: dict[str, Any]) -> None:
