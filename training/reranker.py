@@ -59,7 +59,8 @@ class RerankerConfig:
     ``teacher_encoder``, ``candidates_per_query``, ``label_weight``, ``teacher_temperature``: the distillation losses'
     settings (:mod:`training.rerank_distill`; not in the other losses' recipes). ``max_seconds``: end training at the
     first step past this wall time (:mod:`training.reranker_budget`; not in the recipe: a run it cut counts as
-    finished, its ``done.json``'s ``steps`` says where it stopped).
+    finished, its ``done.json``'s ``steps`` says where it stopped). ``cpu_bf16``: bf16 autocast of the training steps
+    on a CPU (``TrainingArguments(bf16=True)``; on CUDA bf16 is always on); in the recipe only when set.
     """
 
     output_dir: str = "runs/reranker"
@@ -91,12 +92,15 @@ class RerankerConfig:
     label_weight: float = 0.5
     teacher_temperature: float | None = None
     max_seconds: float | None = None
+    cpu_bf16: bool = False
 
     def recipe(self) -> dict[str, Any]:
         """What decides the trained weights (recorded in ``done.json`` and the manifest's ``training``)."""
         from training.rerank_distill import LOSSES, temperature
 
         skip = {"output_dir", "resume", "artifact_name", "models_dir", "quantize", "dtype", "max_seconds"}
+        if not self.cpu_bf16:  # the recipes of runs before the flag existed stay as they were
+            skip.add("cpu_bf16")
         if self.loss not in LOSSES:  # the distillation settings do not touch the other losses' weights
             skip |= {"teacher", "teacher_encoder", "candidates_per_query", "label_weight", "teacher_temperature"}
         objective = {"bce": "binary_cross_entropy", "mnrl": "multiple_negatives_ranking", "lambda": "lambda_loss"}
@@ -199,7 +203,8 @@ def _fit(cfg: RerankerConfig, data, train_q, dev_q, negatives, final: Path) -> t
         report_to="none",
         dataloader_num_workers=0,
         disable_tqdm=True,
-        bf16=_cuda(),
+        bf16=_cuda() or cfg.cpu_bf16,
+        use_cpu=not _cuda(),  # bf16 on a CPU needs it said
     )
     loss, rows = loss_and_rows(cfg, model, data, train_q, negatives)
     trainer = CrossEncoderTrainer(

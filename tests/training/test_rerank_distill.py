@@ -165,7 +165,9 @@ def test_cli_distils_the_cached_dbsf_teacher_and_chooses_by_dev(tiny_bert, tmp_p
         *[f"--{k.replace('_', '-')}={v}" for k, v in SLICE.items()],
     ]
     # --max-seconds: a wall-clock budget spent at the first step ends training there, evaluated and saved
-    assert main([*flags, "--loss", "listwise_kl", "--max-steps", "3", "--max-seconds", "0.001"]) == 0
+    # --cpu-bf16 true: the steps run under bf16 autocast on this CPU (TrainingArguments refuses bf16 without use_cpu)
+    argv = [*flags, "--loss", "listwise_kl", "--max-steps", "3", "--max-seconds", "0.001", "--cpu-bf16", "true"]
+    assert main(argv) == 0
     printed = capsys.readouterr().out  # the trainer's logs, then the result as indented JSON
     result = json.loads(printed[printed.rindex("\n{\n") + 1 :])
     done = json.loads((out / "model" / "done.json").read_text())
@@ -175,6 +177,7 @@ def test_cli_distils_the_cached_dbsf_teacher_and_chooses_by_dev(tiny_bert, tmp_p
     recipe = done["recipe"]
     assert (recipe["objective"], recipe["teacher"], recipe["candidates_per_query"]) == ("listwise_kl", "dbsf", 4)
     assert (recipe["label_weight"], recipe["teacher_temperature"], recipe["max_seq_length"]) == (0.5, 0.25, 48)
+    assert recipe["cpu_bf16"] is True  # off, it is left out: the recipes of earlier runs stay as they were
     # the teacher: the train claims' DBSF first stage (dense: the default encoder; bm25s), as the dev protocol's
     cached = json.loads((out / "teacher.json").read_text())["run"]
     data = load_scifact(SLICE["max_queries"], SLICE["max_corpus"], SLICE["seed"])
@@ -193,7 +196,8 @@ def test_cli_distils_the_cached_dbsf_teacher_and_chooses_by_dev(tiny_bert, tmp_p
 
     monkeypatch.setattr("training.rerank_protocol.first_stage", no_first_stage)
     cfg = RerankerConfig(**{f.name: recipe[f.name] for f in dataclasses.fields(RerankerConfig) if f.name in recipe})
-    cfg = dataclasses.replace(cfg, output_dir=str(out), loss="margin_mse", teacher_temperature=0.5)
+    cfg = dataclasses.replace(cfg, output_dir=str(out), loss="margin_mse", teacher_temperature=0.5, cpu_bf16=False)
+    assert "cpu_bf16" not in cfg.recipe()
     with caplog.at_level(logging.INFO, logger="training.rerank_distill"):
         loss, rows = loss_and_rows(cfg, _student(tiny_bert), data, done["train_queries"], {})
     assert f"teacher scores from {out / 'teacher.json'}" in caplog.text and type(loss).__name__ == "MarginMSELoss"
@@ -203,5 +207,7 @@ def test_cli_distils_the_cached_dbsf_teacher_and_chooses_by_dev(tiny_bert, tmp_p
     row = rows["query"].index(data.queries[q])
     assert rows["positive"][row] == data.corpus[judged[0]] and rows["negative"][row] == data.corpus[best]
     assert rows["label"][row] == pytest.approx(0.5 * (top.get(judged[0], 0.0) - top[best]) / 0.5 + 0.5)
+    assert main([*flags, "--cpu-bf16", "maybe"]) == 2  # a usage error, before any work
+    assert "--cpu-bf16: expected true or false, got 'maybe'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="label weight"):
         main([*flags, "--loss", "listwise_kl", "--label-weight", "1.5"])

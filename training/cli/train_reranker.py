@@ -57,8 +57,19 @@ HELP = {
     "label_weight": "margin_mse/listwise_kl: weight w of the label loss, (1 - w) * distillation + w * labels",
     "teacher_temperature": "margin_mse/listwise_kl: teacher scores divided by T (default: 1 for margin_mse, "
     "0.25 for listwise_kl)",
+    "cpu_bf16": "true: bf16 autocast of the training steps on a CPU (CUDA trains in bf16 anyway)",
     "max_seconds": "end training at the first step past this many seconds (evaluated and saved; not in the recipe)",
 }
+
+
+def _bool(text: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no) as a bool; anything else is a usage error."""
+    import argparse
+
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
 
 
 @command
@@ -71,7 +82,7 @@ def main(argv: list[str]) -> int:
         if f.name in ("resume", "models_dir"):
             continue
         flag = "--model" if f.name == "model_dir" else "--" + f.name.replace("_", "-")
-        kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+        kind = {"int": int, "float": float, "bool": _bool}.get(str(f.type).split(" ")[0], str)
         choices = {
             "quantize": ["int8"],
             "dtype": ["fp16"],
