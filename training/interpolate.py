@@ -9,7 +9,7 @@ hold the same tensor names and shapes (else :class:`InterpolationError`); floati
 (integer buffers: ``position_ids``) must be equal and is copied. The other files (configs, tokenizer, modules) are
 the fine-tuned directory's, so the result loads as it does.
 
-:func:`choose` scores a grid of alpha on the in-domain dev split (nDCG@10 of SciFact's dev claims, carved from the
+:func:`grid` mixes and scores each alpha of a grid (resumable); :func:`choose` scores a grid of alpha on the in-domain dev split (nDCG@10 of SciFact's dev claims, carved from the
 train qrels as :class:`training.retrieval.RetrievalTask` carves them, searched over the whole corpus) and on STS-B dev
 (Spearman x100, the general-quality check), and chooses the alpha of the best in-domain dev score among those whose
 STS-B dev is at most ``sts_tolerance`` below the start's (alpha 0); the paper chooses alpha on held-out data too.
@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,41 @@ def interpolate_dirs(start: str | Path, finetuned: str | Path, alpha: float, out
     return info
 
 
+def grid(
+    start: str | Path,
+    finetuned: str | Path,
+    alphas: Sequence[float],
+    score: Callable[[str], dict[str, Any]],
+    *,
+    settings: Sequence[Any] = (),
+    record: str | Path | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Mix each alpha of ``alphas`` (alpha 0, the start, always; ascending) into a temporary directory and score it:
+    ``(rows, inputs)``, rows ``[{"alpha", **score(model_dir), "seconds"}]`` (``seconds``: mixing and scoring, wall),
+    ``inputs`` what identifies them (below).
+
+    ``record``: a JSON file rewritten (atomically) after each alpha as ``{"rows", "inputs"}``; the rows of an earlier
+    call found there with the same ``inputs`` (both directories' weight files by size and mtime, and ``settings``:
+    whatever else decides the scores) are reused whole, so an interrupted grid resumes. A caller may add keys to the
+    file and to its rows; they are kept with the rows.
+    """
+    inputs = {"weights": {str(d): weights_stamp(Path(d)) for d in (start, finetuned)}, "settings": list(settings)}
+    done = recorded_rows(record, inputs)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="wise-ft-grid-") as tmp:
+        for alpha in sorted({0.0, *alphas}):
+            if alpha in done:
+                rows.append(done[alpha])
+                continue
+            t0, d = time.perf_counter(), Path(tmp) / f"alpha-{alpha:g}"
+            interpolate_dirs(start, finetuned, alpha, d)
+            rows.append({"alpha": alpha, **score(str(d)), "seconds": round(time.perf_counter() - t0, 1)})
+            shutil.rmtree(d)
+            if record:
+                atomic_write_json(record, {"rows": rows, "inputs": inputs})
+    return rows, inputs
+
+
 def choose(
     start: str | Path,
     finetuned: str | Path,
@@ -133,40 +169,28 @@ def choose(
     record: str | Path | None = None,
     directory: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Score each alpha of ``alphas`` (alpha 0, the start, always) on SciFact dev and STS-B dev; choose (module
-    docstring). Returns ``{"rows": [{"alpha", "scifact-dev-ndcg@10", "stsb-dev"}], "alpha", "rule", "inputs"}``.
+    """Score each alpha of ``alphas`` (alpha 0, the start, always) on SciFact dev and STS-B dev (:func:`grid`);
+    choose (module docstring). Returns ``{"rows": [{"alpha", "scifact-dev-ndcg@10", "stsb-dev", "seconds"}],
+    "alpha", "rule", "dev_queries", "inputs"}`` (``inputs``: :func:`grid`'s).
 
     ``max_queries`` / ``max_corpus`` / ``sts_limit``: slices for a smoke run (not the datasets' numbers).
-    ``directory``: the BEIR dataset folder (None: SciFact's). ``record``: a JSON file rewritten (atomically) after
-    each alpha with this function's rows so far; the rows of an earlier call found there with the same ``inputs``
-    (both directories' weight files by size and mtime, and every setting) are reused, so an interrupted grid resumes.
-    Each alpha takes one encoding of the corpus (about 2.5 min at 256 tokens on a 2-core CPU).
+    ``directory``: the BEIR dataset folder (None: SciFact's). ``record``: :func:`grid`'s resumable record. Each alpha
+    takes one encoding of the corpus (about 2.5 min at 256 tokens on a 2-core CPU).
     """
     from training.data.scifact import load_scifact, split_queries
     from training.evaluation import encode_fn_for, evaluate_sts
     from training.retrieval import evaluate_retrieval
 
-    inputs = {
-        "weights": {str(d): weights_stamp(Path(d)) for d in (start, finetuned)},
-        "settings": [dev_fraction, split_seed, max_seq_length, max_queries, max_corpus, sts_limit, str(directory)],
-    }
-    done = recorded_rows(record, inputs)
     data = load_scifact(max_queries, max_corpus, split_seed, directory=directory)
     dev_q = split_queries(list(data.qrels), dev_fraction, split_seed)[1]
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="wise-ft-grid-") as tmp:
-        for alpha in sorted({0.0, *alphas}):
-            if alpha in done:
-                rows.append(done[alpha])
-                continue
-            d = Path(tmp) / f"alpha-{alpha:g}"
-            interpolate_dirs(start, finetuned, alpha, d)
-            retrieval = evaluate_retrieval(encode_fn_for(str(d), max_seq_length), data, dev_q)["ndcg@10"]
-            sts = evaluate_sts(encode_fn_for(str(d), 128), ["STSBenchmark-dev"], with_mean=False, limit=sts_limit)
-            rows.append({"alpha": alpha, "scifact-dev-ndcg@10": retrieval, "stsb-dev": sts["STSBenchmark-dev"]})
-            shutil.rmtree(d)
-            if record:
-                atomic_write_json(record, {"rows": rows, "inputs": inputs})
+
+    def score(model: str) -> dict[str, float]:
+        retrieval = evaluate_retrieval(encode_fn_for(model, max_seq_length), data, dev_q)["ndcg@10"]
+        sts = evaluate_sts(encode_fn_for(model, 128), ["STSBenchmark-dev"], with_mean=False, limit=sts_limit)
+        return {"scifact-dev-ndcg@10": retrieval, "stsb-dev": sts["STSBenchmark-dev"]}
+
+    settings = [dev_fraction, split_seed, max_seq_length, max_queries, max_corpus, sts_limit, str(directory)]
+    rows, inputs = grid(start, finetuned, alphas, score, settings=settings, record=record)
     alpha, rule = pick(rows, sts_tolerance)
     return {"rows": rows, "alpha": alpha, "rule": rule, "dev_queries": len(dev_q), "inputs": inputs}
 
@@ -187,7 +211,7 @@ def weights_stamp(d: Path) -> dict[str, list[int]]:
 
 
 def recorded_rows(record: str | Path | None, inputs: dict[str, Any]) -> dict[float, dict[str, Any]]:
-    """The rows of :func:`choose`'s ``record`` by alpha, when it exists and was made from the same ``inputs``."""
+    """The rows of :func:`grid`'s ``record`` by alpha, when it exists and was made from the same ``inputs``."""
     if not record or not Path(record).is_file():
         return {}
     try:

@@ -25,7 +25,6 @@ import argparse
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,7 @@ def score_alpha(model: str, dev, test, dev_q: list[str], max_seq_length: int) ->
 
 def main() -> None:
     from training.data.scifact import load_scifact, split_queries
-    from training.interpolate import interpolate_dirs, pick, recorded_rows, weights_stamp
+    from training.interpolate import grid, interpolate_dirs, pick
     from training.st_dir import default_model_dir
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,29 +82,22 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     start = a.start or str(default_model_dir())
-    alphas = sorted({0.0, *(float(x) for x in a.grid.split(",") if x.strip())})
-    inputs = {
-        "weights": {str(d): weights_stamp(Path(d)) for d in (start, a.finetuned)},
-        "settings": ["wise_ft bench", 0.1, 42, a.max_seq_length],
-    }
-    done = recorded_rows(a.json, inputs)
     load0 = os.getloadavg()
     print(f"CPU: {cpu_model()}; load average before {load0[0]:.2f}", flush=True)
     dev, test = load_scifact(seed=42), load_scifact(split="test")
     dev_q = split_queries(list(dev.qrels), 0.1, 42)[1]
-    result: dict[str, Any] = {"rows": [], "inputs": inputs, "cpu": cpu_model()}
+    rows, inputs = grid(
+        start,
+        a.finetuned,
+        [float(x) for x in a.grid.split(",") if x.strip()],
+        lambda model: score_alpha(model, dev, test, dev_q, a.max_seq_length),
+        settings=["wise_ft bench", 0.1, 42, a.max_seq_length],
+        record=a.json,
+    )
+    result: dict[str, Any] = {"rows": rows, "inputs": inputs, "cpu": cpu_model()}
+    for row in rows:
+        print(row, flush=True)
     with tempfile.TemporaryDirectory(prefix="wise-ft-") as tmp:
-        for alpha in alphas:
-            row = done.get(alpha)
-            if row is None:
-                t0, d = time.perf_counter(), Path(tmp) / f"alpha-{alpha:g}"
-                interpolate_dirs(start, a.finetuned, alpha, d)
-                row = {"alpha": alpha, **score_alpha(str(d), dev, test, dev_q, a.max_seq_length)}
-                row["seconds"] = round(time.perf_counter() - t0, 1)
-                shutil.rmtree(d)
-            result["rows"].append(row)
-            print(row, flush=True)
-            atomic_write_json(a.json, result)
         result["alpha"], result["rule"] = pick(result["rows"], a.sts_tolerance)
         wanted = {result["alpha"] if x.strip() == "chosen" else float(x) for x in a.transfer.split(",") if x.strip()}
         _transfer(result, wanted, start, a.finetuned, Path(tmp), a.json)

@@ -15,11 +15,10 @@ inputs reuses the alphas recorded there. ``--max-queries`` / ``--max-corpus`` / 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
+from artifact_contract.fsio import atomic_write_json
 from training.cli.common import command, parser, print_json
 
 
@@ -76,5 +75,5 @@ def main(argv: list[str]) -> int:
         return 1
     print_json(result)
     if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=2, default=str))
+        atomic_write_json(a.json, result)
     return 0
