@@ -16,7 +16,7 @@ import numpy as np
 
 from service.collections import errors
 from service.collections.ports import ActivationListener, ModelRef, ModelSpec, SparseModel
-from service.inference import batcher, embedder, model_registry
+from service.inference import batch_errors, embedder, model_registry
 from service.inference.embedder import Embedder
 from service.inference.model_control import ModelControl
 from service.inference.model_registry import LoadedModel
@@ -40,7 +40,7 @@ def translated() -> Iterator[None]:
         raise errors.RerankerNotLoaded(str(e), getattr(e, "param", "model")) from e
     except model_registry.ModelNotFound as e:
         raise errors.ModelNotFound(str(e), getattr(e, "param", "model")) from e
-    except batcher.QueueFull as e:
+    except batch_errors.QueueFull as e:
         raise errors.InferenceOverloaded(str(e)) from e
 
 

@@ -164,6 +164,12 @@ class Settings(BaseSettings):
         f"0 = by the device: {GPU_API_WORKERS} where the providers run on an NVIDIA GPU, else 1 (docs/performance.md, "
         "'Several serving processes on one port')",
     )
+    front_tokenization: bool = Field(
+        True,
+        description="with api_workers > 1, fronts tokenize the embedding requests of models they have seen the core "
+        "run (up to 64k characters) and send the token ids with the texts; the core uses them only for the model they "
+        "were made for (service.front.tokenizing). false: the core tokenizes everything",
+    )
     drain_s: float = Field(
         5.0, ge=0, description="after SIGTERM, seconds /ready answers 503 while requests are still served"
     )

@@ -11,7 +11,7 @@ special tokens included, after truncation to its ``max_seq_length``), p50/p99 re
 GPU SM utilisation (``nvidia-smi dmon -s u``, when there is an ``nvidia-smi``), the share of the FLOP limit
 (tokens/s x ``--flop-per-token`` / ``--peak-tflops``), and where the service's time went, from its ``/metrics``
 over the point: tokenizer seconds and ONNX Runtime seconds per wall-clock second (``tok busy``, ``ORT busy``: 1.0 =
-one thread busy all the time; ORT's includes the host-device copies), and the mean inference batch (inputs and
+one thread busy all the time; tok busy is the core's / the front processes' own, ``front_tokenization``; ORT's includes the host-device copies), and the mean inference batch (inputs and
 padded tokens), and the event loop's CPU (the service's main thread, ``/proc``): seconds per second (``loop busy``)
 and milliseconds per request. ORT busy near ``inference_workers`` with the GPU below 100 % SM: the host side of a
 run bounds it; tok busy near ``tokenizer_threads``: the tokenizer does; loop busy near 1.0: the event loop (HTTP,
@@ -190,6 +190,7 @@ def scrape(urls: list[str]) -> dict[str, float]:
 
     want = {
         "embed_tokenization_duration_seconds_sum": "tok_s",
+        "embed_front_tokenization_duration_seconds_sum": "front_tok_s",  # the fronts' own (service.front.tokenizing)
         "embed_inference_duration_seconds_sum": "ort_s",
         "embed_batch_size_sum": "batch_inputs",
         "embed_batch_size_count": "batches",
@@ -216,6 +217,7 @@ def time_split(before: dict[str, float], after: dict[str, float]) -> dict:
     batches = max(d["batches"], 1.0)
     return {
         "tok_busy": d["tok_s"] / d["t"],
+        "front_tok_busy": d["front_tok_s"] / d["t"],
         "ort_busy": d["ort_s"] / d["t"],
         "mean_batch_inputs": d["batch_inputs"] / batches,
         "mean_batch_tokens": d["batch_tokens"] / batches,
@@ -351,7 +353,7 @@ def main() -> int:
         f"server args {' '.join(a.server_arg) or '-'} (loop: the core's, behind any fronts), "
         f"{a.seconds:.0f} s per point"
     )
-    head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy | ORT busy "
+    head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy (core / fronts) | ORT busy "
             "| loop busy | loop ms/request | mean batch (inputs / tokens) |")  # fmt: skip
     if a.peak_tflops:
         head += " of FLOP limit |"
@@ -360,7 +362,7 @@ def main() -> int:
     for r in results["service"]:
         util = f"{r['gpu_util']:.0f}" if r["gpu_util"] is not None else "-"
         row = (f"| {r['inputs']} | {r['clients']} | {r['sent_per_s']:,.0f} | {r['tok_per_s']:,.0f} | {r['p50_ms']:.1f} "
-               f"| {r['p99_ms']:.1f} | {r['errors']} | {util} | {r['tok_busy']:.2f} | {r['ort_busy']:.2f} "
+               f"| {r['p99_ms']:.1f} | {r['errors']} | {util} | {r['tok_busy']:.2f} / {r.get('front_tok_busy', 0.0):.2f} | {r['ort_busy']:.2f} "
                f"| {r['loop_busy']:.2f} | {r['loop_ms_per_request']:.2f} "
                f"| {r['mean_batch_inputs']:.0f} / {r['mean_batch_tokens']:.0f} |")  # fmt: skip
         if a.peak_tflops:

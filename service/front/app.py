@@ -14,7 +14,9 @@ Per request:
   as the route ``proxied``.
 
 A front holds no model: which model answers is the core's (its active model when the request reached it), so a
-hot swap is atomic across fronts by construction.
+hot swap is atomic across fronts by construction. It may hold the tokenizers of models the core ran
+(``front_tokenization``, :class:`service.front.tokenizing.FrontTokenizers`): their token ids go with the texts and
+the core runs them only for the model they were made for.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 from fastapi import FastAPI, Request, Response
 
 from service.front.proxy import Message, Proxy, Receive, Scope, Send, core_client, core_unreachable
+from service.front.tokenizing import FrontTokenizers
 from service.http.errors import APIError, install_error_handlers
 from service.http.inference import embeddings, internal
 from service.http.middleware import ServiceMiddleware, middleware_options
@@ -61,11 +64,13 @@ class RemoteEmbedder(Embedder):
 
     Args:
         client: the core's HTTP client (``service.front.proxy.core_client``).
+        tokenizers: where the texts are tokenized before the call, when the front knows the model; None: never.
     """
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, tokenizers: FrontTokenizers | None = None) -> None:
         super().__init__(registry=None)  # type: ignore[arg-type]  # no model here: the core resolves every name
         self.client = client
+        self.tokenizers = tokenizers
         self.headers = {"content-type": "application/json"}
 
     async def encode(self, texts: list[str], **options: Any) -> EmbedResult:
@@ -76,15 +81,22 @@ class RemoteEmbedder(Embedder):
             CoreAnswered: the core's error answer (any domain error of ``Embedder.encode``).
             APIError: 503 ``not_ready`` when the core cannot be reached.
         """
+        tokens = await self.tokenizers.tokens(texts, options) if self.tokenizers is not None else None
         try:
             r = await self.client.post(
-                internal.PATH, content=internal.encode_request(texts, options), headers=self.headers
+                internal.PATH, content=internal.encode_request(texts, options, tokens), headers=self.headers
             )
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             raise core_unreachable(e) from e
         if r.status_code != 200:
             raise CoreAnswered(r.status_code, r.content, {k: v for k, v in r.headers.items() if k in _ERROR_HEADERS})
         rows = internal.decode_response(r.content, r.headers)
+        if self.tokenizers is not None:
+            path = r.headers.raw  # the artifact's directory, as the core's bytes (a path need not be latin-1)
+            where = next((v for k, v in path if k.lower() == internal.PATH_HEADER.encode()), b"")
+            self.tokenizers.learn(
+                options.get("model"), r.headers["x-model"], r.headers["x-model-sha256"], where.decode(errors="replace")
+            )
         name, _, version = r.headers["x-model"].rpartition(":")
         info = ModelInfo(
             name=name,
@@ -139,16 +151,20 @@ def create_front_app(settings: Settings, core_socket: str) -> FrontApp:
     mode, which the core's ``/metrics`` reads: ``service.front.metrics``)."""
     shapes = {QDRANT_PREFIX: qdrant_error}
     state: dict[str, httpx.AsyncClient] = {}
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["client"] = core_client(core_socket)
-        app.state.embedder = RemoteEmbedder(state["client"])
+        tokenizers = FrontTokenizers(metrics) if settings.front_tokenization else None
+        app.state.embedder = RemoteEmbedder(state["client"], tokenizers)
         try:
             yield
         finally:
             app.state.embedder = None
             await state["client"].aclose()
+            if tokenizers is not None:
+                tokenizers.close()
 
     fast = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
     fast.state.settings = settings
@@ -167,6 +183,5 @@ def create_front_app(settings: Settings, core_socket: str) -> FrontApp:
     for route in embeddings.router.routes:
         if getattr(route, "path", None) in FAST_PATHS:
             fast.router.routes.append(route)
-    metrics = Metrics()
     middleware = ServiceMiddleware(fast, **middleware_options(settings, metrics, shapes))
     return FrontApp(fast, middleware, Proxy(lambda: state["client"], shapes), metrics)

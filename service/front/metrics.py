@@ -5,11 +5,12 @@ Each front counts what it answers in its own :class:`~service.metrics.Metrics` (
 prometheus_client in memory-mapped files of a directory the supervisor makes (``PROMETHEUS_MULTIPROC_DIR``, set for
 the fronts only), one set of files per front index (:func:`use_front_files`; a restarted front goes on from its
 predecessor's values, so its counters never go back). The core, which serves ``/metrics``, reads them at scrape time
-(:class:`FrontsCollector`) and exposes them as ``embed_front_requests_total{front,route,method,status}`` and
-``embed_front_request_duration_seconds{front,route,method}``: the ``front_`` names keep them apart from the core's own
-``embed_requests_total`` (which, behind fronts, counts the fronts' ``/internal/embed`` calls and the proxied
-requests). Multiprocess mode rather than scraping each front: no socket per front, no request fan-out at scrape time,
-and a dead front's counts stay readable.
+(:class:`FrontsCollector`) and exposes them as ``embed_front_requests_total{front,route,method,status}``,
+``embed_front_request_duration_seconds{front,route,method}`` and, for a front's own tokenizer calls
+(``service.front.tokenizing``), ``embed_front_tokenization_duration_seconds{front,model}``: the ``front_`` names keep
+them apart from the core's own ``embed_requests_total`` (which, behind fronts, counts the fronts' ``/internal/embed``
+calls and the proxied requests). Multiprocess mode rather than scraping each front: no socket per front, no
+request fan-out at scrape time, and a dead front's counts stay readable.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 #: the front metrics exposed, by their name in a front's registry
-FRONT_METRICS = ("embed_requests", "embed_request_duration_seconds")
+FRONT_METRICS = ("embed_requests", "embed_request_duration_seconds", "embed_tokenization_duration_seconds")
 
 
 def use_front_files(index: int) -> None:

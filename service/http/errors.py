@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.collections import errors as col
 from service.collections.stopping import WorkStopped
-from service.inference.batcher import BatcherClosed, BatchFailed, InputTooLong, QueueFull, RequestTooLarge
+from service.inference.batch_errors import BatcherClosed, BatchFailed, InputTooLong, QueueFull, RequestTooLarge
 from service.inference.embedder import InvalidInput, ModelNotReady
 from service.inference.model_registry import ModelNotFound
 from service.inference.onnx_reranker import WrongModelTask

@@ -33,9 +33,11 @@ from functools import partial
 
 import numpy as np
 
+from service.inference.batch_errors import BatcherClosed, BatchFailed, InputTooLong, QueueFull, RequestTooLarge
 from service.inference.fair_queue import FairQueue, Item, cut_window
 from service.inference.fair_queue import Job as _Job
-from service.inference.onnx_encoder import OnnxModel, Tokenized
+from service.inference.onnx_encoder import OnnxModel
+from service.inference.text_tokenizer import Tokenized
 from service.inference.tokenizer_turns import TurnPool
 from service.metrics import Metrics
 from service.tasks import cancel_and_wait
@@ -44,45 +46,6 @@ log = logging.getLogger("service.inference.batcher")
 
 #: characters per tokenizer call (a request's texts are tokenized in chunks of about this size, in turns)
 TOKENIZE_CHUNK_CHARS = 8192
-
-
-class QueueFull(Exception):
-    """The batcher already holds ``max_queue_size`` unanswered requests."""
-
-
-class InputTooLong(Exception):
-    """An input has more tokens than ``max_seq_length`` and truncation was off.
-
-    Attributes: ``index`` (position in the request), ``n_tokens`` (a lower bound when ``at_least``: only the
-    text's first ``char_budget`` characters were tokenized), ``max_tokens``.
-    """
-
-    def __init__(self, index: int, n_tokens: int, max_tokens: int, at_least: bool = False) -> None:
-        count = f"at least {n_tokens}" if at_least else str(n_tokens)
-        super().__init__(f"input[{index}] has {count} tokens, more than the model's maximum of {max_tokens}")
-        self.index, self.n_tokens, self.max_tokens, self.at_least = index, n_tokens, max_tokens, at_least
-
-
-class RequestTooLarge(Exception):
-    """A request's inputs have more tokens in all (after truncation) than ``max_request_tokens``.
-
-    Attributes: ``n_tokens``, ``max_tokens``; ``param`` (the request field) is set by the embedder.
-    """
-
-    def __init__(self, n_tokens: int, max_tokens: int) -> None:
-        super().__init__(
-            f"the inputs have {n_tokens} tokens in all, more than max_request_tokens={max_tokens}; "
-            "send them in several requests"
-        )
-        self.n_tokens, self.max_tokens, self.param = n_tokens, max_tokens, "input"
-
-
-class BatchFailed(RuntimeError):
-    """Inference failed for a batch holding some of this request's inputs."""
-
-
-class BatcherClosed(RuntimeError):
-    """The batcher is shutting down and takes no new work."""
 
 
 @dataclass
@@ -160,9 +123,13 @@ class Batcher:
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"batcher-{self._label}")
 
-    async def submit(self, texts: list[str], *, truncate: bool = True, direction: str = "right") -> SubmitResult:
+    async def submit(
+        self, texts: list[str], *, truncate: bool = True, direction: str = "right", ids: list[np.ndarray] | None = None
+    ) -> SubmitResult:
         """Run ``texts`` (strings; a reranker's: (query, passage) pairs); returns the graph's rows in input order.
-        ``direction``: which end of an over-long input is cut (:meth:`OnnxModel.tokenize`).
+        ``direction``: which end of an over-long input is cut (:meth:`OnnxModel.tokenize`). ``ids``: the texts' token
+        ids already made by this model's tokenizer with the same ``truncate`` and ``direction`` (a front process's,
+        ``service.front.tokenizing``), one int64 array per text: used as they are, not tokenized again.
 
         Raises:
             QueueFull: ``max_queue_size`` requests are already waiting (answer 429).
@@ -180,7 +147,7 @@ class Batcher:
         self._g_queue.set(self._admitted)
         try:
             loop = asyncio.get_running_loop()
-            tokens = await self._tokenize_fairly(texts, truncate, direction)
+            tokens = Tokenized(ids) if ids is not None else await self._tokenize_fairly(texts, truncate, direction)
             self._check(tokens, texts, truncate)
             job = _Job(
                 tokens,

@@ -13,9 +13,9 @@ tokenisation; naming neither applies the model's ``default_prompt_name``, if any
 
 Errors are domain exceptions (``service.http.errors.ERROR_TABLE`` maps each to its HTTP answer once):
 :class:`~service.inference.model_registry.ModelNotFound` (404), :class:`ModelNotReady` (503), :class:`InvalidInput` (422),
-:class:`~service.inference.batcher.InputTooLong` (413), :class:`~service.inference.batcher.RequestTooLarge` (413),
-:class:`~service.inference.batcher.QueueFull` (429),
-:class:`~service.inference.batcher.BatchFailed` (500), :class:`~service.inference.batcher.BatcherClosed` (503),
+:class:`~service.inference.batch_errors.InputTooLong` (413), :class:`~service.inference.batch_errors.RequestTooLarge` (413),
+:class:`~service.inference.batch_errors.QueueFull` (429),
+:class:`~service.inference.batch_errors.BatchFailed` (500), :class:`~service.inference.batch_errors.BatcherClosed` (503),
 :class:`~service.inference.onnx_reranker.WrongModelTask` (422: a reranker named for embeddings),
 :class:`~service.inference.prompts.PromptNotFound` (422: a ``prompt_name`` the model does not define). Each carries the
 request field it concerns in ``param``.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from artifact_contract import postprocess
-from service.inference.batcher import InputTooLong, RequestTooLarge
+from service.inference.batch_errors import InputTooLong, RequestTooLarge
 from service.inference.model_registry import LoadedModel, ModelNotFound, ModelRegistry, WrongModelTask
 from service.inference.onnx_encoder import ModelInfo
 from service.inference.prompts import prompt_prefix, with_prefix
@@ -44,6 +44,18 @@ class InvalidInput(ValueError):
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
         self.param = param
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    """Token ids a front process made for a request's texts (``service.front.tokenizing``): with the tokenizer of the
+    model ``model`` (``name:version``) whose ONNX file has ``sha256``, the model's prompt prepended, cut as the
+    request's ``truncate`` and ``truncation_direction`` ask; ``ids[i]`` int64 of shape ``(len_i,)``.
+    :meth:`Embedder.encode` uses them only when the model that runs the request is that model."""
+
+    model: str
+    sha256: str
+    ids: list[np.ndarray]
 
 
 @dataclass
@@ -91,6 +103,7 @@ class Embedder:
         param: str = "input",
         prompt_name: str | None = None,
         prompt_role: str | None = None,
+        token_ids: TokenIds | None = None,
     ) -> EmbedResult:
         """Embeddings of ``texts`` with the request options of the HTTP API.
 
@@ -105,6 +118,10 @@ class Embedder:
             param: the request field named in errors about the inputs.
             prompt_name, prompt_role: the prompt prepended to every text (:meth:`prompt`); token counts, truncation
                 and ``max_request_tokens`` include it.
+            token_ids: the texts' token ids made by a front (:class:`TokenIds`); used when they were made for the
+                model that runs the request (its ``name:version`` and sha256) and fit it (one list per text, ids in
+                its vocabulary, none longer than ``max_seq_length`` when truncating), else the texts are tokenized
+                here (after a hot swap, a front's ids for the previous model are never run by the new one).
 
         Raises:
             see the module docstring.
@@ -120,7 +137,8 @@ class Embedder:
                 f"dimensions must be between 1 and {dim} for model {lm.info.name}, got {dimensions}", "dimensions"
             )
         try:
-            res = await lm.batcher.submit(texts, truncate=truncate, direction=truncation_direction)
+            ids = _usable(token_ids, lm, len(texts), truncate)
+            res = await lm.batcher.submit(texts, truncate=truncate, direction=truncation_direction, ids=ids)
         except InputTooLong as e:
             e.param, e.model = param, lm.info.name
             raise
@@ -183,6 +201,21 @@ class Embedder:
                     f"{param}[{i}] holds token id {bad}, outside the vocabulary (0 to {vocab - 1})", param
                 )
         return await lm.batcher.decode(ids, skip_special_tokens), lm.info
+
+
+def _usable(token_ids: TokenIds | None, lm: LoadedModel, n: int, truncate: bool) -> list[np.ndarray] | None:
+    """``token_ids.ids`` when they were made for ``lm`` and fit it (:meth:`Embedder.encode`), else None."""
+    if token_ids is None or token_ids.model != lm.info.id or token_ids.sha256 != lm.info.sha256:
+        return None
+    ids = token_ids.ids
+    if len(ids) != n or any(len(x) == 0 for x in ids):
+        return None
+    flat = np.concatenate(ids)
+    if flat.min() < 0 or flat.max() >= lm.model.vocab_size:
+        return None
+    if truncate and max(len(x) for x in ids) > lm.info.max_seq_length:
+        return None
+    return ids
 
 
 def _check_texts(texts: list[str], param: str) -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.inference.onnx_encoder import Tokenized
+from service.inference.text_tokenizer import Tokenized
 
 #: Smallest window of inputs sorted together (more inputs sorted = less padding).
 WINDOW_MIN = 256

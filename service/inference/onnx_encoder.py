@@ -11,18 +11,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from tokenizers import Tokenizer
 
 from artifact_contract import (
     INPUT_NAMES,
     MODEL_FILE,
     OUTPUT_NAME,
-    TOKENIZER_FILE,
     ArtifactError,
     Manifest,
     postprocess,
@@ -30,6 +28,7 @@ from artifact_contract import (
 )
 from service.inference.prompts import prompts_leaving_no_room
 from service.inference.providers import CUDA, ProviderError, open_session
+from service.inference.text_tokenizer import TextTokenizer, Tokenized
 
 log = logging.getLogger("service.inference.onnx_encoder")
 
@@ -85,21 +84,6 @@ class ModelInfo:
     def id(self) -> str:
         """``name:version``, unique among loaded models."""
         return f"{self.name}:{self.version}"
-
-
-#: upper bound of characters one token covers (BERT's WordPiece turns words over 100 characters into [UNK])
-CHARS_PER_TOKEN = 100
-
-
-@dataclass
-class Tokenized:
-    """Token ids of one request's inputs, ``ids[i]`` an int64 array of shape ``(len_i,)`` (special tokens included)."""
-
-    ids: list[np.ndarray]
-    lengths: np.ndarray = field(init=False)  # (n,) int64
-
-    def __post_init__(self) -> None:
-        self.lengths = np.fromiter((len(x) for x in self.ids), dtype=np.int64, count=len(self.ids))
 
 
 class OnnxModel:
@@ -164,8 +148,12 @@ class OnnxModel:
                 "(models/README.md)"
             )
         self._check_signature()
-        self._tok_trunc, self._tok_left, self._tok_full = self._load_tokenizers()
-        self.pad_id = self._pad_id()
+        try:
+            self.text = TextTokenizer(self.path, m.max_seq_length)
+        except ValueError as e:
+            raise ModelLoadError(f"{self.path}: {e}") from e
+        self._tok_trunc, self._tok_left, self._tok_full = self.text.trunc, self.text.left, self.text.full
+        self.pad_id = self.text.pad_id
         if (problem := prompts_leaving_no_room(m, lambda t: len(self.tokenize([t]).ids[0]))) is not None:
             raise ModelLoadError(f"{self.path}: {problem}")
 
@@ -199,77 +187,31 @@ class OnnxModel:
                 f"{self.manifest.dimension}"
             )
 
-    def _load_tokenizers(self) -> tuple[Tokenizer, Tokenizer, Tokenizer]:
-        """Three tokenizers (a tokenizer's truncation is its state, and threads share them): truncating on the right,
-        truncating on the left (keeps the end of a text; special tokens stay in place), not truncating."""
-        try:
-            trunc, left, full = (Tokenizer.from_file(str(self.path / TOKENIZER_FILE)) for _ in range(3))
-        except Exception as e:
-            raise ModelLoadError(f"{self.path}: cannot load {TOKENIZER_FILE}: {e}") from e
-        # Padding is done by the batcher (to the batch's longest input), never here.
-        for tok in (trunc, left, full):
-            tok.no_padding()
-        trunc.enable_truncation(max_length=self.manifest.max_seq_length)
-        left.enable_truncation(max_length=self.manifest.max_seq_length, direction="left")
-        full.no_truncation()
-        return trunc, left, full
-
-    def _pad_id(self) -> int:
-        for tok in ("[PAD]", "<pad>"):
-            i = self._tok_trunc.token_to_id(tok)
-            if i is not None:
-                return int(i)
-        return 0
-
     # ---------------------------------------------------------------- inference
     def tokenize(self, texts: list[str], truncate: bool = True, direction: str = "right") -> Tokenized:
-        """Token ids for ``texts`` (no padding).
-
-        With ``truncate=True`` each input is cut to ``max_seq_length`` tokens, keeping its start (``direction=
-        "right"``) or its end (``"left"``; TEI's ``truncation_direction``); with ``truncate=False`` it is not (the
-        caller rejects over-long inputs).
-
-        Bounded work: a text longer than :attr:`char_budget` characters is cut to that many before tokenizing
-        (no token of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first ``max_seq_length``
-        tokens are unchanged; with ``"left"`` the last characters are kept), so a 2 MB string of words costs what a
-        max-length one does. A cut text that gave
-        fewer tokens than a full input (``truncate``) or that still fits (``truncate=False``) is tokenized in full:
-        characters that make no token (whitespace runs, zero-width and other format characters, combining marks)
-        may have filled the budget, and its embedding and token count must be the whole text's.
-        """
-        budget = self.char_budget
-        left = truncate and direction == "left"
-        cut = [t if len(t) <= budget else t[-budget:] if left else t[:budget] for t in texts]
-        tok = (self._tok_left if left else self._tok_trunc) if truncate else self._tok_full
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in self._encode(tok, cut)]
-        short = self.info.max_seq_length + (0 if truncate else 1)  # fewer ids than this: the cut may have lost some
-        for i, t in enumerate(texts):
-            if len(t) > budget and len(ids[i]) < short:
-                ids[i] = np.asarray(self._encode(tok, [t])[0].ids, dtype=np.int64)
-        return Tokenized(ids)
+        """Token ids for ``texts`` (no padding): :meth:`TextTokenizer.tokenize` (truncation, ``direction``, the
+        character budget)."""
+        return self.text.tokenize(texts, truncate, direction)
 
     def encodings(self, texts: list[str], add_special_tokens: bool = True) -> list:
-        """The untruncated ``tokenizers.Encoding`` of each text (``ids``, ``tokens``, ``offsets`` in characters,
-        ``special_tokens_mask``), special tokens added or not."""
-        return self._tok_full.encode_batch(texts, add_special_tokens=add_special_tokens)  # with offsets: not _fast
+        """:meth:`TextTokenizer.encodings`: the untruncated ``tokenizers.Encoding`` of each text."""
+        return self.text.encodings(texts, add_special_tokens)
 
     def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """The text of each id list (``ids`` within :attr:`vocab_size`)."""
-        return self._tok_full.decode_batch(ids, skip_special_tokens=skip_special_tokens)
+        return self.text.decode(ids, skip_special_tokens)
 
     @property
     def vocab_size(self) -> int:
         """Token ids run from 0 to ``vocab_size - 1``."""
-        return self._tok_full.get_vocab_size()
+        return self.text.vocab_size
 
     @property
     def char_budget(self) -> int:
         """Characters of a text read by the tokenizer: ``CHARS_PER_TOKEN * max_seq_length``."""
-        return CHARS_PER_TOKEN * self.info.max_seq_length
+        return self.text.char_budget
 
-    @staticmethod
-    def _encode(tok: Tokenizer, texts: list[str]) -> list:
-        return tok.encode_batch_fast(texts) if hasattr(tok, "encode_batch_fast") else tok.encode_batch(texts)
+    _encode = staticmethod(TextTokenizer.encode)
 
     def pad(self, ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Right-pad to the longest sequence: ``(input_ids, attention_mask)``, both int64 ``(batch, max_len)``."""

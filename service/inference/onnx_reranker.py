@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from artifact_contract import RERANK_OUTPUT_NAME, load_manifest
-from service.inference.onnx_encoder import ModelLoadError, OnnxModel, Tokenized
+from service.inference.onnx_encoder import ModelLoadError, OnnxModel
+from service.inference.text_tokenizer import Tokenized
 
 Pair = tuple[str, str]
 

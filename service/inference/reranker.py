@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.inference.batcher import InputTooLong, RequestTooLarge
+from service.inference.batch_errors import InputTooLong, RequestTooLarge
 from service.inference.embedder import InvalidInput
 from service.inference.model_registry import LoadedModel, ModelNotFound, ModelRegistry
 from service.inference.onnx_encoder import ModelInfo

@@ -10,7 +10,7 @@ import pytest
 from service.collections import errors as col
 from service.collections.ports import ModelRef
 from service.http.errors import to_api_error
-from service.inference.batcher import QueueFull
+from service.inference.batch_errors import QueueFull
 from service.inference.embedder import ModelNotReady
 from service.inference.model_registry import ModelNotFound
 from service.inference.reranker import NoRerankerLoaded

@@ -4,7 +4,7 @@ One shared multi-process server and one single-process server (the reference) ov
 embeddings (OpenAI floats and base64, TEI ``/embed``) and their 4xx answers are the single process's; collections
 (native and Qdrant routes) work through the public port; a hot swap under load through both fronts fails no request
 and no answer comes from a model other than the one active when it was asked; ``/metrics`` counts both fronts'
-requests; a killed front is restarted; SIGTERM drains an in-flight request and the service exits 0.
+requests; the fronts tokenize, the core runs their ids; a killed front is restarted; SIGTERM drains an in-flight request and the service exits 0.
 """
 
 from __future__ import annotations
@@ -205,6 +205,33 @@ def test_metrics_count_both_fronts(multi):
     text = httpx.get(f"{multi.url}/metrics").text
     assert re.search(r'^embed_requests_total\{[^}]*route="/internal/embed"[^}]*\} [1-9]', text, re.M)
     assert re.search(r'^embed_front_requests_total\{[^}]*route="proxied"[^}]*\} [1-9]', text, re.M)
+
+
+def _counts(url: str, metric: str) -> dict[str, float]:
+    """``{labels: value}`` of a metric's samples in ``/metrics``."""
+    text = httpx.get(f"{url}/metrics").text
+    return {labels: float(v) for labels, v in re.findall(rf"^{metric}\{{([^}}]*)\}} (\S+)$", text, re.M)}
+
+
+def test_fronts_tokenize_and_the_core_runs_their_ids(multi, single):
+    """Once a front has seen the core run the active model it tokenizes that model's requests itself: each request is
+    tokenized once, by a front (``embed_front_tokenization_duration_seconds``), not by the core
+    (``embed_tokenization_duration_seconds``), and the answer is still the single process's."""
+    front, core = "embed_front_tokenization_duration_seconds_count", "embed_tokenization_duration_seconds_count"
+    post = lambda url, body: httpx.post(f"{url}/v1/embeddings", json=body, headers=AUTH, timeout=60)  # noqa: E731
+    deadline = time.monotonic() + 60
+    while len({re.search(r'front="([^"]+)"', k).group(1) for k in _counts(multi.url, front)}) < 2:
+        assert time.monotonic() < deadline, "a front never tokenized"
+        assert post(multi.url, {"input": "teach the fronts"}).status_code == 200
+    f0, c0 = sum(_counts(multi.url, front).values()), sum(_counts(multi.url, core).values())
+    body = {"input": ["A man is playing a guitar.", "word " * 400], "encoding_format": "base64"}
+    for _ in range(30):
+        a = post(multi.url, body)
+        assert a.status_code == 200, a.text
+    b = post(single.url, body)
+    f1, c1 = sum(_counts(multi.url, front).values()), sum(_counts(multi.url, core).values())
+    assert (f1 - f0, c1 - c0) == (30, 0)
+    assert a.json() == b.json()  # base64 rows and usage: the same bytes
 
 
 def test_a_client_gone_stops_its_work_in_the_core(multi):

@@ -188,7 +188,8 @@ def test_concurrent_requests_get_their_own_scores(server, client, claim):
 def test_pairs_go_through_the_batcher_with_its_limits(reranker_artifact, claim):
     """In process: a reranker's pairs are the batcher's inputs: batched scores equal one-batch scores, and the
     batcher's queue bound, truncate=false and max_request_tokens hold for pairs as for texts."""
-    from service.inference.batcher import Batcher, InputTooLong, QueueFull, RequestTooLarge
+    from service.inference.batch_errors import InputTooLong, QueueFull, RequestTooLarge
+    from service.inference.batcher import Batcher
     from service.inference.model_registry import LoadedModel
     from service.inference.onnx_reranker import OnnxReranker, open_model
     from service.inference.reranker import Reranker

@@ -18,8 +18,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from artifact_contract import MODEL_FILE, OUTPUT_NAME, TOKENIZER_FILE, load_manifest, postprocess
-from service.inference.batcher import InputTooLong, RequestTooLarge
-from service.inference.embedder import Embedder, InvalidInput, ModelNotReady
+from service.inference.batch_errors import InputTooLong, RequestTooLarge
+from service.inference.embedder import Embedder, InvalidInput, ModelNotReady, TokenIds
 from service.inference.model_registry import ModelNotFound, ModelRegistry, load_model
 from service.metrics import Metrics
 from service.settings import Settings
@@ -195,3 +195,39 @@ def test_request_over_max_request_tokens(env, stsb):
         encode(env, texts, param="texts")
     assert (e.value.n_tokens, e.value.max_tokens, e.value.param) == (20 * 256, MAX_REQUEST_TOKENS, "texts")
     assert encode(env, texts[:16]).embeddings.shape == (16, 384)  # 4096 tokens: exactly the limit
+
+
+def test_token_ids_are_run_as_they_are_for_their_model_only(env, stsb, monkeypatch):
+    """A front's ids (``Embedder.encode(token_ids=)``) skip the tokenizer when made for the model that runs the
+    request, and are ignored (the texts tokenized here) when made for another or when they do not fit it."""
+    texts = stsb[:5] + stsb[-1:]
+    ref = encode(env, texts)
+    ids, v1 = env.v1.model.tokenize(texts).ids, env.v1.info
+    calls = []
+    real = env.v1.batcher._tokenize_fairly
+
+    async def counted(*a, **k):
+        calls.append(len(a[0]))
+        return await real(*a, **k)
+
+    monkeypatch.setattr(env.v1.batcher, "_tokenize_fairly", counted)
+    res = encode(env, texts, token_ids=TokenIds(v1.id, v1.sha256, ids))
+    assert calls == [] and res.prompt_tokens == ref.prompt_tokens
+    np.testing.assert_array_equal(res.embeddings, ref.embeddings)
+    # the ids are what runs: other (valid) ids give other rows, and their own token count
+    shifted = [np.concatenate([x[:1], x[2:]]) for x in ids]
+    res = encode(env, texts, token_ids=TokenIds(v1.id, v1.sha256, shifted))
+    assert calls == [] and res.prompt_tokens == ref.prompt_tokens - len(texts)
+    assert not np.allclose(res.embeddings, ref.embeddings, atol=1e-3)
+    too_long = [np.concatenate([x, x]) for x in ids]  # the last one over max_seq_length
+    for bad in (
+        TokenIds(env.v2.info.id, v1.sha256, ids),  # made for minilm:2 (same weights), run by minilm:1
+        TokenIds(v1.id, "0" * 64, ids),  # another ONNX file
+        TokenIds(v1.id, v1.sha256, ids[:-1]),  # not one list per text
+        TokenIds(v1.id, v1.sha256, [np.array([101, env.v1.model.vocab_size, 102])] + ids[1:]),  # outside the vocabulary
+        TokenIds(v1.id, v1.sha256, too_long),
+    ):
+        calls.clear()
+        res = encode(env, texts, token_ids=bad)
+        assert calls == [len(texts)], bad.model
+        np.testing.assert_array_equal(res.embeddings, ref.embeddings)

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.inference.batcher import Batcher, BatcherClosed, BatchFailed, InputTooLong, QueueFull, _Job
+from service.inference.batch_errors import BatcherClosed, BatchFailed, InputTooLong, QueueFull
+from service.inference.batcher import Batcher, _Job
 from service.inference.onnx_encoder import ModelLoadError, OnnxModel
 from service.metrics import Metrics
 from service.settings import Settings
