@@ -11,6 +11,8 @@
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
 #            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
 #   fronts-ab    the short A/B: 32/128 clients, STS-B and 128 tokens, 4 s a point, --api-workers 1 then 4
+#   fronts-tok   tokenization in the fronts, A/B: 4 fronts with --front-tokenization false then true, twice
+#            (32/128 clients, STS-B and 128 tokens, 4 s a point; tok busy core / fronts in the table)
 #   shape    bench/serving/batch_shape_bench.py: run / I/O binding / CUDA graphs by batch shape, three artifacts
 #   peer     bench/serving/peer_serve.py: the service (fp16, GPU batching) beside Infinity's torch and ONNX engines on
 #            the same GPU and sentence-transformers fp16; 32/128 clients x 3 repeats (needs a kit.py --with infinity kit)
@@ -77,6 +79,16 @@ for s in "$@"; do
         stage "fronts-ab-$n" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
           --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=$n --clients 32,128 --inputs stsb,128 \
           --seconds 4 --warmup 2 --pool 4096 --skip-st --json "$OUT/gpu_serve_ab_w$n.json"
+      done
+      ;;
+    fronts-tok)  # does tokenizing in the fronts lift the core's tokenizer bound? alternating, two repeats
+      for rep in 1 2; do
+        for ft in false true; do
+          stage "fronts-tok-$ft-$rep" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 \
+            --providers cuda --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=4 \
+            --server-arg=--front-tokenization=$ft --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 \
+            --pool 4096 --skip-st --json "$OUT/gpu_serve_fronttok_${ft}_$rep.json"
+        done
       done
       ;;
     serve-tok8)
