@@ -91,3 +91,21 @@ def test_rerank_eval_chooses_alpha_on_dev_and_reads_test_once(reranker_artifact,
     for k in ("alpha=1", chosen):
         assert r["gap"][k] == pytest.approx(grid[float(k.split("=")[1])] - r["test"][k], abs=1e-3)
     assert main([*argv[:-2], "--alphas", "1.5"]) == 2
+    assert main([*argv[:-2], "--first-stage", "bm25,nope"]) == 2
+    # several first stages: each distinct pair scored once, the scores kept in --score-cache for the next run
+    calls = []
+    real_scorer = rerank_protocol.pair_scorer
+
+    def counted_scorer(*a, **k):
+        score = real_scorer(*a, **k)
+        return lambda pairs: calls.append(len(pairs)) or score(pairs)
+
+    monkeypatch.setattr(rerank_protocol, "pair_scorer", counted_scorer)
+    cache, two = tmp_path / "scores.json", tmp_path / "two.json"
+    argv2 = [*argv[:-2], "--first-stage", "bm25,dense", "--score-cache", str(cache), "--json", str(two)]
+    assert main(argv2) == 0
+    runs = json.loads(two.read_text())["runs"]
+    assert [x["first_stage"] for x in runs] == ["bm25", "dense"] and runs[0] == r
+    assert sum(calls) == len(json.loads(cache.read_text())["scores"]) < 2 * (r["dev_queries"] + 6) * 10
+    calls.clear()
+    assert main(argv2) == 0 and calls == [] and json.loads(two.read_text())["runs"] == runs  # read from the cache
