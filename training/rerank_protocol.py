@@ -265,7 +265,8 @@ class DevEvaluator(BaseEvaluator):
     epoch, steps) -> {metric: value}``, ``primary_metric``) scoring ``run`` (the dev claims' first stage) reranked by the model, alpha 1, by nDCG@10 against ``qrels``.
 
     Metrics (in [0, 1], as sentence-transformers' rerank evaluators report them): ``<name>_ndcg@10`` (the primary
-    one, the reranked list) and ``<name>_first_stage_ndcg@10`` (the first stage's own order).
+    one, the reranked list) and ``<name>_first_stage_ndcg@10`` (the first stage's own order). ``last_scores``: the
+    raw scores of the latest call (what a caller that has not changed the model since may reuse).
     """
 
     def __init__(
@@ -275,6 +276,7 @@ class DevEvaluator(BaseEvaluator):
         self.data, self.run, self.qrels, self.name, self.batch_size = data, run, qrels, name, batch_size
         self.primary_metric = f"{name}_ndcg@10"
         self.first = ndcg10(_order(run), qrels) / 100
+        self.last_scores: Scores | None = None
 
     def __call__(
         self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
@@ -284,5 +286,6 @@ class DevEvaluator(BaseEvaluator):
         def scorer(pairs):
             return model.predict(pairs, batch_size=self.batch_size, activation_fn=None, show_progress_bar=False)
 
-        ndcg = ndcg10(reranked(self.run, score_run(self.data, self.run, scorer)), self.qrels) / 100
+        self.last_scores = score_run(self.data, self.run, scorer)
+        ndcg = ndcg10(reranked(self.run, self.last_scores), self.qrels) / 100
         return {f"{self.name}_ndcg@10": ndcg, f"{self.name}_first_stage_ndcg@10": self.first}

@@ -242,13 +242,17 @@ def dev_evaluator(cfg: RerankerConfig, data, dev_q: list[str]):
 def dev_alphas(evaluator, model) -> dict[str, float]:
     """The chosen model's dev nDCG@10 (in [0, 1]) fused with the first stage at each alpha of
     :data:`training.rerank_protocol.DEFAULT_ALPHAS` (``scifact-dev_ndcg@10_alpha=A``) and the best alpha
-    (``scifact-dev_alpha``)."""
+    (``scifact-dev_alpha``). Scores: the evaluator's latest call's when there is one (the caller has just run it on
+    ``model``), else ``model``'s."""
     from training.rerank_protocol import DEFAULT_ALPHAS, alpha_grid, choose_alpha, score_run
 
     def scorer(pairs):
         return model.predict(pairs, batch_size=64, activation_fn=None, show_progress_bar=False)
 
-    grid = alpha_grid(evaluator.run, score_run(evaluator.data, evaluator.run, scorer), evaluator.qrels, DEFAULT_ALPHAS)
+    scores = evaluator.last_scores
+    if scores is None:
+        scores = score_run(evaluator.data, evaluator.run, scorer)
+    grid = alpha_grid(evaluator.run, scores, evaluator.qrels, DEFAULT_ALPHAS)
     out = {f"{evaluator.name}_ndcg@10_alpha={a:g}": v / 100 for a, v in grid.items()}
     return {**out, f"{evaluator.name}_alpha": choose_alpha(grid)}
 
