@@ -92,8 +92,8 @@ class RemoteEmbedder(Embedder):
             raise CoreAnswered(r.status_code, r.content, {k: v for k, v in r.headers.items() if k in _ERROR_HEADERS})
         rows = internal.decode_response(r.content, r.headers)
         if self.tokenizers is not None:
-            path = r.headers.raw  # the artifact's directory, as the core's bytes (a path need not be latin-1)
-            where = next((v for k, v in path if k.lower() == internal.PATH_HEADER.encode()), b"")
+            # the artifact's directory, from the raw header: the core sends a path's UTF-8 bytes (not latin-1)
+            where = next((v for k, v in r.headers.raw if k.lower() == internal.PATH_HEADER.encode()), b"")
             self.tokenizers.learn(
                 options.get("model"), r.headers["x-model"], r.headers["x-model-sha256"], where.decode(errors="replace")
             )

@@ -105,9 +105,15 @@ class FrontTokenizers:
             return None
         truncate, direction = options.get("truncate", True), options.get("truncation_direction", "right")
         prompted = with_prefix(prefix, texts)
-        ids, seconds = await asyncio.get_running_loop().run_in_executor(
-            self._pool, _tokenize, m.text, prompted, truncate, direction
-        )
+        try:
+            ids, seconds = await asyncio.get_running_loop().run_in_executor(
+                self._pool, _tokenize, m.text, prompted, truncate, direction
+            )
+        except RuntimeError:  # the pool is shut down (the front is stopping): the core tokenizes
+            return None
+        except Exception as e:  # an input the tokenizer refuses: the core tokenizes it and answers as alone
+            log.warning("front: tokenizing a request for %s failed (%s); the core tokenizes it", m.id, e)
+            return None
         self.metrics.tokenization_duration.labels(m.id).observe(seconds)
         return TokenIds(m.id, m.sha256, ids)
 
