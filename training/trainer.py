@@ -263,6 +263,8 @@ class Trainer:
         scores: dict[str, float] = {self.dev_metric: self.best_score}
         if cfg.wise_ft and self.retrieval is not None:
             best_dir, results["wise_ft"] = self._wise_ft(best_dir)
+            # the scores describe what is reported and published (the chosen mix); the fine-tuned checkpoint's own
+            # dev score stays in the grid's alpha-1 row (results["wise_ft"]["rows"])
             scores[self.dev_metric] = results[self.dev_metric] = results["wise_ft"]["dev"]
         if cfg.final_eval and self.retrieval is not None:  # the report: the chosen checkpoint, once
             enc = torch_encode_fn(str(best_dir), cfg.max_seq_length, cfg.eval_batch_size, device=self.device)
