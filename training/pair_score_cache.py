@@ -23,8 +23,8 @@ PairScorer = Callable[[list[tuple[str, str]]], Sequence[float]]
 def model_stamp(model: str | Path) -> dict[str, list[int]]:
     """``{file relative to model: [size in bytes, mtime in ns]}`` of every file under the directory ``model``."""
     root = Path(model)
-    return {str(f.relative_to(root)): [f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(root.rglob("*"))
-            if f.is_file()}  # fmt: skip
+    files = [f for f in sorted(root.rglob("*")) if f.is_file()]
+    return {str(f.relative_to(root)): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
 
 
 def pair_key(pair: tuple[str, str]) -> str:
