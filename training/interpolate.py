@@ -9,10 +9,11 @@ hold the same tensor names and shapes (else :class:`InterpolationError`); floati
 (integer buffers: ``position_ids``) must be equal and is copied. The other files (configs, tokenizer, modules) are
 the fine-tuned directory's, so the result loads as it does.
 
-:func:`grid` mixes and scores each alpha of a grid (resumable); :func:`choose` scores a grid of alpha on the in-domain dev split (nDCG@10 of SciFact's dev claims, carved from the
-train qrels as :class:`training.retrieval.RetrievalTask` carves them, searched over the whole corpus) and on STS-B dev
-(Spearman x100, the general-quality check), and chooses the alpha of the best in-domain dev score among those whose
-STS-B dev is at most ``sts_tolerance`` below the start's (alpha 0); the paper chooses alpha on held-out data too.
+:func:`grid` mixes and scores each alpha of a grid (resumable); :func:`choose` scores a grid of alpha on the
+in-domain dev split (nDCG@10 of SciFact's dev claims, carved from the train qrels as
+:class:`training.retrieval.RetrievalTask` carves them, searched over the whole corpus) and on STS-B dev (Spearman
+x100, the general-quality check), and chooses the alpha of the best in-domain dev score among those whose STS-B dev
+is at most ``sts_tolerance`` below the start's (alpha 0); the paper chooses alpha on held-out data too.
 """
 
 from __future__ import annotations

@@ -12,14 +12,15 @@ Request: ``application/json`` ``{"texts": [str], "options": {...}, "tokens": {..
 arguments of ``Embedder.encode`` (:data:`OPTIONS`; the front has validated them with the request models of
 ``service.http.inference.schemas``) and ``tokens``, when the front tokenized the texts itself
 (``service.front.tokenizing``), is ``{"model": "name:version", "sha256", "lengths": [int], "ids": base64 of the
-ids as little-endian int32, concatenated}`` (``Embedder.encode``'s ``token_ids``: used only for that model). JSON rather than a binary framing: orjson parses a list of strings about as fast
-as the texts could be sliced out of a length-prefixed buffer (``bench/serving/loop_split.py``: 6 us for 32
-sentences, rows' bytes included).
+ids as little-endian int32, concatenated}`` (``Embedder.encode``'s ``token_ids``: used only for that model).
+JSON rather than a binary framing: orjson parses a list of strings about as fast as the texts could be sliced out
+of a length-prefixed buffer (``bench/serving/loop_split.py``: 6 us for 32 sentences, rows' bytes included).
 
 Response 200: ``application/octet-stream``, the embeddings as little-endian float32 bytes, ``rows x dim``
 (C order), with the headers ``X-Model`` (``name:version``), ``X-Model-Sha256``, :data:`DIM`, :data:`TOKENS`,
-:data:`MAX_SEQ`, :data:`PATH_HEADER` (the artifact's directory: where a front loads its tokenizer from). Raw bytes, not JSON: the core copies the array once (``tobytes``) and the front reads it back with
-``numpy.frombuffer`` at no cost. An error is the answer the core gives it in one process (``service.http.errors``:
+:data:`MAX_SEQ`, :data:`PATH_HEADER` (the artifact's directory: where a front loads its tokenizer from). Raw
+bytes, not JSON: the core copies the array once (``tobytes``) and the front reads it back with ``numpy.frombuffer``
+at no cost. An error is the answer the core gives it in one process (``service.http.errors``:
 status, JSON body, headers), which the front passes on unchanged. A front that closes the connection (its client
 went away, or its time budget ran out) has the call cancelled, its queued inputs dropped (status 499 in the metrics).
 """
