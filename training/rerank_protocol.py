@@ -64,22 +64,55 @@ def bm25_run(data: SciFact, qids: Sequence[str], depth: int) -> Run:
     }
 
 
+class MemoEncoder:
+    """Normalised ``(N, D)`` float32 embeddings of texts by one bi-encoder, each distinct text encoded once per
+    process: the corpus is encoded once for every first stage, split (dev, test) and teacher that uses the encoder.
+
+    Args:
+        encode: texts -> normalised embeddings (``SentenceTransformer.encode`` or an ONNX artifact's). The texts of a
+            call not seen before are encoded together, in their order, so a first call embeds exactly as ``encode``.
+    """
+
+    def __init__(self, encode: Callable[[list[str]], np.ndarray]) -> None:
+        self.encode = encode
+        self.memo: dict[str, np.ndarray] = {}
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), D)`` embeddings, float32."""
+        if not texts:
+            return np.asarray(self.encode([]), dtype=np.float32)
+        new = list(dict.fromkeys(t for t in texts if t not in self.memo))
+        if new:
+            self.memo.update(zip(new, np.asarray(self.encode(new), dtype=np.float32)))
+        return np.stack([self.memo[t] for t in texts])
+
+
+_ENCODERS: dict[tuple[str, int], MemoEncoder] = {}
+
+
 def encoder_fn(model: str | Path | None, max_seq_length: int = 256) -> Callable[[list[str]], np.ndarray]:
     """Texts -> normalised ``(N, D)`` embeddings by the bi-encoder ``model`` (None: the default encoder; a directory
-    with ``manifest.json``: an ONNX artifact, else a sentence-transformers directory)."""
+    with ``manifest.json``: an ONNX artifact, else a sentence-transformers directory): one :class:`MemoEncoder` per
+    directory and ``max_seq_length`` for the process (the bi-encoders of first stages are read, never trained, here).
+    """
     from training.st_dir import default_model_dir
 
     path = Path(model) if model else default_model_dir()
+    key = (str(path.resolve()), max_seq_length)
+    if key in _ENCODERS:
+        return _ENCODERS[key]
     if (path / "manifest.json").is_file():
         from training.onnx_encoder import OnnxArtifactEncoder
 
         onnx = OnnxArtifactEncoder(path, max_seq_length=max_seq_length)
-        return lambda texts: onnx.encode(texts, normalize=True)
+        _ENCODERS[key] = MemoEncoder(lambda texts: onnx.encode(texts, normalize=True))
+        return _ENCODERS[key]
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(path), device=None)
     st.max_seq_length = max_seq_length
-    return lambda texts: st.encode(list(texts), batch_size=64, normalize_embeddings=True)
+    _ENCODERS[key] = MemoEncoder(lambda texts: st.encode(list(texts), batch_size=64, normalize_embeddings=True))
+    return _ENCODERS[key]
 
 
 def dense_run(data: SciFact, qids: Sequence[str], depth: int, encode: Callable[[list[str]], np.ndarray]) -> Run:

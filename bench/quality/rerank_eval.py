@@ -11,6 +11,11 @@ exactly its 100 candidates per claim (these requests are the latency samples), b
 of another first stage that DBSF's top-100 lacks is scored in one request per claim (not timed): a pair's score does
 not depend on the other pairs of its request.
 
+``--weight A`` (repeatable) adds the served fusion with the first stage: each claim's native search ``mode: hybrid,
+fusion: dbsf, top_k: 100, rerank: {model, candidates: 100, weight: A}`` (docs/api.md, "Rerank inside a native
+search"), one request at a time, its ranking scored and its end-to-end latency (hybrid search + rerank of 100 +
+fusion) recorded; choose ``A`` on dev with ``python -m training rerank-eval``, never on test.
+
 Resumable: the first stages' top-100 (``first_stage.json``) and each reranker's scores (``scores-<name>-<version>
 .json``, written every 20 claims) are cached in ``--cache-dir`` (outside the repository); a rerun reuses them, so
 it does not index again once the first stages are cached and only scores what is missing.
@@ -106,6 +111,30 @@ def rerank_all(c: httpx.Client, model: str, runs: dict, queries: dict[str, str],
     return scores, lat
 
 
+def served_fusion(
+    c: httpx.Client, model: str, weight: float, queries: dict[str, str], cache: Path
+) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """``({query id: [doc id, ...top 100]}, {query id: latency ms})`` of the native DBSF search reranked by ``model``
+    fused with weight ``weight`` (one request per claim, sequential); resumed from ``cache`` and saved there."""
+    state = json.loads(cache.read_text()) if cache.is_file() else {"runs": {}, "latency_ms": {}}
+    rerank = {"model": model, "candidates": 100, "weight": weight}
+    body = {**FIRST_STAGES["hybrid dbsf"], "top_k": 100, "with_text": False, "rerank": rerank}
+    for n, (qid, text) in enumerate(queries.items(), 1):
+        if qid in state["runs"]:
+            continue
+        t0 = time.perf_counter()
+        r = c.post("/collections/scifact/search", json={"query": text, **body})
+        state["latency_ms"][qid] = 1000 * (time.perf_counter() - t0)
+        r.raise_for_status()
+        state["runs"][qid] = [h["payload"]["doc"] for h in r.json()]
+        if n % SAVE_EVERY == 0 or n == len(queries):
+            tmp = cache.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state))
+            tmp.replace(cache)
+            print(f"  {model}, weight {weight}: {n}/{len(queries)} claims", flush=True)
+    return state["runs"], state["latency_ms"]
+
+
 def percentile(values: list[float], p: float) -> float:
     """The ``p`` quantile (nearest rank) of ``values``."""
     v = sorted(values)
@@ -119,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=str(REPO.parent / "runs" / "rerank_eval"), help="resumable state")
     ap.add_argument("--first-stage-only", action="store_true", help="cache the first stages, rerank nothing")
     ap.add_argument("--max-queries", type=int, help="rerank (and score) only the first N test claims (a smoke run)")
+    ap.add_argument("--weight", type=float, action="append", default=[], help="also served DBSF + rerank.weight A")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args(argv)
     models_dir, cache = Path(a.models_dir), Path(a.cache_dir)
@@ -129,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.first_stage_only and a.reranker not in names:
         ap.error(f"no artifact {a.reranker!r} in {models_dir}")
     print(f"CPU: {cpu_model()}; load average before: {os.getloadavg()}", flush=True)
-    results = {}
+    results, fusions = {}, {}
     args = ["--log-level", "warning"] + (["--rerank-models", ",".join(names)] if names else [])
     with tempfile.TemporaryDirectory() as tmp, run_server(models_dir, workdir=Path(tmp), args=args) as server:
         with httpx.Client(base_url=server.url, timeout=600) as c:
@@ -144,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"reranking with {key}{', other first stages' if others else ''}", flush=True)
                     path = cache / f"scores-{key.replace(':', '-')}.json"
                     results[key] = rerank_all(c, name, runs, queries, texts, path, others)
+            for w in [] if a.first_stage_only else a.weight:
+                for name in names:
+                    key = f"{name}:{artifact_version(models_dir, name)}"
+                    print(f"served search reranked by {key}, weight {w}", flush=True)
+                    path = cache / f"search-{key.replace(':', '-')}-w{w}.json"
+                    fusions[(key, w)] = served_fusion(c, name, w, queries, path)
     print(f"\nload average after: {os.getloadavg()}\n")
     rows = []
     for mode in FIRST_STAGES:
@@ -159,6 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         cells = " | ".join(f"{r[k]['ndcg@10']:.2f} | {r[k]['delta']:+.2f}" for k in keys)
         print(f"| {r['first_stage']} | {r['ndcg@10']:.2f} | {r['recall@100']:.2f} | {cells} |")
+    for (key, w), (run, lat) in fusions.items():
+        ndcg, rec = score(run, qrels)
+        ms = [lat[q] for q in queries if q in lat]
+        p50, p99 = round(percentile(ms, 0.5), 1), round(percentile(ms, 0.99), 1)
+        rows.append({"served_fusion": key, "weight": w, "ndcg@10": round(ndcg, 2), "p50_ms": p50, "p99_ms": p99})
+        print(
+            f"served DBSF reranked by {key}, weight {w}: nDCG@10 {ndcg:.2f}, Recall@100 {rec:.2f}, p50 {p50} ms, p99 {p99} ms"
+        )
     print("\nrerank latency, 100 candidates (DBSF's top-100), one request at a time:")
     for key, (_, lat) in results.items():
         ms = [lat[q] for q in queries if q in lat]

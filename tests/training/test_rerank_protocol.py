@@ -35,6 +35,35 @@ def test_fusion_weight_alpha():
     assert choose_alpha({0.0: 50.0, 0.5: 60.0, 1.0: 60.0}) == 1.0
 
 
+def test_first_stage_encoder_encodes_each_text_once():
+    """The first stages' bi-encoder is one per directory and length in a process, and encodes a text once: a first
+    call embeds exactly as the encoder does; later calls encode only unseen texts and answer in their order."""
+    import numpy as np
+
+    from training.data.scifact import load_scifact
+    from training.rerank_protocol import MemoEncoder, encoder_fn
+
+    data = load_scifact(4, 6, 42)
+    docs = list(data.corpus.values())
+    shared = encoder_fn(None, 64)
+    assert encoder_fn(None, 64) is shared and encoder_fn(None, 32) is not shared
+    calls = []
+
+    def counted(texts):
+        calls.append(list(texts))
+        return shared.encode(texts)
+
+    memo = MemoEncoder(counted)
+    first = memo(docs)
+    assert calls == [docs] and first.dtype == np.float32
+    np.testing.assert_array_equal(first, shared.encode(docs))
+    claim = next(iter(data.queries.values()))
+    again = memo(docs[::-1] + [claim, docs[0]])
+    assert calls[1:] == [[claim]]
+    np.testing.assert_array_equal(again[: len(docs)], first[::-1])
+    np.testing.assert_array_equal(again[-1], first[0])
+
+
 def test_model_choice_is_the_test_protocol_on_dev(reranker_artifact):
     """The trained run's recorded dev nDCG@10 (the checkpoint choice) is its dev claims' DBSF top-k over the whole
     (sliced) corpus reranked by the chosen model, recomputed here from the protocol's parts; the first stage's own
