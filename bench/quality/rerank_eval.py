@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"reranking with {key}{', other first stages' if others else ''}", flush=True)
                     path = cache / f"scores-{key.replace(':', '-')}.json"
                     results[key] = rerank_all(c, name, runs, queries, texts, path, others)
+            if a.weight and not a.first_stage_only and c.get("/collections/scifact").status_code == 404:
+                print(f"indexed {len(corpus)} documents for the served fusion in {index_native(c, corpus):.1f} s")
             for w in [] if a.first_stage_only else a.weight:
                 for name in names:
                     key = f"{name}:{artifact_version(models_dir, name)}"
