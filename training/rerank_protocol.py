@@ -87,32 +87,36 @@ class MemoEncoder:
         return np.stack([self.memo[t] for t in texts])
 
 
-_ENCODERS: dict[tuple[str, int], MemoEncoder] = {}
+#: ``{(directory, max_seq_length): (its files' stamp, encoder)}``
+_ENCODERS: dict[tuple[str, int], tuple[dict[str, list[int]], MemoEncoder]] = {}
 
 
 def encoder_fn(model: str | Path | None, max_seq_length: int = 256) -> Callable[[list[str]], np.ndarray]:
     """Texts -> normalised ``(N, D)`` embeddings by the bi-encoder ``model`` (None: the default encoder; a directory
     with ``manifest.json``: an ONNX artifact, else a sentence-transformers directory): one :class:`MemoEncoder` per
-    directory and ``max_seq_length`` for the process (the bi-encoders of first stages are read, never trained, here).
+    directory and ``max_seq_length`` for the process, loaded again (memo emptied) when a file of the directory changed
+    (size or mtime, :func:`training.pair_score_cache.model_stamp`).
     """
+    from training.pair_score_cache import model_stamp
     from training.st_dir import default_model_dir
 
     path = Path(model) if model else default_model_dir()
-    key = (str(path.resolve()), max_seq_length)
-    if key in _ENCODERS:
-        return _ENCODERS[key]
+    key, stamp = (str(path.resolve()), max_seq_length), model_stamp(path)
+    if key in _ENCODERS and _ENCODERS[key][0] == stamp:
+        return _ENCODERS[key][1]
     if (path / "manifest.json").is_file():
         from training.onnx_encoder import OnnxArtifactEncoder
 
         onnx = OnnxArtifactEncoder(path, max_seq_length=max_seq_length)
-        _ENCODERS[key] = MemoEncoder(lambda texts: onnx.encode(texts, normalize=True))
-        return _ENCODERS[key]
-    from sentence_transformers import SentenceTransformer
+        encoder = MemoEncoder(lambda texts: onnx.encode(texts, normalize=True))
+    else:
+        from sentence_transformers import SentenceTransformer
 
-    st = SentenceTransformer(str(path), device=None)
-    st.max_seq_length = max_seq_length
-    _ENCODERS[key] = MemoEncoder(lambda texts: st.encode(list(texts), batch_size=64, normalize_embeddings=True))
-    return _ENCODERS[key]
+        st = SentenceTransformer(str(path), device=None)
+        st.max_seq_length = max_seq_length
+        encoder = MemoEncoder(lambda texts: st.encode(list(texts), batch_size=64, normalize_embeddings=True))
+    _ENCODERS[key] = (stamp, encoder)
+    return encoder
 
 
 def dense_run(data: SciFact, qids: Sequence[str], depth: int, encode: Callable[[list[str]], np.ndarray]) -> Run:

@@ -38,6 +38,7 @@ from pathlib import Path
 import httpx
 
 from artifact_contract import find_artifacts
+from artifact_contract.fsio import atomic_write_json
 from bench.lib import REPO
 from bench.lib.machine import cpu_model, write_json
 from bench.lib.scifact import FIRST_STAGES, data_args, index_native, load, reranked, run_native, score
@@ -78,9 +79,7 @@ def rerank_all(c: httpx.Client, model: str, runs: dict, queries: dict[str, str],
     scores, lat = state["scores"], state["latency_ms"]
 
     def save() -> None:
-        tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(cache)
+        atomic_write_json(cache, state, indent=None)
 
     def post(qid: str, docs: list[str]) -> float:
         t0 = time.perf_counter()
@@ -128,9 +127,7 @@ def served_fusion(
         r.raise_for_status()
         state["runs"][qid] = [h["payload"]["doc"] for h in r.json()]
         if n % SAVE_EVERY == 0 or n == len(queries):
-            tmp = cache.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state))
-            tmp.replace(cache)
+            atomic_write_json(cache, state, indent=None)
             print(f"  {model}, weight {weight}: {n}/{len(queries)} claims", flush=True)
     return state["runs"], state["latency_ms"]
 
@@ -159,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.first_stage_only and a.reranker not in names:
         ap.error(f"no artifact {a.reranker!r} in {models_dir}")
     print(f"CPU: {cpu_model()}; load average before: {os.getloadavg()}", flush=True)
+    versions = {name: f"{name}:{artifact_version(models_dir, name)}" for name in names}
+    weights = [] if a.first_stage_only else a.weight
     results, fusions = {}, {}
     args = ["--log-level", "warning"] + (["--rerank-models", ",".join(names)] if names else [])
     with tempfile.TemporaryDirectory() as tmp, run_server(models_dir, workdir=Path(tmp), args=args) as server:
@@ -169,16 +168,14 @@ def main(argv: list[str] | None = None) -> int:
                 qrels = {q: qrels[q] for q in queries}
                 runs = {m: {q: r[q] for q in queries} for m, r in runs.items()}
             for others in (False, True):  # every reranker on DBSF first, then the other first stages
-                for name in names:
-                    key = f"{name}:{artifact_version(models_dir, name)}"
+                for name, key in versions.items():
                     print(f"reranking with {key}{', other first stages' if others else ''}", flush=True)
                     path = cache / f"scores-{key.replace(':', '-')}.json"
                     results[key] = rerank_all(c, name, runs, queries, texts, path, others)
-            if a.weight and not a.first_stage_only and c.get("/collections/scifact").status_code == 404:
+            if weights and c.get("/collections/scifact").status_code == 404:  # first stages read from the cache
                 print(f"indexed {len(corpus)} documents for the served fusion in {index_native(c, corpus):.1f} s")
-            for w in [] if a.first_stage_only else a.weight:
-                for name in names:
-                    key = f"{name}:{artifact_version(models_dir, name)}"
+            for w in weights:
+                for name, key in versions.items():
                     print(f"served search reranked by {key}, weight {w}", flush=True)
                     path = cache / f"search-{key.replace(':', '-')}-w{w}.json"
                     fusions[(key, w)] = served_fusion(c, name, w, queries, path)

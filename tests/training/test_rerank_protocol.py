@@ -35,18 +35,28 @@ def test_fusion_weight_alpha():
     assert choose_alpha({0.0: 50.0, 0.5: 60.0, 1.0: 60.0}) == 1.0
 
 
-def test_first_stage_encoder_encodes_each_text_once():
+def test_first_stage_encoder_encodes_each_text_once(tmp_path):
     """The first stages' bi-encoder is one per directory and length in a process, and encodes a text once: a first
-    call embeds exactly as the encoder does; later calls encode only unseen texts and answer in their order."""
+    call embeds exactly as the encoder does; later calls encode only unseen texts and answer in their order; a
+    directory whose files changed is loaded again."""
+    import shutil
+
     import numpy as np
 
     from training.data.scifact import load_scifact
     from training.rerank_protocol import MemoEncoder, encoder_fn
+    from training.st_dir import default_model_dir
 
     data = load_scifact(4, 6, 42)
     docs = list(data.corpus.values())
     shared = encoder_fn(None, 64)
     assert encoder_fn(None, 64) is shared and encoder_fn(None, 32) is not shared
+    copy = tmp_path / "encoder"
+    shutil.copytree(default_model_dir(), copy)
+    before = encoder_fn(copy, 64)
+    assert encoder_fn(copy, 64) is before
+    (copy / "config.json").touch()  # a rewritten directory is loaded again, never answered from the old memo
+    assert encoder_fn(copy, 64) is not before
     calls = []
 
     def counted(texts):
