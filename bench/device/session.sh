@@ -7,7 +7,9 @@
 #   serve    bench/serving/gpu_serve.py: fp16 artifact, GPU-sized batches, 1/8/32/128 clients, sentence-transformers fp16
 #   serve4   the same with 4 service processes (--replicas 4) and without the baseline
 #   serve-fused, serve4-fused  the serve points on the fused fp16 graph, 1 and 4 processes (no baseline)
-#   serve-tok8   the fp16 serve points with 8 tokenizer threads (is the tokenizer what bounds one process?)
+#   serve-tok8   4 fronts, the core tokenizing with 8 threads (front tokenization off): the other remedy for its
+#            tokenizer bound, beside fronts-tok's runs
+#   fronts8  8 fronts (front tokenization on), fronts-tok's points
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
 #            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
 #   fronts-ab    the short A/B: 32/128 clients, STS-B and 128 tokens, 4 s a point, --api-workers 1 then 4
@@ -56,7 +58,7 @@ for s in "$@"; do
       ;;
     serve)
       stage serve 240 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
-        "${GPU_BATCHING[@]}" --clients 1,8,32,128 --inputs stsb,128 --seconds 5 --pool 4096 --json "$OUT/gpu_serve.json"
+        "${GPU_BATCHING[@]}" --clients 1,8,32,128 --inputs stsb,128 --seconds 5 --warmup 2 --pool 4096 --json "$OUT/gpu_serve.json"
       ;;
     serve4)
       stage serve4 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
@@ -91,10 +93,16 @@ for s in "$@"; do
         done
       done
       ;;
-    serve-tok8)
+    serve-tok8)  # the other remedy for the core's tokenizer bound: 4 fronts, the core tokenizes with 8 threads
       stage serve-tok8 120 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
-        "${GPU_BATCHING[@]}" --server-arg=--tokenizer-threads=8 --clients 32,128 --inputs stsb,128 --seconds 5 \
+        "${GPU_BATCHING[@]}" --server-arg=--tokenizer-threads=8 --server-arg=--api-workers=4 \
+        --server-arg=--front-tokenization=false --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 \
         --pool 4096 --skip-st --json "$OUT/gpu_serve_tok8.json"
+      ;;
+    fronts8)  # N = 8 fronts (tokenizing in the fronts, the default), the fronts-tok points
+      stage fronts8 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+        --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=8 --clients 32,128 --inputs stsb,128 \
+        --seconds 4 --warmup 2 --pool 4096 --skip-st --json "$OUT/gpu_serve_fronts8.json"
       ;;
     shape)
       stage shape 150 python3 -m bench.serving.batch_shape_bench --providers cuda --artifact models/all-minilm-l6-v2-fp16 \
