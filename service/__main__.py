@@ -56,11 +56,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from_args(argv)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.api_workers == 0:  # by the device (Settings.api_workers)
+        from service.device_defaults import gpu_api_workers
         from service.inference.providers import runs_on_gpu
-        from service.settings import GPU_API_WORKERS
 
         settings = settings.model_copy(
-            update={"api_workers": GPU_API_WORKERS if runs_on_gpu(settings.providers) else 1}
+            update={"api_workers": gpu_api_workers() if runs_on_gpu(settings.providers) else 1}
         )
     if settings.api_workers > 1:  # a core and api_workers front processes on one port (service.supervisor)
         raise SystemExit(supervise(settings))

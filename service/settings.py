@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.device_defaults import BATCHING_DEFAULTS, GPU_API_WORKERS_MAX
+
 #: read consistency levels, strongest first (Milvus docs, "Consistency Level")
 ReadConsistencyLevel = Literal["strong", "bounded", "eventual"]
 
@@ -30,22 +32,6 @@ def _split_csv(v: object) -> object:
 
 
 MILVUS_MAX_PAYLOAD_BYTES = 32768
-
-_GPU_BATCHING = {"max_batch_tokens": 32768, "max_batch_size": 256, "batch_overhead_tokens": 256}
-#: batching defaults by a model's first execution provider, for the fields left at their "by provider" default.
-#: CPU: bigger batches are no cheaper per token there, and 16 inputs measured best (docs/performance.md). CUDA:
-#: bench/batch_shape_bench.py on an H200 (docs/gpu.md): a batch of 32 x 16 tokens costs 1.9 ms, 3.8 us per padded
-#: token, and the cost per token stops falling near 128-256 inputs x 128 tokens (0.25 us), hence 32768 tokens,
-#: 256 inputs and a fixed cost of a batch of ~256 padded tokens
-#: front processes ``api_workers: 0`` gives a GPU deployment (measured on an H200: one core + 4 fronts served
-#: 1.3-1.7x one process at 128 clients and on 128-token texts; docs/performance.md)
-GPU_API_WORKERS = 4
-
-BATCHING_DEFAULTS = {
-    "CPUExecutionProvider": {"max_batch_tokens": 2048, "max_batch_size": 16, "batch_overhead_tokens": 16},
-    "CUDAExecutionProvider": _GPU_BATCHING,
-    "TensorrtExecutionProvider": _GPU_BATCHING,
-}
 
 
 class Settings(BaseSettings):
@@ -161,7 +147,8 @@ class Settings(BaseSettings):
         description="HTTP front processes sharing the port: 1 = one process serves everything; N > 1 = N fronts parse "
         "and answer the embedding routes (/v1/embeddings, /embed) and pass every other request to one core process, "
         "which owns the models, batchers and collections and listens on a private Unix socket (service.supervisor); "
-        f"0 = by the device: {GPU_API_WORKERS} where the providers run on an NVIDIA GPU, else 1 (docs/performance.md, "
+        f"0 = by the device: half the host's cores (2-{GPU_API_WORKERS_MAX}) where the providers run on an NVIDIA "
+        "GPU, else 1 (docs/performance.md, "
         "'Several serving processes on one port')",
     )
     front_tokenization: bool = Field(

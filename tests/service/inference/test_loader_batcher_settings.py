@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.device_defaults import gpu_api_workers
 from service.inference.batch_errors import BatcherClosed, BatchFailed, InputTooLong, QueueFull
 from service.inference.batcher import Batcher, _Job
 from service.inference.onnx_encoder import ModelLoadError, OnnxModel
@@ -137,6 +138,13 @@ def test_api_workers_by_the_device(cuda_reported_but_unusable, tmp_path, monkeyp
     monkeypatch.setattr(pv, "NVIDIA_DEVICE_NODES", (str(node),))
     assert pv.runs_on_gpu(["auto"]) and pv.runs_on_gpu(["cuda"])
     assert not pv.runs_on_gpu(["cpu"]) and not pv.runs_on_gpu(["no-such-provider"])
+
+
+def test_gpu_api_workers_follow_the_host_cores():
+    """A GPU deployment's fronts: one per two cores, 8 on the measured 16-core host, never fewer than 2 nor more
+    than 8."""
+    assert [gpu_api_workers(c) for c in (1, 2, 4, 8, 12, 16, 32, 128)] == [2, 2, 2, 4, 6, 8, 8, 8]
+    assert 2 <= gpu_api_workers() <= 8
 
 
 @pytest.mark.parametrize("providers", [["cuda"], ["CUDAExecutionProvider", "CPUExecutionProvider"]])
