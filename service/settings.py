@@ -157,6 +157,12 @@ class Settings(BaseSettings):
         "run (up to 64k characters) and send the token ids with the texts; the core uses them only for the model they "
         "were made for (service.front.tokenizing). false: the core tokenizes everything",
     )
+    front_inference: bool = Field(
+        False,
+        description="with api_workers > 1, each front loads the embedding models the core has loaded (same artifacts "
+        "and providers) and runs the embedding requests that resolve to them itself, as the core would; the core "
+        "still decides which model answers (service.front.local_models). false: the core runs every batch",
+    )
     drain_s: float = Field(
         5.0, ge=0, description="after SIGTERM, seconds /ready answers 503 while requests are still served"
     )

@@ -214,6 +214,10 @@ def run_core(runtime: Path) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     app.state.metrics.registry.register(FrontsCollector(runtime / METRICS_DIR))
+    if settings.front_inference:  # the fronts run the core's models: they read its registry (service.front.published)
+        from service.front.published import MODELS_FILE, publish
+
+        app.state.registry.listeners.append(lambda registry: publish(runtime / MODELS_FILE, registry))
     path = str(runtime / CORE_SOCKET)
 
     class _CoreServer(uvicorn.Server):

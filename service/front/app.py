@@ -13,10 +13,12 @@ Per request:
 * anything else: passed to the core unchanged (:class:`service.front.proxy.Proxy`), counted in this front's metrics
   as the route ``proxied``.
 
-A front holds no model: which model answers is the core's (its active model when the request reached it), so a
-hot swap is atomic across fronts by construction. It may hold the tokenizers of models the core ran
-(``front_tokenization``, :class:`service.front.tokenizing.FrontTokenizers`): their token ids go with the texts and
-the core runs them only for the model they were made for.
+Which model answers is the core's (its active model when the request reached it), so a hot swap is atomic across
+fronts. A front may hold the tokenizers of models the core ran (``front_tokenization``,
+:class:`service.front.tokenizing.FrontTokenizers`): their token ids go with the texts and the core runs them only
+for the model they were made for. With ``front_inference`` it also runs copies of the core's models itself, for
+requests that resolve, in the core's published registry, to the very model it holds
+(:class:`service.front.local_models.LocalModels`).
 """
 
 from __future__ import annotations
@@ -24,19 +26,23 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 from fastapi import FastAPI, Request, Response
 
+from service.front.local_models import LocalModels
 from service.front.proxy import Message, Proxy, Receive, Scope, Send, core_client, core_unreachable
+from service.front.published import MODELS_FILE
 from service.front.tokenizing import FrontTokenizers
 from service.http.errors import APIError, install_error_handlers
 from service.http.inference import embeddings, internal
 from service.http.middleware import ServiceMiddleware, middleware_options
 from service.http.qdrant import PREFIX as QDRANT_PREFIX
 from service.http.qdrant import error_body as qdrant_error
+from service.inference.batch_errors import BatcherClosed
 from service.inference.embedder import Embedder, EmbedResult
 from service.inference.onnx_encoder import ModelInfo
 from service.metrics import Metrics
@@ -62,15 +68,22 @@ class RemoteEmbedder(Embedder):
     call it as the core's routes call the core's. Only ``encode`` is served here (the other routes of the embedder,
     ``/tokenize`` and ``/decode``, are passed to the core whole).
 
+    With ``local`` (``front_inference``) a request whose model this front runs itself is embedded here, by the
+    same :meth:`Embedder.encode` on the front's copy of the model the core would run (``service.front.local_models``).
+
     Args:
         client: the core's HTTP client (``service.front.proxy.core_client``).
         tokenizers: where the texts are tokenized before the call, when the front knows the model; None: never.
+        local: the models this front runs itself; None: none.
     """
 
-    def __init__(self, client: httpx.AsyncClient, tokenizers: FrontTokenizers | None = None) -> None:
-        super().__init__(registry=None)  # type: ignore[arg-type]  # no model here: the core resolves every name
+    def __init__(
+        self, client: httpx.AsyncClient, tokenizers: FrontTokenizers | None = None, local: LocalModels | None = None
+    ) -> None:
+        super().__init__(registry=None)  # type: ignore[arg-type]  # the core resolves every name (or `local`)
         self.client = client
         self.tokenizers = tokenizers
+        self.local = local
         self.headers = {"content-type": "application/json"}
 
     async def encode(self, texts: list[str], **options: Any) -> EmbedResult:
@@ -80,7 +93,13 @@ class RemoteEmbedder(Embedder):
         Raises:
             CoreAnswered: the core's error answer (any domain error of ``Embedder.encode``).
             APIError: 503 ``not_ready`` when the core cannot be reached.
+            the domain errors of ``Embedder.encode`` when the request ran here (``local``).
         """
+        if self.local is not None and (lm := self.local.get(options.get("model"))) is not None:
+            try:
+                return await Embedder.encode(self, texts, **{**options, "model": lm})
+            except BatcherClosed:  # closed since it was resolved (the core unloaded it): the core answers
+                pass
         tokens = await self.tokenizers.tokens(texts, options) if self.tokenizers is not None else None
         try:
             r = await self.client.post(
@@ -157,11 +176,18 @@ def create_front_app(settings: Settings, core_socket: str) -> FrontApp:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["client"] = core_client(core_socket)
         tokenizers = FrontTokenizers(metrics) if settings.front_tokenization else None
-        app.state.embedder = RemoteEmbedder(state["client"], tokenizers)
+        local = (
+            LocalModels(settings, metrics, Path(core_socket).parent / MODELS_FILE) if settings.front_inference else None
+        )
+        if local is not None:
+            local.start()
+        app.state.embedder = RemoteEmbedder(state["client"], tokenizers, local)
         try:
             yield
         finally:
             app.state.embedder = None
+            if local is not None:
+                await local.close()
             await state["client"].aclose()
             if tokenizers is not None:
                 tokenizers.close()

@@ -7,7 +7,10 @@ the fronts only), one set of files per front index (:func:`use_front_files`; a r
 predecessor's values, so its counters never go back). The core, which serves ``/metrics``, reads them at scrape time
 (:class:`FrontsCollector`) and exposes them as ``embed_front_requests_total{front,route,method,status}``,
 ``embed_front_request_duration_seconds{front,route,method}`` and, for a front's own tokenizer calls
-(``service.front.tokenizing``), ``embed_front_tokenization_duration_seconds{front,model}``: the ``front_`` names keep
+(``service.front.tokenizing``), ``embed_front_tokenization_duration_seconds{front,model}``, and for the batches a
+front runs itself (``front_inference``, ``service.front.local_models``) ``embed_front_inference_duration_seconds``,
+``embed_front_batch_size``, ``embed_front_batch_tokens``, ``embed_front_inputs_total`` and
+``embed_front_rejected_total`` (each ``{front,model,...}``): the ``front_`` names keep
 them apart from the core's own ``embed_requests_total`` (which, behind fronts, counts the fronts' ``/internal/embed``
 calls and the proxied requests). Multiprocess mode rather than scraping each front: no socket per front, no
 request fan-out at scrape time, and a dead front's counts stay readable.
@@ -25,7 +28,17 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 #: the front metrics exposed, by their name in a front's registry
-FRONT_METRICS = ("embed_requests", "embed_request_duration_seconds", "embed_tokenization_duration_seconds")
+FRONT_METRICS = (
+    "embed_requests",
+    "embed_request_duration_seconds",
+    "embed_tokenization_duration_seconds",
+    # a front's own batches (``front_inference``: service.front.local_models)
+    "embed_inference_duration_seconds",
+    "embed_batch_size",
+    "embed_batch_tokens",
+    "embed_inputs",
+    "embed_rejected",
+)
 
 
 def use_front_files(index: int) -> None:

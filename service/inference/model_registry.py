@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,22 +50,25 @@ class LoadedModel:
         return self.model.manifest.is_reranker
 
 
-async def load_model(settings: Settings, metrics: Metrics, name: str, version: str | None = None) -> LoadedModel:
+async def load_model(
+    settings: Settings, metrics: Metrics, name: str, version: str | None = None, *, path: Path | None = None
+) -> LoadedModel:
     """Locate ``name`` (latest version unless given) in ``settings.models_dir``, load, warm up, check the canary.
 
-    Loading runs in a worker thread; the batcher is started on the running loop.
+    Loading runs in a worker thread; the batcher is started on the running loop. ``path``: load that artifact
+    directory instead (``name`` and ``version`` unused).
 
     Raises:
         ModelLoadError: not found, invalid, or failed warm-up/canary (message names the artifact).
     """
     try:
-        ref = resolve_artifact(Path(settings.models_dir), name, version)
+        where = path if path is not None else resolve_artifact(Path(settings.models_dir), name, version).path
     except ArtifactError as e:
         raise ModelLoadError(str(e)) from e
 
     def _load() -> OnnxModel:
         m = open_model(  # an OnnxReranker for a reranker artifact
-            ref.path,
+            where,
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
             inter_op_threads=settings.inter_op_threads,
@@ -72,7 +76,7 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
             arena_shrink_tokens=settings.ort_arena_shrink_tokens,
         )
         secs = m.warm_up(batch_size=min(8, settings.batching(m.providers)["max_batch_size"]))
-        log.info("loaded %s from %s on %s (warm-up %.2fs)", m.info.id, ref.path, m.providers, secs)
+        log.info("loaded %s from %s on %s (warm-up %.2fs)", m.info.id, where, m.providers, secs)
         return m
 
     model = await asyncio.to_thread(_load)
@@ -89,17 +93,43 @@ async def load_model(settings: Settings, metrics: Metrics, name: str, version: s
     return LoadedModel(model, batcher)
 
 
+def resolve_id(name: str | None, models: list[tuple[str, str]], active: str | None) -> str | None:
+    """The ``name:version`` a request's ``model`` field names: :meth:`ModelRegistry.get`'s rule, on ids alone.
+
+    Args:
+        name: the request's ``model`` field (None or ``""``: the active model).
+        models: ``(name:version, name)`` of the loaded models, in the order they were added.
+        active: the active model's ``name:version``, or None.
+
+    Returns:
+        ``active`` for None / ``""``; ``name`` when it is a loaded ``name:version``; the active model when it has
+        that name; else the last added version of that name; None when nothing answers to it.
+    """
+    if name is None or name == "":
+        return active
+    ids = dict(models)
+    if name in ids:
+        return name
+    if active is not None and ids.get(active) == name:
+        return active
+    same = [k for k, n in models if n == name]
+    return same[-1] if same else None
+
+
 class ModelRegistry:
     """Loaded models keyed by ``name:version``; one is active.
 
     Lookup (:meth:`get`) accepts ``None`` (the active model), ``name`` (the active
-    model if it has that name, else the newest loaded version of it) or ``name:version``.
+    model if it has that name, else the newest loaded version of it) or ``name:version``
+    (:func:`resolve_id`). ``listeners`` are called with the registry after every change (a model added, activated
+    or removed), before the call that made it returns.
     """
 
     def __init__(self, metrics: Metrics) -> None:
         self._models: dict[str, LoadedModel] = {}
         self._active: str | None = None
         self._metrics = metrics
+        self.listeners: list[Callable[[ModelRegistry], None]] = []
 
     def add(self, lm: LoadedModel, *, activate: bool = False) -> None:
         """Register a loaded model (replacing one with the same ``name:version``); optionally make it active."""
@@ -127,6 +157,11 @@ class ModelRegistry:
         """The active model, or None before any is loaded."""
         return self._models.get(self._active) if self._active else None
 
+    def in_order(self) -> list[LoadedModel]:
+        """Loaded models in the order they were added (a model re-added with the same ``name:version`` keeps its
+        place): the order :meth:`get` breaks ties by."""
+        return list(self._models.values())
+
     def all(self) -> list[LoadedModel]:
         """Loaded models, active first."""
         act = self.active
@@ -138,19 +173,13 @@ class ModelRegistry:
         Raises:
             ModelNotFound: nothing loaded answers to ``name``.
         """
-        if name is None or name == "":
-            if self.active is None:
+        active = self._active if self.active is not None else None
+        found = resolve_id(name, [(k, m.info.name) for k, m in self._models.items()], active)
+        if found is None:
+            if name is None or name == "":
                 raise ModelNotFound("<default>", [])
-            return self.active
-        if name in self._models:
-            return self._models[name]
-        act = self.active
-        if act is not None and act.info.name == name:
-            return act
-        same = [m for k, m in self._models.items() if m.info.name == name]
-        if same:
-            return same[-1]
-        raise ModelNotFound(name, sorted({m.info.name for m in self._models.values()} | set(self._models)))
+            raise ModelNotFound(name, sorted({m.info.name for m in self._models.values()} | set(self._models)))
+        return self._models[found]
 
     async def remove(self, model_id: str) -> None:
         """Unload a model after its queued work finishes. The active model cannot be removed.
@@ -172,6 +201,11 @@ class ModelRegistry:
         for lm in models:
             await lm.batcher.close()
         self._metrics.set_models([])
+        self._tell()
+
+    def _tell(self) -> None:
+        for listener in self.listeners:
+            listener(self)
 
     def _refresh_metrics(self) -> None:
         rows = []
@@ -188,3 +222,4 @@ class ModelRegistry:
                 }
             )
         self._metrics.set_models(rows)
+        self._tell()
