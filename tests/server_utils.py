@@ -147,3 +147,91 @@ def embed_either(post, texts: list[str], rng) -> tuple[httpx.Response, list | No
         return r, ([d["embedding"] for d in r.json()["data"]] if r.status_code == 200 else None)
     r = post("/embed", {"inputs": texts})
     return r, (r.json() if r.status_code == 200 else None)
+
+
+class SwapLoad:
+    """Closed-loop embedding clients around a hot swap: ``threads`` workers post random samples of ``sentences``
+    (``sizes`` texts a request, through :func:`embed_either`) to ``url`` until the ``with`` block ends, recording per
+    answer ``(request start, model version, rows match refs[version] within 1e-4)`` in :attr:`results` and every
+    transport error or non-200 answer in :attr:`failures`.
+
+    Args:
+        refs: ``{version: {text: row}}``, the rows each version must answer.
+        new_connections: a new connection per request (behind fronts: the kernel hands each to any of them);
+            else one keep-alive connection per worker.
+        check: called with every 200 answer and the version it names (an extra assertion of the caller's).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        sentences: list[str],
+        refs: dict[str, dict],
+        *,
+        threads: int = 4,
+        sizes: tuple[int, ...] = (1, 4, 8),
+        headers: dict[str, str] | None = None,
+        new_connections: bool = False,
+        check=None,
+    ) -> None:
+        import threading
+
+        self.url, self.sentences, self.refs, self.sizes = url, sentences, refs, sizes
+        self.headers, self.new_connections, self.check = headers or {}, new_connections, check
+        self.results: list[tuple[float, str, bool]] = []
+        self.failures: list[str] = []
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._threads = [threading.Thread(target=self._worker, args=(s,)) for s in range(threads)]
+
+    def __enter__(self) -> SwapLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=120)
+
+    def split(self, at: float) -> tuple[list[str], list[str]]:
+        """The versions that answered requests started before ``at`` and after it (``time.monotonic()``)."""
+        return [v for t0, v, _ in self.results if t0 < at], [v for t0, v, _ in self.results if t0 > at]
+
+    def _poster(self, c: httpx.Client):
+        """``post(path, json)`` over ``c``, or over a new connection each time (``new_connections``)."""
+        if not self.new_connections:
+            return lambda path, body: c.post(path, json=body)
+        return lambda path, body: httpx.post(self.url + path, json=body, headers=self.headers, timeout=120.0)
+
+    def _worker(self, seed: int) -> None:
+        import random
+
+        import numpy as np
+
+        rng = random.Random(seed)
+        with httpx.Client(base_url=self.url, timeout=120.0, headers=self.headers) as c:
+            while not self._stop.is_set():
+                texts = rng.sample(self.sentences, rng.choice(self.sizes))
+                t0 = time.monotonic()
+                try:
+                    r, rows = embed_either(self._poster(c), texts, rng)
+                except httpx.HTTPError as e:
+                    with self._lock:
+                        self.failures.append(f"{type(e).__name__}: {e}")
+                    continue
+                if rows is None:
+                    with self._lock:
+                        self.failures.append(f"{r.status_code}: {r.text[:300]}")
+                    continue
+                version = r.headers["x-model"].rpartition(":")[2]
+                try:
+                    if self.check is not None:
+                        self.check(r, version)
+                except AssertionError as e:
+                    with self._lock:
+                        self.failures.append(f"check: {e}")
+                got = np.asarray(rows, np.float32)
+                want = np.stack([self.refs[version][t] for t in texts]) if version in self.refs else None
+                ok = want is not None and got.shape == want.shape and bool(np.allclose(got, want, atol=1e-4))
+                with self._lock:
+                    self.results.append((t0, version, ok))

@@ -44,6 +44,18 @@ stage() {  # stage NAME SECONDS COMMAND...
   echo "== $(date -u +%T) $name: exit $? (load $(cut -d' ' -f1-3 /proc/loadavg))"
 }
 
+ab_fronts() {  # ab_fronts TAG FLAG FRONTS: --FLAG=false then true behind FRONTS fronts, twice (32/128 clients, 4 s)
+  local tag=$1 flag=$2 n=$3 rep v
+  for rep in 1 2; do
+    for v in false true; do
+      stage "$tag-$v-$rep" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+        --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=$n --server-arg=--$flag=$v \
+        --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 --pool 4096 --skip-st \
+        --json "$OUT/gpu_serve_${tag}_${v}_$rep.json"
+    done
+  done
+}
+
 for s in "$@"; do
   case $s in
     install) stage install 180 bash bench/device/kit.sh install || exit 1 ;;
@@ -86,14 +98,7 @@ for s in "$@"; do
       done
       ;;
     fronts-tok)  # does tokenizing in the fronts lift the core's tokenizer bound? alternating, two repeats
-      for rep in 1 2; do
-        for ft in false true; do
-          stage "fronts-tok-$ft-$rep" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 \
-            --providers cuda --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=4 \
-            --server-arg=--front-tokenization=$ft --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 \
-            --pool 4096 --skip-st --json "$OUT/gpu_serve_fronttok_${ft}_$rep.json"
-        done
-      done
+      ab_fronts fronttok front-tokenization 4
       ;;
     serve-tok8)  # the other remedy for the core's tokenizer bound: 4 fronts, the core tokenizes with 8 threads
       stage serve-tok8 120 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
@@ -107,14 +112,7 @@ for s in "$@"; do
         --seconds 4 --warmup 2 --pool 4096 --skip-st --json "$OUT/gpu_serve_fronts8.json"
       ;;
     front-inf)  # the fronts running the models themselves (--front-inference) against 8 fronts feeding the core, A/B x2
-      for rep in 1 2; do
-        for fi in false true; do
-          stage "front-inf-$fi-$rep" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 \
-            --providers cuda --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=8 \
-            --server-arg=--front-inference=$fi --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 \
-            --pool 4096 --skip-st --json "$OUT/gpu_serve_frontinf_${fi}_$rep.json"
-        done
-      done
+      ab_fronts frontinf front-inference 8
       ;;
     serve-fi)  # the serve points with --front-inference and the sentence-transformers baseline in the same run
       stage serve-fi 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import os
-import random
 import re
 import signal
 import stat
@@ -27,7 +26,7 @@ import pytest
 
 from harness.ports import free_port
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
-from tests.server_utils import REPO_ROOT, embed_either, run_server
+from tests.server_utils import REPO_ROOT, SwapLoad, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -276,51 +275,17 @@ def test_hot_swap_under_load_through_both_fronts(multi, models, sentences):
     r = httpx.post(f"{multi.url}/admin/models/{NAME}/load", headers=ADMIN_AUTH, json={"version": "2"}, timeout=120)
     assert r.status_code == 200, r.text
     before_counts = _front_counts(multi.url, "/v1/embeddings")
-    stop, lock = threading.Event(), threading.Lock()
-    results: list[tuple[float, str, bool]] = []  # (request start, version, rows match that version)
-    failures: list[str] = []
-    swapped: list[float] = []
-
-    def worker(seed: int) -> None:
-        rng = random.Random(seed)
-        while not stop.is_set():
-            texts = rng.sample(sentences, rng.choice([1, 4, 8]))
-            t0 = time.monotonic()
-            try:  # a new connection each time: both fronts serve
-                post = lambda path, body: httpx.post(multi.url + path, json=body, headers=AUTH, timeout=60)  # noqa: E731
-                r, rows = embed_either(post, texts, rng)
-            except httpx.HTTPError as e:
-                with lock:
-                    failures.append(f"{type(e).__name__}: {e}")
-                continue
-            if rows is None:
-                with lock:
-                    failures.append(f"{r.status_code}: {r.text[:200]}")
-                continue
-            version = r.headers["x-model"].rpartition(":")[2]
-            got, want = np.asarray(rows, np.float32), np.stack([refs[version][t] for t in texts])
-            ok = got.shape == want.shape and bool(np.allclose(got, want, atol=1e-4))
-            with lock:
-                results.append((t0, version, ok))
-
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    with SwapLoad(multi.url, sentences, refs, headers=AUTH, new_connections=True) as load:
         time.sleep(2.0)
-        r = httpx.post(f"{multi.url}/admin/models/{NAME}/activate", headers=ADMIN_AUTH, json={"version": "2"},
-                       timeout=120)  # fmt: skip
-        swapped.append(time.monotonic())
+        r = httpx.post(
+            f"{multi.url}/admin/models/{NAME}/activate", headers=ADMIN_AUTH, json={"version": "2"}, timeout=120
+        )
+        swapped = time.monotonic()
         assert r.status_code == 200, r.text
         time.sleep(2.0)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-    assert not failures, failures[:5]
-    assert all(ok for _, _, ok in results), [x for x in results if not x[2]][:5]
-    before = [v for t0, v, _ in results if t0 < swapped[0]]
-    after = [v for t0, v, _ in results if t0 > swapped[0]]
+    assert not load.failures, load.failures[:5]
+    assert all(ok for _, _, ok in load.results), [x for x in load.results if not x[2]][:5]
+    before, after = load.split(swapped)
     assert "1" in before and len(after) > 5 and set(after) == {"2"}, (before[-5:], after[:5])
     grown = {f: v - before_counts.get(f, 0.0) for f, v in _front_counts(multi.url, "/v1/embeddings").items()}
     assert len([v for v in grown.values() if v > 0]) == 2, grown  # both fronts served during the swap

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 
 from service.inference.model_registry import resolve_id
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
-from tests.server_utils import embed_either, run_server
+from tests.server_utils import SwapLoad, embed_either, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -33,15 +32,24 @@ FRONT_BATCHES = "embed_front_inference_duration_seconds_count"
 
 @pytest.fixture(scope="module")
 def models(default_artifact, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("front-inference-models")
-    versioned_copy(default_artifact, root / "models", NAME, "1")
-    return root / "models"
+    """``models/<NAME>/1``, a copy of the default artifact (the hot-swap test adds version 2 beside it)."""
+    return versioned_copy(default_artifact, tmp_path_factory.mktemp("front-inference") / "models", NAME, "1").parents[1]
 
 
 @pytest.fixture(scope="module")
 def fi(models, tmp_path_factory):
-    args = ["--default-model", NAME, "--intra-op-threads", "1", "--log-level", "info", "--api-keys", KEY,
-            "--admin-api-keys", ADMIN, "--api-workers", "2", "--front-inference", "true"]  # fmt: skip
+    keys = ["--api-keys", KEY, "--admin-api-keys", ADMIN]
+    args = [
+        "--default-model",
+        NAME,
+        "--intra-op-threads",
+        "1",
+        *keys,
+        "--api-workers",
+        "2",
+        "--front-inference",
+        "true",
+    ]
     with run_server(models, workdir=tmp_path_factory.mktemp("fi"), args=args) as srv:
         deadline = time.monotonic() + 120
         while srv.log().count(f"runs {NAME}:1 itself") < 2:
@@ -107,35 +115,7 @@ def test_hot_swap_under_load_then_the_fronts_run_the_new_model(fi, models, sente
     v2 = sliced_artifact(models / NAME / "1", models.parent / "stage", NAME, "2", dim=256)
     os.rename(v2, models / NAME / "2")
     refs = {"1": _references(models / NAME / "1", sentences), "2": _references(models / NAME / "2", sentences)}
-    stop, lock = threading.Event(), threading.Lock()
-    results: list[tuple[float, str, bool]] = []  # (request start, version, rows match that version)
-    failures: list[str] = []
-
-    def worker(seed: int) -> None:
-        rng = random.Random(seed)
-        while not stop.is_set():
-            texts = rng.sample(sentences, rng.choice([1, 4, 8]))
-            t0 = time.monotonic()
-            try:
-                post = lambda path, body: httpx.post(fi.url + path, json=body, headers=AUTH, timeout=60)  # noqa: E731
-                r, rows = embed_either(post, texts, rng)
-            except httpx.HTTPError as e:
-                with lock:
-                    failures.append(f"{type(e).__name__}: {e}")
-                continue
-            if rows is None:
-                with lock:
-                    failures.append(f"{r.status_code}: {r.text[:200]}")
-                continue
-            version = r.headers["x-model"].rpartition(":")[2]
-            got, want = np.asarray(rows, np.float32), np.stack([refs[version][t] for t in texts])
-            with lock:
-                results.append((t0, version, got.shape == want.shape and bool(np.allclose(got, want, atol=1e-4))))
-
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    with SwapLoad(fi.url, sentences, refs, headers=AUTH, new_connections=True) as load:
         time.sleep(1.5)
         r = httpx.post(f"{fi.url}/admin/models/{NAME}/activate", headers=ADMIN_AUTH, json={"version": "2"}, timeout=120)
         swapped = time.monotonic()
@@ -146,14 +126,9 @@ def test_hot_swap_under_load_then_the_fronts_run_the_new_model(fi, models, sente
             time.sleep(0.2)
         ran_v2 = _sum(fi.url, FRONT_BATCHES, model=f"{NAME}:2")
         time.sleep(1.5)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-    assert not failures, failures[:5]
-    assert all(ok for _, _, ok in results), [x for x in results if not x[2]][:5]
-    before = [v for t0, v, _ in results if t0 < swapped]
-    after = [v for t0, v, _ in results if t0 > swapped]
+    assert not load.failures, load.failures[:5]
+    assert all(ok for _, _, ok in load.results), [x for x in load.results if not x[2]][:5]
+    before, after = load.split(swapped)
     assert "1" in before and len(after) > 5 and set(after) == {"2"}, (before[-5:], after[:5])
     assert _sum(fi.url, FRONT_BATCHES, model=f"{NAME}:2") > ran_v2  # the fronts ran v2 themselves
     r = httpx.post(f"{fi.url}/admin/models/{NAME}/unload", headers=ADMIN_AUTH, json={"version": "1"}, timeout=60)

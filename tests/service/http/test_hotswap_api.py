@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from tests.artifact_utils import (
     versioned_copy,
     wrong_dimension_artifact,
 )
-from tests.server_utils import embed_either, run_server
+from tests.server_utils import SwapLoad, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -147,55 +145,22 @@ def test_swap_under_concurrent_load(client, server, env, sentences):
     assert r.status_code == 200 and f"{NAME}:2" in r.json()["new"] and r.json()["activated"] is None, r.text
     assert _active(client) == f"{NAME}:1"
     refs = {"1": _references(env["models"] / NAME / "1", sentences), "2": _references(v2, sentences)}
-    stop = threading.Event()
-    swapped_at: list[float] = []
-    results: list[tuple[float, str, bool]] = []  # (request start, version, embeddings match that version)
-    failures: list[str] = []
-    lock = threading.Lock()
 
-    def worker(seed: int) -> None:
-        rng = random.Random(seed)
-        with httpx.Client(base_url=server.url, timeout=120.0) as c:
-            while not stop.is_set():
-                texts = rng.sample(sentences, rng.choice([1, 3, 8, 16]))
-                t0 = time.monotonic()
-                try:
-                    r, rows = embed_either(lambda path, body: c.post(path, json=body), texts, rng)
-                except httpx.HTTPError as e:
-                    with lock:
-                        failures.append(f"{type(e).__name__}: {e}")
-                    continue
-                if rows is None:
-                    with lock:
-                        failures.append(f"{r.status_code}: {r.text[:300]}")
-                    continue
-                name, _, version = r.headers["x-model"].partition(":")
-                if r.request.url.path == "/v1/embeddings":
-                    assert r.json()["model"] == name and r.json()["model_version"] == version
-                got = np.asarray(rows, np.float32)
-                want = np.stack([refs[version][t] for t in texts]) if version in refs else None
-                ok = want is not None and got.shape == want.shape and bool(np.allclose(got, want, atol=1e-4))
-                with lock:
-                    results.append((t0, version, ok))
+    def same_model_fields(r, version: str) -> None:
+        if r.request.url.path == "/v1/embeddings":
+            name = r.headers["x-model"].rpartition(":")[0]
+            assert r.json()["model"] == name and r.json()["model_version"] == version
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    try:
+    with SwapLoad(server.url, sentences, refs, threads=6, sizes=(1, 3, 8, 16), check=same_model_fields) as load:
         time.sleep(3.0)
         r = client.post(f"/admin/models/{NAME}/activate", headers=ADMIN, json={"version": "2"})
-        swapped_at.append(time.monotonic())
+        swapped = time.monotonic()
         assert r.status_code == 200, r.text
         assert r.json()["active"]["version"] == "2" and r.json()["previous"]["version"] == "1"
         time.sleep(3.0)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-    assert not failures, failures[:5]
-    assert all(ok for _, _, ok in results), [r for r in results if not r[2]][:5]
-    before = [v for t0, v, _ in results if t0 < swapped_at[0]]
-    after = [v for t0, v, _ in results if t0 > swapped_at[0]]
+    assert not load.failures, load.failures[:5]
+    assert all(ok for _, _, ok in load.results), [r for r in load.results if not r[2]][:5]
+    before, after = load.split(swapped)
     assert "1" in before and len(after) > 10, (len(before), len(after))
     assert set(after) == {"2"}  # every request that started after the activate answered came from the new model
     assert _active(client) == f"{NAME}:2"
