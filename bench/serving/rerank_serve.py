@@ -43,6 +43,7 @@ import numpy as np
 from bench.lib.machine import cpu_model
 from bench.lib.scifact import data_args, index_native, load
 from bench.lib.server import run_server
+from bench.serving.gpu_serve import scrape
 
 
 def closed_loop(url: str, make, clients: int, seconds: float) -> dict:
@@ -50,6 +51,7 @@ def closed_loop(url: str, make, clients: int, seconds: float) -> dict:
     answers that arrived in time, errors."""
     lat: list[float] = []
     errors: list[str] = []
+    answered = [0]  # every answer, those after the end included (their work is in the service's metrics)
     lock = threading.Lock()
     stop = time.time() + seconds
 
@@ -61,6 +63,7 @@ def closed_loop(url: str, make, clients: int, seconds: float) -> dict:
                 r = c.post(path, json=body)
                 t1 = time.time()
                 with lock:
+                    answered[0] += 1
                     if r.status_code != 200:
                         errors.append(f"{r.status_code} {r.text[:160]}")
                     elif t1 <= stop:
@@ -73,9 +76,21 @@ def closed_loop(url: str, make, clients: int, seconds: float) -> dict:
     for t in ts:
         t.join()
     ms = np.array(lat) * 1000 if lat else np.array([float("nan")])
-    return {"clients": clients, "requests": len(lat), "req_per_s": len(lat) / seconds,
+    return {"clients": clients, "requests": len(lat), "answered": answered[0], "req_per_s": len(lat) / seconds,
             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
             "errors": len(errors), "first_error": errors[0] if errors else None}  # fmt: skip
+
+
+def per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """The core's tokenizer and ONNX Runtime milliseconds and inference batches per request between two
+    :func:`bench.serving.gpu_serve.scrape` results (every model's batchers: the encoder's too, for hybrid searches).
+    Tokenizer time is summed over a request's chunks, which run on several threads at once: CPU-like, not wall."""
+    n = max(requests, 1)
+    return {
+        "tok_ms": 1000 * (after["tok_s"] - before["tok_s"]) / n,
+        "ort_ms": 1000 * (after["ort_s"] - before["ort_s"]) / n,
+        "batches": (after["batches"] - before["batches"]) / n,
+    }
 
 
 def reranker_copy(models_dir: Path, name: str, pair_tokens: int, dest: Path, dtype: str = "fp32") -> str:
@@ -169,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             if a.warmup > 0:
                 closed_loop(srv.url, make, most, a.warmup)
             for n in map(int, a.clients.split(",")):
+                m0 = scrape([srv.url])
                 r = {"kind": kind, **closed_loop(srv.url, make, n, a.seconds)}
+                r.update(per_request(m0, scrape([srv.url]), r["answered"]))
                 r["pairs_per_s"] = r["req_per_s"] * (a.candidates if kind == "rerank" else a.rerank_top)
                 results["points"].append(r)
                 print(f"  {kind} x{n}: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, {r['req_per_s']:.1f} req/s, "
@@ -179,11 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     results["load_after"] = os.getloadavg()[0]
     print(f"\nencoder {a.encoder}, reranker {rr} (pairs truncated at {max_len} tokens, mean "
           f"{results['mean_pair_tokens']:.0f}), providers {a.providers}, {a.seconds:.0f} s per point")  # fmt: skip
-    print("| kind | clients | p50 ms | p99 ms | requests/s | pairs/s | errors |")
-    print("|---|---|---|---|---|---|---|")
+    print("| kind | clients | p50 ms | p99 ms | requests/s | pairs/s | errors | tokenizer ms / request | ORT ms / request "
+          "| batches / request |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results["points"]:
         print(f"| {r['kind']} | {r['clients']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['req_per_s']:.1f} "
-              f"| {r['pairs_per_s']:,.0f} | {r['errors']} |")  # fmt: skip
+              f"| {r['pairs_per_s']:,.0f} | {r['errors']} | {r['tok_ms']:.1f} | {r['ort_ms']:.1f} "
+              f"| {r['batches']:.2f} |")  # fmt: skip
     print(f"\nload average before {load0:.2f}, after {results['load_after']:.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
