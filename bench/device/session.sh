@@ -23,7 +23,7 @@
 #   peer-torch  the same with Infinity's torch engine only (its ONNX engine runs unfused: ~2 min less)
 #   rerank   bench/serving/rerank_serve.py: /rerank of 100 SciFact abstracts (256-token pairs) and a hybrid search
 #            (dense + BM25, 100 each, DBSF, top 50 reranked) at 1 and 16 clients (a kit with scifact-reranker-tiny);
-#            rerank16: the same with the reranker converted to fp16 on the device
+#            rerank16: the same with the reranker converted to fp16 on the device; rerank-w1: one service process
 #   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
@@ -131,8 +131,9 @@ for s in "$@"; do
         --warmup 3 --pool 4096 --json "$OUT/peer_serve.json"
       cp /tmp/peer-serve-*/infinity-*.log "$OUT"/ 2>/dev/null
       ;;
-    rerank|rerank16)
+    rerank|rerank16|rerank-w1)
       dt=(); [ "$s" = rerank16 ] && dt=(--reranker-dtype fp16)
+      [ "$s" = rerank-w1 ] && dt=(--server-arg=--api-workers=1)  # one process: no front's proxy hop
       stage "$s" 180 python3 -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 \
         --reranker scifact-reranker-tiny --providers cuda "${GPU_BATCHING[@]}" --seconds 8 --warmup 3 "${dt[@]}" \
         --json "$OUT/$s.json"
