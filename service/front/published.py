@@ -76,7 +76,7 @@ def _entry(lm: LoadedModel) -> dict[str, object]:
         "name": i.name,
         "version": i.version,
         "sha256": i.sha256,
-        "path": str(lm.model.path),
+        "path": os.path.abspath(lm.model.path),
         "reranker": lm.is_reranker,
     }
 
