@@ -161,7 +161,8 @@ class Settings(BaseSettings):
         False,
         description="with api_workers > 1, each front loads the embedding models the core has loaded (same artifacts "
         "and providers) and runs the embedding requests that resolve to them itself, as the core would; the core "
-        "still decides which model answers (service.front.local_models). false: the core runs every batch",
+        "still decides which model answers (service.front.local_models); on a CPU give each front intra_op_threads = "
+        "cores / api_workers (docs/performance.md). false: the core runs every batch",
     )
     drain_s: float = Field(
         5.0, ge=0, description="after SIGTERM, seconds /ready answers 503 while requests are still served"
