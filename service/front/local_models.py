@@ -27,7 +27,6 @@ from pathlib import Path
 
 from service.front.published import NOTHING, Published, PublishedModel, read
 from service.inference.model_registry import LoadedModel, load_model
-from service.inference.onnx_encoder import ModelLoadError
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -122,7 +121,7 @@ class LocalModels:
     async def _load(self, key: _Key, m: PublishedModel) -> None:
         try:
             lm = await load_model(self.settings, self.metrics, m.name, m.version, path=Path(m.path))
-        except (ModelLoadError, OSError) as e:
+        except Exception as e:  # ModelLoadError, or anything a provider raises (out of device memory): never fatal
             log.warning("front: cannot run %s here (%s); the core runs its requests", m.id, e)
             self._failed[key] = time.monotonic()
             return
