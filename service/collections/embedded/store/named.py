@@ -164,15 +164,16 @@ def iter_blobs(conn: sqlite3.Connection, name: str, chunk: int = 5000) -> Iterat
         yield from rows
 
 
+#: a deterministic pseudo-random order of rows by internal id (Knuth's multiplicative hash), for training samples
+SAMPLE_ORDER = "(iid * 2654435761) % 4294967296"
+
+
 def sample_dense(conn: sqlite3.Connection, name: str, dimension: int, n: int) -> np.ndarray:
     """Up to ``n`` stored vectors ``name``, float32 ``(<=n, d)`` (an index's training sample): a deterministic
     pseudo-random choice (Knuth's multiplicative hash of the internal id), in internal-id order, so that the same
     rows train the same index (FAISS's scalar-quantizer ranges depend on the order of their sample); all of them in
     internal-id order when there are at most ``n``."""
-    q = (
-        "SELECT vector FROM (SELECT iid, vector FROM named_dense WHERE field=? ORDER BY (iid * 2654435761) % 4294967296"
-        " LIMIT ?) ORDER BY iid"
-    )
+    q = f"SELECT vector FROM (SELECT iid, vector FROM named_dense WHERE field=? ORDER BY {SAMPLE_ORDER} LIMIT ?) ORDER BY iid"
     rows = conn.execute(q, (name, n)).fetchall()
     return np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), dimension)
 

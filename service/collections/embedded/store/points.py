@@ -297,8 +297,12 @@ class Store(PointRows):
             last = int(ids[-1])
 
     def sample_vectors(self, dimension: int, n: int) -> np.ndarray:
-        """Up to ``n`` stored vectors drawn at random, float32 ``(<=n, d)`` (for IVF-PQ training)."""
-        rows = self.reader().execute("SELECT vector FROM points ORDER BY random() LIMIT ?", (n,)).fetchall()
+        """Up to ``n`` stored vectors, float32 ``(<=n, d)`` (an index's training sample): a deterministic
+        pseudo-random choice in internal-id order, as :func:`.named.sample_dense` (the same rows train the same
+        index: FAISS's k-means starts from the sample's order; ``ORDER BY random()`` made a trained index, and its
+        recall, differ from one training to the next)."""
+        q = f"SELECT vector FROM (SELECT iid, vector FROM points ORDER BY {named.SAMPLE_ORDER} LIMIT ?) ORDER BY iid"
+        rows = self.reader().execute(q, (n,)).fetchall()
         return np.frombuffer(b"".join(r[0] for r in rows), dtype=np.float32).reshape(len(rows), dimension)
 
     def removed_after(self, seq: int) -> np.ndarray:
