@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.embedded.store.named import SAMPLE_ORDER
+
 _SCHEMA = "CREATE TABLE IF NOT EXISTS shadow_vectors (iid INTEGER PRIMARY KEY, vector BLOB NOT NULL)"
 _MISSING = "SELECT COUNT(*) FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid WHERE s.iid IS NULL"
 
@@ -96,11 +98,12 @@ class ShadowTable:
             return self._conn.execute(_MISSING).fetchone()[0]
 
     def sample(self, n: int) -> np.ndarray:
-        """Up to ``n`` target vectors of live points at random, float32 ``(<=n, dimension)`` (index training)."""
+        """Up to ``n`` target vectors of live points, float32 ``(<=n, dimension)`` (index training): the same
+        deterministic pseudo-random choice, in internal-id order, as the stored vectors' (:func:`.named.sample_dense`)."""
+        live = "SELECT s.iid AS iid, s.vector AS vector FROM shadow_vectors s JOIN points p ON p.iid = s.iid"
+        q = f"SELECT vector FROM (SELECT iid, vector FROM ({live}) ORDER BY {SAMPLE_ORDER} LIMIT ?) ORDER BY iid"
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT s.vector FROM shadow_vectors s JOIN points p ON p.iid = s.iid ORDER BY random() LIMIT ?", (n,)
-            ).fetchall()
+            rows = self._conn.execute(q, (n,)).fetchall()
         return np.frombuffer(b"".join(r[0] for r in rows), np.float32).reshape(len(rows), self.dimension)
 
     def iter_vectors(self, chunk: int = 20000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
