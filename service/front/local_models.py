@@ -106,7 +106,8 @@ class LocalModels:
         wanted = {(m.id, m.sha256): m for m in self._published.models if not m.reranker}
         now = time.monotonic()
         for key, m in wanted.items():
-            if key in self._models or key in self._loading or now - self._failed.get(key, -RETRY_S) < RETRY_S:
+            failed_recently = key in self._failed and now - self._failed[key] < RETRY_S
+            if key in self._models or key in self._loading or failed_recently:
                 continue
             self._loading.add(key)
             self._spawn(self._load(key, m))

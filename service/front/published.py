@@ -5,7 +5,7 @@ The core writes :data:`MODELS_FILE` in the supervisor's private runtime director
 made the change returns: an activation answered by ``/admin`` is already in the file. The file names the active
 model and every loaded one (``name:version``, name, sha256, artifact directory, whether it is a reranker), in the
 order they were added, so a front resolves a request's ``model`` field exactly as the core would
-(:func:`~service.inference.model_registry.resolve_id`). It is replaced whole (``os.replace``: a new inode), so a
+(:func:`~service.inference.model_registry.resolve_id`). It is replaced whole (``artifact_contract.fsio``: a new inode), so a
 front sees a change with one ``stat`` per request. A front that cannot read it runs nothing itself.
 """
 
@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from artifact_contract.fsio import atomic_write_json
 from service.inference.model_registry import LoadedModel, ModelRegistry, resolve_id
 
 log = logging.getLogger("service.front")
@@ -61,9 +62,7 @@ def publish(path: Path, registry: ModelRegistry) -> None:
     models = [_entry(lm) for lm in registry.in_order()]
     body = {"active": active.info.id if active is not None else None, "models": models}
     try:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(body))
-        os.replace(tmp, path)
+        atomic_write_json(path, body, indent=None, mode=0o600)
     except OSError as e:
         log.error("could not publish the loaded models to %s (%s); the fronts run no model themselves", path, e)
         path.unlink(missing_ok=True)

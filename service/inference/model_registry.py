@@ -136,7 +136,7 @@ class ModelRegistry:
         self._models[lm.info.id] = lm
         if activate or self._active is None:
             self._active = lm.info.id
-        self._refresh_metrics()
+        self._changed()
 
     def set_active(self, model_id: str) -> LoadedModel:
         """Make a loaded model active (an atomic pointer swap; requests already running keep their model).
@@ -149,7 +149,7 @@ class ModelRegistry:
         if lm.is_reranker:
             raise WrongModelTask(lm.info.name, "reranker", "embedding")
         self._active = lm.info.id
-        self._refresh_metrics()
+        self._changed()
         return lm
 
     @property
@@ -192,7 +192,7 @@ class ModelRegistry:
         if lm.info.id == self._active:
             raise ValueError(f"{model_id} is the active model; activate another first")
         del self._models[lm.info.id]
-        self._refresh_metrics()
+        self._changed()
         await lm.batcher.close()
 
     async def close(self) -> None:
@@ -200,14 +200,15 @@ class ModelRegistry:
         models, self._models, self._active = list(self._models.values()), {}, None
         for lm in models:
             await lm.batcher.close()
-        self._metrics.set_models([])
-        self._tell()
+        self._changed()
 
-    def _tell(self) -> None:
+    def _changed(self) -> None:
+        """After every change: the models gauge, then the listeners."""
+        self._metrics.set_models(self._model_rows())
         for listener in self.listeners:
             listener(self)
 
-    def _refresh_metrics(self) -> None:
+    def _model_rows(self) -> list[dict[str, str]]:
         rows = []
         for k, lm in self._models.items():
             i = lm.info
@@ -221,5 +222,4 @@ class ModelRegistry:
                     "active": "true" if k == self._active else "false",
                 }
             )
-        self._metrics.set_models(rows)
-        self._tell()
+        return rows

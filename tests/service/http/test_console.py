@@ -173,7 +173,9 @@ def test_activate_asks_for_an_admin_key_and_swaps_the_model(browser, served, sho
     page.screenshot(path=str(shots / "console-activate.png"), full_page=True)
     page.fill("#admin-key", ADMIN_KEY)
     page.click("#activate-confirm")
-    expect(dialog).to_be_hidden()
+    # the dialog closes once /admin answers: after the model is loaded, warmed up and canary-checked (seconds, more
+    # beside the rest of a parallel suite than playwright's 5 s default wait)
+    expect(dialog).to_be_hidden(timeout=60_000)
     expect(page.locator("#active-model")).to_have_text(f"{NAME}:2")
     row = page.locator("#collections tbody tr", has_text="stsb")
     expect(row).to_contain_text(f"→ {NAME}:2")
