@@ -12,6 +12,8 @@
 #   fronts8  8 fronts (front tokenization on), fronts-tok's points
 #   front-inf  8 fronts feeding the core against 8 fronts running the models themselves (--front-inference), twice
 #   serve-fi   the serve points (1/32/128 clients) with --front-inference, against sentence-transformers fp16
+#            (front-inf, serve-fi and the rerank stages run the GPU deployment's own defaults: the CUDA batch limits
+#            by provider, 2 tokenizer threads a model, 8 fronts on 16 cores; the older stages keep GPU_BATCHING)
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
 #            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
 #   fronts-ab    the short A/B: 32/128 clients, STS-B and 128 tokens, 4 s a point, --api-workers 1 then 4
@@ -23,7 +25,8 @@
 #   peer-torch  the same with Infinity's torch engine only (its ONNX engine runs unfused: ~2 min less)
 #   rerank   bench/serving/rerank_serve.py: /rerank of 100 SciFact abstracts (256-token pairs) and a hybrid search
 #            (dense + BM25, 100 each, DBSF, top 50 reranked) at 1 and 16 clients (a kit with scifact-reranker-tiny);
-#            rerank16: the same with the reranker converted to fp16 on the device; rerank-w1: one service process
+#            rerank16: the same with the reranker converted to fp16 on the device; rerank-w1: one service process;
+#            rerank-tok4: /rerank only, 4 tokenizer threads a model (GPU_BATCHING's, which the 2026-11-27/28 rows ran)
 #   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
@@ -44,12 +47,13 @@ stage() {  # stage NAME SECONDS COMMAND...
   echo "== $(date -u +%T) $name: exit $? (load $(cut -d' ' -f1-3 /proc/loadavg))"
 }
 
-ab_fronts() {  # ab_fronts TAG FLAG FRONTS: --FLAG=false then true behind FRONTS fronts, twice (32/128 clients, 4 s)
-  local tag=$1 flag=$2 n=$3 rep v
+ab_fronts() {  # ab_fronts TAG FLAG FRONTS [ARG...]: --FLAG=false then true behind FRONTS fronts, twice (32/128
+  local tag=$1 flag=$2 n=$3 rep v  # clients, 4 s a point); ARG...: the service's other arguments (GPU_BATCHING)
+  shift 3
   for rep in 1 2; do
     for v in false true; do
       stage "$tag-$v-$rep" 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
-        --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=$n --server-arg=--$flag=$v \
+        --peak-tflops 989 "$@" --server-arg=--api-workers=$n --server-arg=--$flag=$v \
         --clients 32,128 --inputs stsb,128 --seconds 4 --warmup 2 --pool 4096 --skip-st \
         --json "$OUT/gpu_serve_${tag}_${v}_$rep.json"
     done
@@ -98,7 +102,7 @@ for s in "$@"; do
       done
       ;;
     fronts-tok)  # does tokenizing in the fronts lift the core's tokenizer bound? alternating, two repeats
-      ab_fronts fronttok front-tokenization 4
+      ab_fronts fronttok front-tokenization 4 "${GPU_BATCHING[@]}"
       ;;
     serve-tok8)  # the other remedy for the core's tokenizer bound: 4 fronts, the core tokenizes with 8 threads
       stage serve-tok8 120 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda --peak-tflops 989 \
@@ -116,7 +120,7 @@ for s in "$@"; do
       ;;
     serve-fi)  # the serve points with --front-inference and the sentence-transformers baseline in the same run
       stage serve-fi 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
-        --peak-tflops 989 "${GPU_BATCHING[@]}" --server-arg=--api-workers=8 --server-arg=--front-inference=true \
+        --peak-tflops 989 --server-arg=--api-workers=8 --server-arg=--front-inference=true \
         --clients 1,32,128 --inputs stsb,128 --seconds 4 --warmup 2 --pool 4096 --json "$OUT/gpu_serve_fi.json"
       ;;
     shape)
@@ -131,12 +135,12 @@ for s in "$@"; do
         --warmup 3 --pool 4096 --json "$OUT/peer_serve.json"
       cp /tmp/peer-serve-*/infinity-*.log "$OUT"/ 2>/dev/null
       ;;
-    rerank|rerank16|rerank-w1)
+    rerank|rerank16|rerank-w1|rerank-tok4)
       dt=(); [ "$s" = rerank16 ] && dt=(--reranker-dtype fp16)
       [ "$s" = rerank-w1 ] && dt=(--server-arg=--api-workers=1)  # one process: no front's proxy hop
+      [ "$s" = rerank-tok4 ] && dt=("${GPU_BATCHING[@]}" --skip-hybrid)
       stage "$s" 180 python3 -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 \
-        --reranker scifact-reranker-tiny --providers cuda "${GPU_BATCHING[@]}" --seconds 8 --warmup 3 "${dt[@]}" \
-        --json "$OUT/$s.json"
+        --reranker scifact-reranker-tiny --providers cuda --seconds 8 --warmup 3 "${dt[@]}" --json "$OUT/$s.json"
       ;;
     train)
       stage train 240 python3 -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \

@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.lib import REPO
-from bench.lib.machine import cpu_model
+from bench.lib.machine import Dmon, cpu_model, gpu_memory_used_mib
 from bench.lib.server import run_server
 from bench.lib.st_baseline import best_encode_seconds
 from training.data.sts import load_task
@@ -134,32 +134,6 @@ def _client_proc(urls: list[str], first: int, reqs: list[list[str]], toks: list[
     for t in ts:
         t.join()
     q.put((rows, errors))
-
-
-class Dmon:
-    """``nvidia-smi dmon -s u -d 1`` in the background: the mean SM utilisation (%) over its life, or None."""
-
-    def __init__(self) -> None:
-        self.samples: list[float] = []
-        exe = shutil.which("nvidia-smi")
-        self.proc = (
-            subprocess.Popen([exe, "dmon", "-s", "u", "-d", "1"], stdout=subprocess.PIPE, text=True) if exe else None
-        )
-        if self.proc:
-            threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            parts = line.split()
-            if parts and not line.startswith("#") and len(parts) > 1 and parts[1].isdigit():
-                self.samples.append(float(parts[1]))
-
-    def stop(self) -> float | None:
-        if not self.proc:
-            return None
-        self.proc.terminate()
-        self.proc.wait()
-        return float(np.mean(self.samples)) if self.samples else None
 
 
 def loop_cpu_seconds(pid: int) -> float:
@@ -273,6 +247,7 @@ def bench_service(urls: list[str], texts: list[str], toks: np.ndarray, batch: in
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
         "gpu_util": util,
+        "gpu_mem_mib": gpu_memory_used_mib(),  # every process on the GPU, after the point (arenas keep their peak)
         **time_split(m0, m1),
         "loop_busy": (loop1 - loop0) / (m1["t"] - m0["t"]),
         # the core's loop CPU over the client requests (behind --front-inference the core sees none of them)
@@ -366,7 +341,7 @@ def main() -> int:
         f"server args {' '.join(a.server_arg) or '-'} (loop: the core's, behind any fronts), "
         f"{a.seconds:.0f} s per point"
     )
-    head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | tok busy (core / fronts) | ORT busy "
+    head = ("| inputs | clients | sentences/s | tokens/s | p50 ms | p99 ms | errors | GPU SM % | GPU MiB | tok busy (core / fronts) | ORT busy "
             "| loop busy | loop ms/request | mean batch (inputs / tokens) |")  # fmt: skip
     if a.peak_tflops:
         head += " of FLOP limit |"
@@ -374,8 +349,9 @@ def main() -> int:
     print("|" + "---|" * (head.count("|") - 1))
     for r in results["service"]:
         util = f"{r['gpu_util']:.0f}" if r["gpu_util"] is not None else "-"
+        mem = f"{r['gpu_mem_mib']:,}" if r.get("gpu_mem_mib") is not None else "-"
         row = (f"| {r['inputs']} | {r['clients']} | {r['sent_per_s']:,.0f} | {r['tok_per_s']:,.0f} | {r['p50_ms']:.1f} "
-               f"| {r['p99_ms']:.1f} | {r['errors']} | {util} | {r['tok_busy']:.2f} / {r.get('front_tok_busy', 0.0):.2f} | {r['ort_busy']:.2f} "
+               f"| {r['p99_ms']:.1f} | {r['errors']} | {util} | {mem} | {r['tok_busy']:.2f} / {r.get('front_tok_busy', 0.0):.2f} | {r['ort_busy']:.2f} "
                f"| {r['loop_busy']:.2f} | {r['loop_ms_per_request']:.2f} "
                f"| {r['mean_batch_inputs']:.0f} / {r['mean_batch_tokens']:.0f} |")  # fmt: skip
         if a.peak_tflops:

@@ -47,9 +47,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.lib import REPO
-from bench.lib.machine import cpu_model
+from bench.lib.machine import Dmon, cpu_model
 from bench.lib.server import run_server
-from bench.serving.gpu_serve import Dmon, _client_proc, count_tokens, inputs
+from bench.serving.gpu_serve import _client_proc, count_tokens, inputs
 from bench.serving.infinity_peer import infinity, onnx_copy
 
 
