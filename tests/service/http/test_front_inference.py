@@ -3,7 +3,8 @@
 The fronts' answers are the model's (the artifact run directly), their batches are theirs (the core's internal call
 is not used), a name the core does not have still gets the core's 404, and a hot swap under load through both
 fronts fails no request, answers with the new model only once it is active and with nothing else after, and the
-fronts then run the new model themselves and drop the one the core unloaded.
+fronts then run the new model themselves and drop the one the core unloaded. SIGTERM lets a request that a front is
+running itself finish, and the service exits 0.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -135,3 +138,33 @@ def test_hot_swap_under_load_then_the_fronts_run_the_new_model(fi, models, sente
     assert r.status_code == 200, r.text
     r = httpx.post(f"{fi.url}/v1/embeddings", json={"input": "x", "model": f"{NAME}:1"}, headers=AUTH)
     assert r.status_code == 404  # resolved in the core's registry: no front runs the unloaded model
+
+
+def test_sigterm_drains_a_request_a_front_is_running_and_exits_0(models, tmp_path):
+    heavy = {"inputs": ["word " * 300] * 24}  # 6 batches of 4 x 256 tokens on one thread, in a front's own batcher
+    args = ["--default-model", NAME, "--intra-op-threads", "1", "--api-keys", KEY, "--api-workers", "2",
+            "--front-inference", "true", "--drain-s", "1", "--max-batch-size", "4"]  # fmt: skip
+    with run_server(models, workdir=tmp_path, args=args, env={"EMBED_DRAIN_S": "1"}) as srv:
+        deadline = time.monotonic() + 120
+        while srv.log().count(" itself") < 2:  # both fronts run the default model
+            assert time.monotonic() < deadline, srv.log()[-3000:]
+            time.sleep(0.2)
+        answer: dict[str, object] = {}
+
+        def slow() -> None:
+            try:
+                r = httpx.post(f"{srv.url}/embed", json=heavy, headers=AUTH, timeout=120)
+                answer["status"], answer["rows"] = r.status_code, len(r.json())
+            except httpx.HTTPError as e:
+                answer["status"] = type(e).__name__
+
+        t = threading.Thread(target=slow)
+        t.start()
+        deadline = time.monotonic() + 60
+        while _sum(srv.url, FRONT_BATCHES) < 1:  # a front has run the request's first batch; five are left
+            assert time.monotonic() < deadline and t.is_alive(), answer
+            time.sleep(0.02)
+        srv.proc.send_signal(signal.SIGTERM)
+        t.join(timeout=120)
+        assert answer == {"status": 200, "rows": 24}
+        assert srv.proc.wait(timeout=120) == 0, srv.log()[-3000:]
