@@ -28,6 +28,8 @@
 #            rerank16: the same with the reranker converted to fp16 on the device; rerank-w1: one service process;
 #            rerank-tok4: /rerank only, 4 tokenizer threads a model (GPU_BATCHING's, which the 2026-11-27/28 rows ran)
 #   train    bench/serving/swap_bench.py --train: SimCSE + 3R on CUDA published into a serving GPU service (poll mode)
+#   swap     bench/serving/swap_bench.py: minilm:1 -> minilm:2 activated under load on the GPU deployment's defaults
+#            (8 fronts on 16 cores), 1,000 points re-embedded; swap-fi: the same with --front-inference
 # Each stage writes its JSON under $OUT and its output to $OUT/session.log; a stage is stopped by SIGINT at its
 # limit (the benches stop the services they started on KeyboardInterrupt), and the next one runs regardless.
 set -u
@@ -141,6 +143,11 @@ for s in "$@"; do
       [ "$s" = rerank-tok4 ] && dt=("${GPU_BATCHING[@]}" --skip-hybrid)
       stage "$s" 180 python3 -m bench.serving.rerank_serve --encoder all-minilm-l6-v2-fp16 \
         --reranker scifact-reranker-tiny --providers cuda --seconds 8 --warmup 3 "${dt[@]}" --json "$OUT/$s.json"
+      ;;
+    swap|swap-fi)
+      fi=(); [ "$s" = swap-fi ] && fi=(--server-arg=--front-inference=true)
+      stage "$s" 120 python3 -m bench.serving.swap_bench --server-arg=--providers=cuda "${fi[@]}" --clients 16 \
+        --batch 32 --points 1000 --seconds 6 --json "$OUT/$s.json"
       ;;
     train)
       stage train 240 python3 -m bench.serving.swap_bench --train configs/simcse_3r.yaml --train-arg=--max_steps=300 \
