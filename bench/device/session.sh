@@ -12,8 +12,8 @@
 #   fronts8  8 fronts (front tokenization on), fronts-tok's points
 #   front-inf  8 fronts feeding the core against 8 fronts running the models themselves (--front-inference), twice
 #   serve-fi   the serve points (1/32/128 clients) with --front-inference, against sentence-transformers fp16
-#            (front-inf, serve-fi and the rerank stages run the GPU deployment's own defaults: the CUDA batch limits
-#            by provider, 2 tokenizer threads a model, 8 fronts on 16 cores; the older stages keep GPU_BATCHING)
+#            (front-inf, serve-fi, the rerank and swap stages run the GPU deployment's own defaults: the CUDA batch
+#            limits by provider, 2 tokenizer threads a model, 8 fronts on 16 cores; the older stages keep GPU_BATCHING)
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
 #            core's event-loop ms/request and the throughput against serve (1 process) and serve4 (4 replicas)
 #   fronts-ab    the short A/B: 32/128 clients, STS-B and 128 tokens, 4 s a point, --api-workers 1 then 4
@@ -145,8 +145,8 @@ for s in "$@"; do
         --reranker scifact-reranker-tiny --providers cuda --seconds 8 --warmup 3 "${dt[@]}" --json "$OUT/$s.json"
       ;;
     swap|swap-fi)
-      fi=(); [ "$s" = swap-fi ] && fi=(--server-arg=--front-inference=true)
-      stage "$s" 120 python3 -m bench.serving.swap_bench --server-arg=--providers=cuda "${fi[@]}" --clients 16 \
+      extra=(); [ "$s" = swap-fi ] && extra=(--server-arg=--front-inference=true)
+      stage "$s" 120 python3 -m bench.serving.swap_bench --server-arg=--providers=cuda "${extra[@]}" --clients 16 \
         --batch 32 --points 1000 --seconds 6 --json "$OUT/$s.json"
       ;;
     train)
