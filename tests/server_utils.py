@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -149,6 +150,24 @@ def embed_either(post, texts: list[str], rng) -> tuple[httpx.Response, list | No
     return r, (r.json() if r.status_code == 200 else None)
 
 
+def post_in_background(url: str, path: str, body: dict, headers: dict[str, str]) -> tuple[threading.Thread, dict]:
+    """``POST url+path`` in a thread started now (a request in flight while the test does something else): the
+    thread, and its answer once joined: ``{"status": code, "rows": len(json)}``, or ``{"status": <error name>}``
+    when the transport failed."""
+    answer: dict[str, object] = {}
+
+    def send() -> None:
+        try:
+            r = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=120)
+            answer["status"], answer["rows"] = r.status_code, len(r.json())
+        except httpx.HTTPError as e:
+            answer["status"] = type(e).__name__
+
+    t = threading.Thread(target=send)
+    t.start()
+    return t, answer
+
+
 class SwapLoad:
     """Closed-loop embedding clients around a hot swap: ``threads`` workers post random samples of ``sentences``
     (``sizes`` texts a request, through :func:`embed_either`) to ``url`` until the ``with`` block ends, recording per
@@ -174,8 +193,6 @@ class SwapLoad:
         new_connections: bool = False,
         check=None,
     ) -> None:
-        import threading
-
         self.url, self.sentences, self.refs, self.sizes = url, sentences, refs, sizes
         self.headers, self.new_connections, self.check = headers or {}, new_connections, check
         self.results: list[tuple[float, str, bool]] = []

@@ -16,7 +16,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pytest
 
 from harness.ports import free_port
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
-from tests.server_utils import REPO_ROOT, SwapLoad, run_server
+from tests.server_utils import REPO_ROOT, SwapLoad, post_in_background, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -295,17 +294,7 @@ def test_sigterm_drains_an_in_flight_request_and_exits_0(models, tmp_path):
     heavy = {"inputs": ["word " * 300] * 24}  # 6 batches of 4 x 256 tokens on one thread
     args = _args("--api-workers", "2", "--drain-s", "1", "--max-batch-size", "4")
     with run_server(models, workdir=tmp_path, args=args, env={"EMBED_DRAIN_S": "1"}) as srv:
-        answer: dict[str, object] = {}
-
-        def slow() -> None:
-            try:
-                r = httpx.post(f"{srv.url}/embed", json=heavy, headers=AUTH, timeout=120)
-                answer["status"], answer["rows"] = r.status_code, len(r.json())
-            except httpx.HTTPError as e:
-                answer["status"] = type(e).__name__
-
-        t = threading.Thread(target=slow)
-        t.start()
+        t, answer = post_in_background(srv.url, "/embed", heavy, AUTH)
         deadline = time.monotonic() + 60
         while not re.search(r"^embed_queue_size\{[^}]*\} 1\.0$", httpx.get(f"{srv.url}/metrics").text, re.M):
             assert time.monotonic() < deadline and t.is_alive(), answer  # until the request is in the core's queue

@@ -13,7 +13,6 @@ import os
 import random
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 from service.inference.model_registry import resolve_id
 from tests.artifact_utils import NAME, sliced_artifact, versioned_copy
-from tests.server_utils import SwapLoad, embed_either, run_server
+from tests.server_utils import SwapLoad, embed_either, post_in_background, run_server
 from training.data.sts import load_task
 
 pytestmark = pytest.mark.timeout(400)
@@ -149,17 +148,7 @@ def test_sigterm_drains_a_request_a_front_is_running_and_exits_0(models, tmp_pat
         while srv.log().count(" itself") < 2:  # both fronts run the default model
             assert time.monotonic() < deadline, srv.log()[-3000:]
             time.sleep(0.2)
-        answer: dict[str, object] = {}
-
-        def slow() -> None:
-            try:
-                r = httpx.post(f"{srv.url}/embed", json=heavy, headers=AUTH, timeout=120)
-                answer["status"], answer["rows"] = r.status_code, len(r.json())
-            except httpx.HTTPError as e:
-                answer["status"] = type(e).__name__
-
-        t = threading.Thread(target=slow)
-        t.start()
+        t, answer = post_in_background(srv.url, "/embed", heavy, AUTH)
         deadline = time.monotonic() + 60
         while _sum(srv.url, FRONT_BATCHES) < 1:  # a front has run the request's first batch; five are left
             assert time.monotonic() < deadline and t.is_alive(), answer
