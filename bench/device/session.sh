@@ -12,6 +12,8 @@
 #   fronts8  8 fronts (front tokenization on), fronts-tok's points
 #   front-inf  8 fronts feeding the core against 8 fronts running the models themselves (--front-inference), twice
 #   serve-fi   the serve points (1/32/128 clients) with --front-inference, against sentence-transformers fp16
+#   workers2   front-inf's points with the core running 2 inference batches at once (--inference-workers=2), once:
+#            against front-inf's false arms (does the host side of one run overlap another's GPU time?)
 #            (front-inf, serve-fi, the rerank and swap stages run the GPU deployment's own defaults: the CUDA batch
 #            limits by provider, 2 tokenizer threads a model, 8 fronts on 16 cores; the older stages keep GPU_BATCHING)
 #   serve-fronts the serve points with one core process and 4 front processes on one port (--api-workers 4): the
@@ -124,6 +126,11 @@ for s in "$@"; do
       stage serve-fi 200 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
         --peak-tflops 989 --server-arg=--api-workers=8 --server-arg=--front-inference=true \
         --clients 1,32,128 --inputs stsb,128 --seconds 4 --warmup 2 --pool 4096 --json "$OUT/gpu_serve_fi.json"
+      ;;
+    workers2)
+      stage workers2 110 python3 -m bench.serving.gpu_serve --artifact all-minilm-l6-v2-fp16 --providers cuda \
+        --peak-tflops 989 --server-arg=--api-workers=8 --server-arg=--inference-workers=2 --clients 32,128 \
+        --inputs stsb,128 --seconds 4 --warmup 2 --pool 4096 --skip-st --json "$OUT/gpu_serve_workers2.json"
       ;;
     shape)
       stage shape 150 python3 -m bench.serving.batch_shape_bench --providers cuda --artifact models/all-minilm-l6-v2-fp16 \
