@@ -110,9 +110,9 @@ def _beside(url: str, send) -> tuple[httpx.Response, Probes]:
 
 
 def _responsive(r: httpx.Response, p: Probes) -> bool:
-    """The module docstring's rule. The median's bound follows the host: in suite runs on a slowed 2-core host (14-20
-    minutes for what took 11) the medians beside the heavy request reached 0.38-0.47 s, over two or three probes,
-    where a quiet run answers them in milliseconds; so a median is held to 0.3 s or to 3x the same probes' median
+    """The module docstring's rule. The median's bound follows the host: in suite runs on a slowed 2-core host (20
+    minutes for what took 10-11) the medians beside the heavy request reached 0.38-0.47 s, over two or three probes
+    (they passed when run alone); so a median is held to 0.3 s or to 3x the same probes' median
     just before, whichever is larger (a service over three times slower beside the heavy request than without it,
     and over 0.3 s, fails). The slowest probe is not held to one second beside a request that runs for
     seconds: on a 2-core machine shared with another test worker, the embedding's tail beside a 5-second heavy
