@@ -173,8 +173,7 @@ class ModelRegistry:
         Raises:
             ModelNotFound: nothing loaded answers to ``name``.
         """
-        active = self._active if self.active is not None else None
-        found = resolve_id(name, [(k, m.info.name) for k, m in self._models.items()], active)
+        found = resolve_id(name, [(k, m.info.name) for k, m in self._models.items()], self._active)
         if found is None:
             if name is None or name == "":
                 raise ModelNotFound("<default>", [])
