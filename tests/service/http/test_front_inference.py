@@ -38,25 +38,25 @@ def models(default_artifact, tmp_path_factory) -> Path:
     return versioned_copy(default_artifact, tmp_path_factory.mktemp("front-inference") / "models", NAME, "1").parents[1]
 
 
+def _args(*extra: str) -> list[str]:
+    """The service's arguments: the default model on one thread, two fronts running it themselves, and ``extra``."""
+    base = ["--default-model", NAME, "--intra-op-threads", "1", "--api-keys", KEY]
+    return [*base, "--api-workers", "2", "--front-inference", "true", *extra]
+
+
+def _until_both_fronts_run(srv, needle: str) -> None:
+    """Wait (up to 120 s) until the log says twice that a front runs a model itself (``needle``: that line's text)."""
+    deadline = time.monotonic() + 120
+    while srv.log().count(needle) < 2:
+        assert time.monotonic() < deadline, srv.log()[-3000:]
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def fi(models, tmp_path_factory):
-    keys = ["--api-keys", KEY, "--admin-api-keys", ADMIN]
-    args = [
-        "--default-model",
-        NAME,
-        "--intra-op-threads",
-        "1",
-        *keys,
-        "--api-workers",
-        "2",
-        "--front-inference",
-        "true",
-    ]
+    args = _args("--admin-api-keys", ADMIN)
     with run_server(models, workdir=tmp_path_factory.mktemp("fi"), args=args) as srv:
-        deadline = time.monotonic() + 120
-        while srv.log().count(f"runs {NAME}:1 itself") < 2:
-            assert time.monotonic() < deadline, srv.log()[-3000:]
-            time.sleep(0.2)
+        _until_both_fronts_run(srv, f"runs {NAME}:1 itself")
         yield srv
         assert srv.alive(), srv.log()[-3000:]
 
@@ -141,13 +141,9 @@ def test_hot_swap_under_load_then_the_fronts_run_the_new_model(fi, models, sente
 
 def test_sigterm_drains_a_request_a_front_is_running_and_exits_0(models, tmp_path):
     heavy = {"inputs": ["word " * 300] * 24}  # 6 batches of 4 x 256 tokens on one thread, in a front's own batcher
-    args = ["--default-model", NAME, "--intra-op-threads", "1", "--api-keys", KEY, "--api-workers", "2",
-            "--front-inference", "true", "--drain-s", "1", "--max-batch-size", "4"]  # fmt: skip
+    args = _args("--drain-s", "1", "--max-batch-size", "4")
     with run_server(models, workdir=tmp_path, args=args, env={"EMBED_DRAIN_S": "1"}) as srv:
-        deadline = time.monotonic() + 120
-        while srv.log().count(" itself") < 2:  # both fronts run the default model
-            assert time.monotonic() < deadline, srv.log()[-3000:]
-            time.sleep(0.2)
+        _until_both_fronts_run(srv, " itself")  # the default model, whichever version the module's tests left
         t, answer = post_in_background(srv.url, "/embed", heavy, AUTH)
         deadline = time.monotonic() + 60
         while _sum(srv.url, FRONT_BATCHES) < 1:  # a front has run the request's first batch; five are left

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from service.collections.embedded.store.order import sample_query
 from service.collections.schema import SparseVec
 
 SCHEMA = """
@@ -164,17 +165,10 @@ def iter_blobs(conn: sqlite3.Connection, name: str, chunk: int = 5000) -> Iterat
         yield from rows
 
 
-#: a deterministic pseudo-random order of rows by internal id (Knuth's multiplicative hash), for training samples
-SAMPLE_ORDER = "(iid * 2654435761) % 4294967296"
-
-
 def sample_dense(conn: sqlite3.Connection, name: str, dimension: int, n: int) -> np.ndarray:
-    """Up to ``n`` stored vectors ``name``, float32 ``(<=n, d)`` (an index's training sample): a deterministic
-    pseudo-random choice (Knuth's multiplicative hash of the internal id), in internal-id order, so that the same
-    rows train the same index (FAISS's scalar-quantizer ranges depend on the order of their sample); all of them in
-    internal-id order when there are at most ``n``."""
-    q = f"SELECT vector FROM (SELECT iid, vector FROM named_dense WHERE field=? ORDER BY {SAMPLE_ORDER} LIMIT ?) ORDER BY iid"
-    rows = conn.execute(q, (name, n)).fetchall()
+    """Up to ``n`` stored vectors ``name``, float32 ``(<=n, d)`` (an index's training sample): the deterministic
+    pseudo-random choice of :func:`.order.sample_query`, in internal-id order."""
+    rows = conn.execute(sample_query("named_dense WHERE field=?"), (name, n)).fetchall()
     return np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), dimension)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from service.collections.embedded.store import named, payload_index
 from service.collections.embedded.store.files import DB_FILE, FILTER_INDEX, connect
 from service.collections.embedded.store.named import chunks, marks
-from service.collections.embedded.store.order import ORDER_INDEX
+from service.collections.embedded.store.order import ORDER_INDEX, sample_query
 from service.collections.embedded.store.point_rows import PointRows
 from service.collections.embedded.store.where import to_sql
 from service.collections.filters import Filter
@@ -297,12 +297,9 @@ class Store(PointRows):
             last = int(ids[-1])
 
     def sample_vectors(self, dimension: int, n: int) -> np.ndarray:
-        """Up to ``n`` stored vectors, float32 ``(<=n, d)`` (an index's training sample): a deterministic
-        pseudo-random choice in internal-id order, as :func:`.named.sample_dense` (the same rows train the same
-        index: FAISS's k-means starts from the sample's order; ``ORDER BY random()`` made a trained index, and its
-        recall, differ from one training to the next)."""
-        q = f"SELECT vector FROM (SELECT iid, vector FROM points ORDER BY {named.SAMPLE_ORDER} LIMIT ?) ORDER BY iid"
-        rows = self.reader().execute(q, (n,)).fetchall()
+        """Up to ``n`` stored vectors, float32 ``(<=n, d)`` (an index's training sample): the deterministic
+        pseudo-random choice of :func:`.order.sample_query`, in internal-id order."""
+        rows = self.reader().execute(sample_query("points"), (n,)).fetchall()
         return np.frombuffer(b"".join(r[0] for r in rows), dtype=np.float32).reshape(len(rows), dimension)
 
     def removed_after(self, seq: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from service.collections.embedded.store.named import SAMPLE_ORDER
+from service.collections.embedded.store.order import sample_query
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS shadow_vectors (iid INTEGER PRIMARY KEY, vector BLOB NOT NULL)"
 _MISSING = "SELECT COUNT(*) FROM points p LEFT JOIN shadow_vectors s ON s.iid = p.iid WHERE s.iid IS NULL"
@@ -99,9 +99,9 @@ class ShadowTable:
 
     def sample(self, n: int) -> np.ndarray:
         """Up to ``n`` target vectors of live points, float32 ``(<=n, dimension)`` (index training): the same
-        deterministic pseudo-random choice, in internal-id order, as the stored vectors' (:func:`.named.sample_dense`)."""
-        live = "SELECT s.iid AS iid, s.vector AS vector FROM shadow_vectors s JOIN points p ON p.iid = s.iid"
-        q = f"SELECT vector FROM (SELECT iid, vector FROM ({live}) ORDER BY {SAMPLE_ORDER} LIMIT ?) ORDER BY iid"
+        deterministic pseudo-random choice, in internal-id order, as the stored vectors' (:func:`.order.sample_query`)."""
+        live = "(SELECT s.iid AS iid, s.vector AS vector FROM shadow_vectors s JOIN points p ON p.iid = s.iid)"
+        q = sample_query(live)
         with self._lock:
             rows = self._conn.execute(q, (n,)).fetchall()
         return np.frombuffer(b"".join(r[0] for r in rows), np.float32).reshape(len(rows), self.dimension)
